@@ -1,0 +1,5 @@
+"""The ``loopkernel`` command."""
+
+from loopkernel.cli._main import main
+
+__all__ = ["main"]

@@ -1,0 +1,139 @@
+"""Every error LoopKernel raises, in one tree.
+
+::
+
+    LoopKernelError                 root; carries a stable ``code`` and keyword attributes
+    ├── UsageError                  the caller misused the API or the CLI (bad input, unknown run)
+    │   ├── RunNotFound
+    │   └── ApprovalRefused         a forged, replayed or late approval
+    ├── PatchRejected               a GraphPatch broke a rule; nothing of it was applied
+    ├── StoreError                  the store cannot serve the request
+    │   ├── SchemaTooNew            the database was written by a newer LoopKernel
+    │   ├── ReplayDivergence        a replayed step does not match the journal
+    │   └── LeaseLost               another worker owns the run now (fencing)
+    └── RunError                    something stopped a run; ``verdict()`` is what the store keeps
+        ├── ToolError               bad arguments, bad output, or the tool's handler raised
+        ├── ToolTimeout             the client deadline passed; the request was cancelled
+        ├── ToolUnavailable         the tool server would not start, died, or spoke no MCP
+        ├── BudgetExceeded          a budget limit would be passed
+        ├── TripwireFired           a tripwire stopped the run
+        └── RunawayRun              the run passed its ``max_events``
+
+Errors are data: keyword attributes only, picklable, and ``str(err)`` names the fix where
+there is one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+__all__ = [
+    "ApprovalRefused",
+    "BudgetExceeded",
+    "LeaseLost",
+    "LoopKernelError",
+    "PatchRejected",
+    "ReplayDivergence",
+    "RunError",
+    "RunNotFound",
+    "RunawayRun",
+    "SchemaTooNew",
+    "StoreError",
+    "ToolError",
+    "ToolTimeout",
+    "ToolUnavailable",
+    "TripwireFired",
+    "UsageError",
+]
+
+
+class LoopKernelError(Exception):
+    """Root of every LoopKernel error."""
+
+    code: ClassVar[str] = "loopkernel_error"
+    retryable: ClassVar[bool] = False
+
+    def __init__(self, message: str, **attrs: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.attrs = attrs
+        for name, value in attrs.items():
+            setattr(self, name, value)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, self.attrs))
+
+    def verdict(self) -> dict[str, Any]:
+        """The JSON verdict a run keeps when this error stops it."""
+        return {"kind": self.code, "type": type(self).__name__, "message": self.message, **{
+            k: v for k, v in self.attrs.items() if isinstance(v, str | int | float | bool)
+        }}
+
+
+def _rebuild(cls: type[LoopKernelError], message: str, attrs: dict[str, Any]) -> LoopKernelError:
+    return cls(message, **attrs)
+
+
+class UsageError(LoopKernelError):
+    code = "usage_error"
+
+
+class RunNotFound(UsageError):
+    code = "run_not_found"
+
+
+class ApprovalRefused(UsageError):
+    code = "approval_refused"
+
+
+class PatchRejected(LoopKernelError):
+    """A patch broke a rule. ``op`` is the index of the offending op, ``rule`` its name."""
+
+    code = "patch_rejected"
+
+
+class StoreError(LoopKernelError):
+    code = "store_error"
+
+
+class SchemaTooNew(StoreError):
+    code = "schema_too_new"
+
+
+class ReplayDivergence(StoreError):
+    code = "replay_divergence"
+
+
+class LeaseLost(StoreError):
+    code = "lease_lost"
+    retryable = True
+
+
+class RunError(LoopKernelError):
+    code = "run_error"
+
+
+class ToolError(RunError):
+    code = "tool_error"
+
+
+class ToolTimeout(RunError):
+    code = "tool_timeout"
+    retryable = True
+
+
+class ToolUnavailable(RunError):
+    code = "tool_unavailable"
+    retryable = True
+
+
+class BudgetExceeded(RunError):
+    code = "budget_exceeded"
+
+
+class TripwireFired(RunError):
+    code = "tripwire"
+
+
+class RunawayRun(RunError):
+    code = "runaway"

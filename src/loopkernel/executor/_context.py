@@ -1,0 +1,112 @@
+"""What a worker sees: ``TaskContext``, and the signals a worker may raise."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import Any, Protocol
+
+from loopkernel.graph import JSON, GraphState, TaskState
+from loopkernel.ids import RunId, TaskId
+
+__all__ = ["NeedsApproval", "TaskContext", "ToolCaller", "Worker"]
+
+
+class NeedsApproval(Exception):  # noqa: N818 - a signal, not an error
+    """Raised inside a worker (usually by the tool layer's policy hook) to park its task.
+
+    The task goes ``waiting`` with ``reason``; an approval resumes it and the worker runs
+    again from its top. Tool calls it made before are replayed from the effect journal,
+    so nothing above the pause happens twice.
+    """
+
+    def __init__(self, reason: str, *, tool: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.tool = tool
+
+
+class ToolCaller(Protocol):
+    """The tool layer as the kernel sees it: one call, journaled, validated, policed."""
+
+    async def call(
+        self, ctx: TaskContext, index: int, name: str, arguments: Mapping[str, JSON]
+    ) -> JSON: ...
+
+
+class _Visible(Mapping[TaskId, JSON]):
+    """Results a worker may see, frozen at the moment its task started."""
+
+    def __init__(self, state: GraphState, allowed: Callable[[TaskId], bool], upto: int) -> None:
+        self._state = state
+        self._allowed = allowed
+        self._upto = upto
+
+    def _visible(self, tid: TaskId) -> bool:
+        task = self._state.tasks.get(tid)
+        return (
+            task is not None
+            and task.state is TaskState.SUCCEEDED
+            and task.done_seq is not None
+            and task.done_seq <= self._upto
+            and self._allowed(tid)
+        )
+
+    def __getitem__(self, key: TaskId) -> JSON:
+        if not self._visible(key):
+            raise KeyError(key)
+        return self._state.tasks[key].result
+
+    def __iter__(self) -> Iterator[TaskId]:
+        return (tid for tid in self._state.tasks if self._visible(tid))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class TaskContext:
+    """Handed to a worker: its input, what it may see, and the one way to call tools."""
+
+    def __init__(
+        self,
+        *,
+        state: GraphState,
+        task_id: TaskId,
+        attempt: int,
+        upto_seq: int,
+        tools: ToolCaller | None,
+    ) -> None:
+        task = state.tasks[task_id]
+        self.run_id: RunId = state.run_id
+        self.task_id: TaskId = task_id
+        self.skill: str = task.skill
+        self.input: JSON = task.input
+        self.params: JSON = state.params
+        self.attempt: int = attempt
+        self.human_input: JSON = task.human_input
+        self.wait_epoch: int = task.wait_epoch
+        preds = frozenset(state.predecessors(task_id))
+        self.predecessors: Mapping[TaskId, JSON] = _Visible(state, preds.__contains__, upto_seq)
+        if task.evidence_scope == "ancestors":
+            ancestors = state.ancestors(task_id)
+            self.evidence: Mapping[TaskId, JSON] = _Visible(state, ancestors.__contains__, upto_seq)
+        else:
+            self.evidence = _Visible(state, lambda _tid: True, upto_seq)
+        self._tools = tools
+        self._calls = 0
+
+    async def call_tool(self, name: str, arguments: Mapping[str, JSON] | None = None) -> JSON:
+        """Call a tool through the tool layer; the n-th call of a task has a stable key."""
+        if self._tools is None:
+            from loopkernel.errors import UsageError
+
+            raise UsageError(
+                f"task {self.task_id!r} called tool {name!r} but the kernel has no tool layer; "
+                "pass tools=... to Kernel"
+            )
+        index = self._calls
+        self._calls += 1
+        return await self._tools.call(self, index, name, dict(arguments or {}))
+
+
+Worker = Callable[[TaskContext], Awaitable[Any]]
+"""A skill: an async callable that takes the context and returns a JSON value."""

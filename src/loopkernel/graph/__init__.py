@@ -1,0 +1,41 @@
+"""The graph model, patches and their validation. Pure: no I/O, imports nothing above it."""
+
+from loopkernel.graph._model import (
+    JSON,
+    TERMINAL_RUN,
+    TERMINAL_TASK,
+    UNPLANNED_EVENTS,
+    Event,
+    EventKind,
+    RunStatus,
+    TaskSpec,
+    TaskState,
+    legal_transition,
+)
+from loopkernel.graph._patch import Add, Cancel, Connect, Finish, GraphPatch, Op, Resume, Wait
+from loopkernel.graph._state import Delta, GraphState, Task, validate
+
+__all__ = [
+    "JSON",
+    "TERMINAL_RUN",
+    "TERMINAL_TASK",
+    "UNPLANNED_EVENTS",
+    "Add",
+    "Cancel",
+    "Connect",
+    "Delta",
+    "Event",
+    "EventKind",
+    "Finish",
+    "GraphPatch",
+    "GraphState",
+    "Op",
+    "Resume",
+    "RunStatus",
+    "Task",
+    "TaskSpec",
+    "TaskState",
+    "Wait",
+    "legal_transition",
+    "validate",
+]

@@ -1,0 +1,190 @@
+"""GraphPatch: the one way the graph changes.
+
+A patch is a value: a tuple of ops that is validated and applied whole, or not at all.
+Build one fluently; every call returns a new patch::
+
+    GraphPatch().add(TaskSpec(task_id="b", skill="fetch"), after=["a"]).cancel("c")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal, TypeAlias
+
+from loopkernel.errors import UsageError
+from loopkernel.graph._model import JSON, RunStatus, TaskSpec
+from loopkernel.ids import TaskId
+
+__all__ = ["Add", "Cancel", "Connect", "Finish", "GraphPatch", "Op", "Resume", "Wait"]
+
+FinishStatus: TypeAlias = Literal["succeeded", "failed", "escalated", "cancelled"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Add:
+    task: TaskSpec
+    """The task to add; it starts ``pending`` and turns ``ready`` once its predecessors succeed."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Connect:
+    src: TaskId
+    """The predecessor."""
+    dst: TaskId
+    """The task that waits for ``src`` to succeed."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Cancel:
+    task_id: TaskId
+    """A task that is not terminal; a running one is cancelled in flight."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Wait:
+    task_id: TaskId
+    """A pending or ready task to park until a human answers."""
+    reason: str
+    """Why; shown to the human who must act."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Resume:
+    task_id: TaskId
+    """A waiting task."""
+    payload: JSON = None
+    """What the human said; the worker sees it as ``ctx.human_input``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Finish:
+    status: FinishStatus
+    """How the run ends."""
+    verdict: JSON = None
+    """Why: kept in the run row."""
+
+
+Op: TypeAlias = Add | Connect | Cancel | Wait | Resume | Finish
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GraphPatch:
+    """An ordered list of ops; the empty patch means "wait for more events"."""
+
+    ops: tuple[Op, ...] = field(default=())
+    """Applied in order, atomically."""
+
+    def __bool__(self) -> bool:
+        return bool(self.ops)
+
+    def _with(self, *ops: Op) -> GraphPatch:
+        return GraphPatch(ops=self.ops + ops)
+
+    def add(self, task: TaskSpec, *, after: Iterable[str] = ()) -> GraphPatch:
+        """Add ``task``, connected after each of ``after``."""
+        edges = [Connect(src=TaskId(a), dst=task.task_id) for a in after]
+        return self._with(Add(task=task), *edges)
+
+    def connect(self, src: str, dst: str) -> GraphPatch:
+        return self._with(Connect(src=TaskId(src), dst=TaskId(dst)))
+
+    def cancel(self, task_id: str) -> GraphPatch:
+        return self._with(Cancel(task_id=TaskId(task_id)))
+
+    def wait(self, task_id: str, reason: str) -> GraphPatch:
+        return self._with(Wait(task_id=TaskId(task_id), reason=reason))
+
+    def resume(self, task_id: str, payload: JSON = None) -> GraphPatch:
+        return self._with(Resume(task_id=TaskId(task_id), payload=payload))
+
+    def finish(self, status: FinishStatus | RunStatus, verdict: JSON = None) -> GraphPatch:
+        return self._with(Finish(status=RunStatus(status).value, verdict=verdict))  # type: ignore[arg-type]
+
+    def to_json(self) -> list[dict[str, JSON]]:
+        """The journal form: a list of ``{"op": ..., ...}`` objects."""
+        out: list[dict[str, JSON]] = []
+        for op in self.ops:
+            match op:
+                case Add(task=t):
+                    out.append({"op": "add", **t.to_json()})
+                case Connect(src=s, dst=d):
+                    out.append({"op": "connect", "src": s, "dst": d})
+                case Cancel(task_id=t):
+                    out.append({"op": "cancel", "task_id": t})
+                case Wait(task_id=t, reason=r):
+                    out.append({"op": "wait", "task_id": t, "reason": r})
+                case Resume(task_id=t, payload=p):
+                    out.append({"op": "resume", "task_id": t, "payload": p})
+                case Finish(status=s, verdict=v):
+                    out.append({"op": "finish", "status": s, "verdict": v})
+        return out
+
+    @classmethod
+    def from_json(cls, data: JSON) -> GraphPatch:
+        """Parse the journal form strictly: unknown ops or fields raise ``UsageError``."""
+        if not isinstance(data, list):
+            raise UsageError("a patch is a JSON list of ops", got=type(data).__name__)
+        ops: list[Op] = []
+        for i, raw in enumerate(data):
+            ops.append(_op_from_json(i, raw))
+        return cls(ops=tuple(ops))
+
+
+_FIELDS: dict[str, frozenset[str]] = {
+    "add": frozenset({"op", "task_id", "skill", "input", "evidence_scope"}),
+    "connect": frozenset({"op", "src", "dst"}),
+    "cancel": frozenset({"op", "task_id"}),
+    "wait": frozenset({"op", "task_id", "reason"}),
+    "resume": frozenset({"op", "task_id", "payload"}),
+    "finish": frozenset({"op", "status", "verdict"}),
+}
+_REQUIRED: dict[str, frozenset[str]] = {
+    "add": frozenset({"task_id", "skill"}),
+    "connect": frozenset({"src", "dst"}),
+    "cancel": frozenset({"task_id"}),
+    "wait": frozenset({"task_id", "reason"}),
+    "resume": frozenset({"task_id"}),
+    "finish": frozenset({"status"}),
+}
+
+
+def _op_from_json(index: int, raw: JSON) -> Op:
+    if not isinstance(raw, dict) or raw.get("op") not in _FIELDS:
+        raise UsageError(f"op {index}: expected an object with op in {sorted(_FIELDS)}", op=index)
+    kind = raw["op"]
+    extra = set(raw) - _FIELDS[kind]
+    missing = _REQUIRED[kind] - set(raw)
+    if extra or missing:
+        raise UsageError(
+            f"op {index} ({kind}): unknown fields {sorted(extra)}, missing {sorted(missing)}",
+            op=index,
+        )
+    for key in ("task_id", "src", "dst", "skill", "reason"):
+        if key in raw and not isinstance(raw[key], str):
+            raise UsageError(f"op {index} ({kind}): {key} must be a string", op=index)
+    match kind:
+        case "add":
+            scope = raw.get("evidence_scope", "all")
+            if scope not in ("all", "ancestors"):
+                raise UsageError(f"op {index}: evidence_scope must be all or ancestors", op=index)
+            spec = TaskSpec(
+                task_id=TaskId(raw["task_id"]),
+                skill=raw["skill"],
+                input=raw.get("input"),
+                evidence_scope=scope,
+            )
+            return Add(task=spec)
+        case "connect":
+            return Connect(src=TaskId(raw["src"]), dst=TaskId(raw["dst"]))
+        case "cancel":
+            return Cancel(task_id=TaskId(raw["task_id"]))
+        case "wait":
+            return Wait(task_id=TaskId(raw["task_id"]), reason=raw["reason"])
+        case "resume":
+            return Resume(task_id=TaskId(raw["task_id"]), payload=raw.get("payload"))
+        case _:
+            status = raw["status"]
+            if status not in ("succeeded", "failed", "escalated", "cancelled"):
+                raise UsageError(f"op {index}: finish status {status!r} is not terminal", op=index)
+            return Finish(status=status, verdict=raw.get("verdict"))

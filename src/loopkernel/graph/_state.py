@@ -1,0 +1,298 @@
+"""The materialized graph of one run, and the pure validation of patches against it.
+
+``validate(state, patch, skills)`` returns a ``Delta`` or raises ``PatchRejected``; it never
+mutates anything. ``GraphState.apply(delta)`` is the only mutation, and the store writes
+the same delta in the same step, so memory and disk never disagree.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import assert_never
+
+from loopkernel.errors import PatchRejected
+from loopkernel.graph._model import (
+    JSON,
+    TERMINAL_RUN,
+    TERMINAL_TASK,
+    EvidenceScope,
+    RunStatus,
+    TaskState,
+    legal_transition,
+)
+from loopkernel.graph._patch import Add, Cancel, Connect, Finish, GraphPatch, Resume, Wait
+from loopkernel.ids import RunId, TaskId
+
+__all__ = ["Delta", "GraphState", "Task", "validate"]
+
+MAX_TASK_ID = 200
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Task:
+    """A node of the graph, as the store keeps it."""
+
+    task_id: TaskId
+    """Unique in its run."""
+    skill: str
+    """The worker that runs it."""
+    input: JSON = None
+    """JSON input."""
+    evidence_scope: EvidenceScope = "all"
+    """Which results the worker may see."""
+    state: TaskState = TaskState.PENDING
+    """Where it is in its life."""
+    result: JSON = None
+    """The worker's return value, once succeeded."""
+    error: JSON = None
+    """``{"type", "message"}`` once failed."""
+    attempts: int = 0
+    """How many times a worker started it (more than one only after a crash)."""
+    wait_reason: str | None = None
+    """Why it waits for a human."""
+    human_input: JSON = None
+    """What the human answered when it was resumed."""
+    wait_epoch: int = 0
+    """How many times it was parked; an approval names the epoch it answers."""
+    done_seq: int | None = None
+    """The seq of the event that made it terminal."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Delta:
+    """What a patch (or an event) changes: whole new task values, new edges, the run's end."""
+
+    tasks: tuple[Task, ...] = ()
+    """New or changed tasks, in their new form."""
+    new_task_ids: frozenset[TaskId] = frozenset()
+    """Which of ``tasks`` are new."""
+    edges: tuple[tuple[TaskId, TaskId], ...] = ()
+    """New edges ``(src, dst)``."""
+    finish: tuple[RunStatus, JSON] | None = None
+    """``(status, verdict)`` when the patch finishes the run."""
+    cancelled_running: tuple[TaskId, ...] = ()
+    """Tasks that were running and are cancelled: the executor cancels them in flight."""
+
+
+@dataclass(kw_only=True)
+class GraphState:
+    """The run's graph in memory: the planner's snapshot and the executor's working copy."""
+
+    run_id: RunId
+    app: str
+    params: JSON
+    status: RunStatus = RunStatus.RUNNING
+    verdict: JSON = None
+    tasks: dict[TaskId, Task] = field(default_factory=dict)
+    preds: dict[TaskId, list[TaskId]] = field(default_factory=dict)
+    succs: dict[TaskId, list[TaskId]] = field(default_factory=dict)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def task(self, task_id: str) -> Task:
+        return self.tasks[TaskId(task_id)]
+
+    def get(self, task_id: str) -> Task | None:
+        return self.tasks.get(TaskId(task_id))
+
+    def in_state(self, *states: TaskState) -> list[Task]:
+        return [t for t in self.tasks.values() if t.state in states]
+
+    def predecessors(self, task_id: str) -> list[TaskId]:
+        return self.preds.get(TaskId(task_id), [])
+
+    def successors(self, task_id: str) -> list[TaskId]:
+        return self.succs.get(TaskId(task_id), [])
+
+    def startable(self, task_id: TaskId) -> bool:
+        """Ready, and every predecessor has succeeded."""
+        task = self.tasks[task_id]
+        return task.state is TaskState.READY and all(
+            self.tasks[p].state is TaskState.SUCCEEDED for p in self.preds.get(task_id, ())
+        )
+
+    def ancestors(self, task_id: TaskId) -> set[TaskId]:
+        seen: set[TaskId] = set()
+        stack = list(self.preds.get(task_id, ()))
+        while stack:
+            node = stack.pop()
+            if node not in seen:
+                seen.add(node)
+                stack.extend(self.preds.get(node, ()))
+        return seen
+
+    @property
+    def finished(self) -> bool:
+        return self.status in TERMINAL_RUN
+
+    # -- changing --------------------------------------------------------------------------
+
+    def apply(self, delta: Delta) -> None:
+        for task in delta.tasks:
+            self.tasks[task.task_id] = task
+        for src, dst in delta.edges:
+            self.succs.setdefault(src, []).append(dst)
+            self.preds.setdefault(dst, []).append(src)
+        if delta.finish is not None:
+            self.status, self.verdict = delta.finish
+
+    def promotions(
+        self,
+        candidates: Iterable[TaskId],
+        overlay: Mapping[TaskId, Task],
+        extra_preds: Mapping[TaskId, list[TaskId]] | None = None,
+    ) -> list[Task]:
+        """Pending candidates whose predecessors all succeeded, promoted to ``ready``.
+
+        ``overlay`` holds task values not applied yet, ``extra_preds`` edges not applied yet.
+        """
+        out: list[Task] = []
+        for tid in candidates:
+            task = overlay.get(tid) or self.tasks[tid]
+            if task.state is not TaskState.PENDING:
+                continue
+            preds = [*self.preds.get(tid, ()), *(extra_preds or {}).get(tid, ())]
+            if all((overlay.get(p) or self.tasks[p]).state is TaskState.SUCCEEDED for p in preds):
+                out.append(replace(task, state=TaskState.READY))
+        return out
+
+
+def validate(state: GraphState, patch: GraphPatch, skills: Collection[str]) -> Delta:
+    """Check ``patch`` against ``state``; return what it changes, or raise ``PatchRejected``.
+
+    Pure: ``state`` is not touched. Rules are named in the error's ``rule`` attribute.
+    """
+    changed: dict[TaskId, Task] = {}
+    new_ids: set[TaskId] = set()
+    new_edges: list[tuple[TaskId, TaskId]] = []
+    extra_succs: dict[TaskId, list[TaskId]] = {}
+    extra_preds: dict[TaskId, list[TaskId]] = {}
+    finish: tuple[RunStatus, JSON] | None = None
+    cancelled_running: list[TaskId] = []
+
+    def reject(index: int, rule: str, message: str) -> PatchRejected:
+        return PatchRejected(f"op {index}: {message} [{rule}]", op=index, rule=rule)
+
+    def current(tid: TaskId) -> Task | None:
+        return changed.get(tid) or state.tasks.get(tid)
+
+    def require(index: int, tid: TaskId) -> Task:
+        task = current(tid)
+        if task is None:
+            raise reject(index, "unknown_task", f"no task {tid!r} in this run")
+        return task
+
+    def move(index: int, task: Task, new: TaskState, **fields: JSON) -> Task:
+        if not legal_transition(task.state, new):
+            raise reject(
+                index,
+                "illegal_transition",
+                f"task {task.task_id!r} cannot go from {task.state} to {new}",
+            )
+        moved = replace(task, state=new, **fields)
+        changed[task.task_id] = moved
+        return moved
+
+    def reaches(start: TaskId, goal: TaskId) -> bool:
+        seen: set[TaskId] = set()
+        stack = [start]
+        while stack:
+            node = stack.pop()
+            if node == goal:
+                return True
+            if node in seen:
+                continue
+            seen.add(node)
+            stack.extend(state.succs.get(node, ()))
+            stack.extend(extra_succs.get(node, ()))
+        return False
+
+    if state.finished and patch.ops:
+        raise reject(0, "run_finished", f"run {state.run_id} is already {state.status}")
+
+    for i, op in enumerate(patch.ops):
+        if finish is not None:
+            raise reject(i, "after_finish", "no op may follow finish")
+        match op:
+            case Add(task=spec):
+                tid = spec.task_id
+                if not isinstance(tid, str) or not tid or len(tid) > MAX_TASK_ID:
+                    raise reject(i, "bad_task_id", f"task id must be 1..{MAX_TASK_ID} characters")
+                if current(tid) is not None:
+                    raise reject(i, "duplicate_task", f"task {tid!r} already exists")
+                if spec.skill not in skills:
+                    raise reject(
+                        i,
+                        "unknown_skill",
+                        f"skill {spec.skill!r} is not in the worker registry "
+                        f"(known: {', '.join(sorted(skills)) or 'none'})",
+                    )
+                try:
+                    json.dumps(spec.input, allow_nan=False)
+                except (TypeError, ValueError) as exc:
+                    raise reject(i, "input_not_json", f"input of {tid!r}: {exc}") from None
+                changed[tid] = Task(
+                    task_id=tid,
+                    skill=spec.skill,
+                    input=spec.input,
+                    evidence_scope=spec.evidence_scope,
+                )
+                new_ids.add(tid)
+            case Connect(src=src, dst=dst):
+                a, b = require(i, src), require(i, dst)
+                if src == dst or reaches(dst, src):
+                    raise reject(i, "cycle", f"edge {src!r} -> {dst!r} would close a cycle")
+                if (src, dst) in new_edges or dst in state.succs.get(src, ()):
+                    raise reject(i, "duplicate_edge", f"edge {src!r} -> {dst!r} exists")
+                if b.state is TaskState.RUNNING or b.state in TERMINAL_TASK:
+                    raise reject(
+                        i, "dst_started", f"task {dst!r} is already {b.state}; it can't wait now"
+                    )
+                if a.state in (TaskState.FAILED, TaskState.CANCELLED):
+                    raise reject(
+                        i,
+                        "dead_predecessor",
+                        f"task {src!r} is {a.state}, so {dst!r} could never run",
+                    )
+                new_edges.append((src, dst))
+                extra_succs.setdefault(src, []).append(dst)
+                extra_preds.setdefault(dst, []).append(src)
+            case Cancel(task_id=tid):
+                task = require(i, tid)
+                if task.state is TaskState.RUNNING:
+                    cancelled_running.append(tid)
+                move(i, task, TaskState.CANCELLED)
+            case Wait(task_id=tid, reason=reason):
+                task = require(i, tid)
+                move(i, task, TaskState.WAITING, wait_reason=reason, wait_epoch=task.wait_epoch + 1)
+            case Resume(task_id=tid, payload=payload):
+                task = require(i, tid)
+                if task.state is not TaskState.WAITING:
+                    raise reject(
+                        i, "not_waiting", f"task {tid!r} is {task.state}, not waiting"
+                    )
+                move(i, task, TaskState.READY, human_input=payload)
+            case Finish(status=status, verdict=verdict):
+                finish = (RunStatus(status), verdict)
+                for task in list(state.tasks.values()) + [changed[t] for t in new_ids]:
+                    task = current(task.task_id) or task
+                    if task.state not in TERMINAL_TASK:
+                        if task.state is TaskState.RUNNING:
+                            cancelled_running.append(task.task_id)
+                        changed[task.task_id] = replace(task, state=TaskState.CANCELLED)
+            case _:
+                assert_never(op)
+
+    for task in state.promotions(new_ids, changed, extra_preds):
+        changed[task.task_id] = task
+
+    return Delta(
+        tasks=tuple(changed.values()),
+        new_task_ids=frozenset(new_ids),
+        edges=tuple(new_edges),
+        finish=finish,
+        cancelled_running=tuple(cancelled_running),
+    )
+

@@ -1,0 +1,55 @@
+"""Stores: one interface, an embedded SQLite implementation, and PostgreSQL behind an extra."""
+
+from __future__ import annotations
+
+import os
+
+from loopkernel.errors import UsageError
+from loopkernel.store._codec import digest_of
+from loopkernel.store._protocol import (
+    EffectRecord,
+    LoadedRun,
+    NewEvent,
+    PatchRecord,
+    RunInfo,
+    Store,
+)
+from loopkernel.store._sqlite import SQLiteStore
+
+__all__ = [
+    "DEFAULT_DB",
+    "EffectRecord",
+    "LoadedRun",
+    "NewEvent",
+    "PatchRecord",
+    "RunInfo",
+    "SQLiteStore",
+    "Store",
+    "digest_of",
+    "open_store",
+]
+
+DEFAULT_DB = "runs.db"
+
+
+def open_store(url: str | None = None) -> Store:
+    """A store for ``url``: a path or ``sqlite:///path`` (SQLite), ``postgresql://...``.
+
+    ``None`` reads ``LOOPKERNEL_DB``, then falls back to ``runs.db``. The store is not
+    opened yet: ``await store.open()``.
+    """
+    url = url or os.environ.get("LOOPKERNEL_DB") or DEFAULT_DB
+    if url.startswith(("postgresql://", "postgres://")):
+        try:
+            from loopkernel.store._postgres import PostgresStore
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise UsageError(
+                "the PostgreSQL store needs the postgres extra: pip install 'loopkernel[postgres]'"
+                f" ({exc})"
+            ) from None
+        return PostgresStore(url)
+    if url.startswith("sqlite:///"):
+        url = url.removeprefix("sqlite:///")
+    elif "://" in url:
+        raise UsageError(f"unknown database URL {url!r}: use a file path, sqlite:///, postgresql://")
+    return SQLiteStore(url)

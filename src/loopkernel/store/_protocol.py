@@ -1,0 +1,198 @@
+"""The store interface: what the executor, the CLI and the tool layer need of a database.
+
+Two implementations, SQLite and PostgreSQL, pass one conformance suite
+(``tests/store/test_conformance.py``). Every method is one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+from loopkernel.graph import JSON, Delta, Event, EventKind, GraphState, RunStatus, Task
+from loopkernel.ids import RunId, TaskId
+
+__all__ = [
+    "EffectRecord",
+    "LoadedRun",
+    "NewEvent",
+    "PatchRecord",
+    "RunInfo",
+    "Store",
+]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NewEvent:
+    """An event to append; the store gives it its ``seq``."""
+
+    kind: EventKind
+    """What happened."""
+    task_id: TaskId | None = None
+    """The task it concerns."""
+    data: JSON = None
+    """Detail."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PatchRecord:
+    """The journaled answer to one event: unique per ``(run_id, event_seq)``."""
+
+    event_seq: int
+    """The event it answers."""
+    ops: JSON
+    """``GraphPatch.to_json()`` of what was applied (or proposed, when rejected)."""
+    outcome: Literal["applied", "rejected"] = "applied"
+    """Whether it changed the graph."""
+    reason: str | None = None
+    """Why it was rejected, or which planner fell back."""
+    planner: str = "planner"
+    """Who proposed it: ``planner``, ``kernel`` (recovery, cancel, runaway) or a fallback."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunInfo:
+    """A run's row."""
+
+    run_id: RunId
+    app: str
+    params: JSON
+    status: RunStatus
+    verdict: JSON
+    max_events: int
+    created_at: float
+    updated_at: float
+    last_seq: int
+    task_counts: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LoadedRun:
+    """Everything an executor needs to pick a run up."""
+
+    info: RunInfo
+    """The run row."""
+    state: GraphState
+    """The materialized graph."""
+    unplanned: tuple[Event, ...]
+    """Events with no patch yet, in seq order: planned next, exactly once."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EffectRecord:
+    """One tool call in the effect journal."""
+
+    run_id: RunId
+    key: str
+    """The idempotency key: ``run_id/task_id/call_index``."""
+    task_id: TaskId
+    call_index: int
+    tool: str
+    effect: str
+    """``read_only``, ``idempotent`` or ``irreversible``."""
+    arguments: JSON
+    status: Literal["intended", "done", "failed"]
+    result: JSON = None
+    error: JSON = None
+
+
+@runtime_checkable
+class Store(Protocol):
+    """A durable home for runs. Implementations: ``SQLiteStore``, ``PostgresStore``."""
+
+    url: str
+
+    async def open(self) -> None:
+        """Connect and migrate the schema to the current version."""
+
+    async def close(self) -> None:
+        """Checkpoint (SQLite: fold the WAL into the .db file) and disconnect."""
+
+    # -- runs ------------------------------------------------------------------------------
+
+    async def create_run(
+        self,
+        *,
+        run_id: RunId,
+        app: str,
+        params: JSON,
+        max_events: int,
+        token_hash: str,
+    ) -> Event:
+        """Insert the run (status ``running``) and its ``run_started`` event, seq 1."""
+
+    async def load_run(self, run_id: RunId) -> LoadedRun: ...
+
+    async def get_run(self, run_id: RunId) -> RunInfo: ...
+
+    async def list_runs(self, limit: int = 100) -> list[RunInfo]: ...
+
+    async def set_status(self, run_id: RunId, status: RunStatus, verdict: JSON = None) -> None:
+        """Set a non-terminal status (``running``, ``waiting``) and checkpoint when quiescent."""
+
+    async def token_hash(self, run_id: RunId) -> str: ...
+
+    # -- the journal -----------------------------------------------------------------------
+
+    async def append_events(
+        self, run_id: RunId, events: Sequence[NewEvent], tasks: Sequence[Task] = ()
+    ) -> list[Event]:
+        """Append events (seq assigned here) and write ``tasks``' new values, atomically.
+
+        Tasks whose event makes them terminal get ``done_seq`` set by the caller only after
+        the seq is known, so the store fills ``done_seq`` for each task whose id an event
+        names and whose state is terminal.
+        """
+
+    async def commit_patches(
+        self, run_id: RunId, records: Sequence[PatchRecord], delta: Delta,
+        final: NewEvent | None = None,
+    ) -> Event | None:
+        """Record patches and apply their combined ``delta`` atomically.
+
+        A duplicate ``(run_id, event_seq)`` raises ``ReplayDivergence``: an event is planned
+        once. With ``delta.finish`` the run's status and verdict are written and ``final``
+        (a ``run_finished`` event) is appended in the same transaction.
+        """
+
+    async def events(self, run_id: RunId, after: int = 0) -> list[Event]: ...
+
+    async def patches(self, run_id: RunId) -> list[PatchRecord]: ...
+
+    async def last_seq(self, run_id: RunId) -> int: ...
+
+    async def add_human_input(
+        self,
+        run_id: RunId,
+        task_id: TaskId,
+        *,
+        decision: Literal["approve", "reject"],
+        payload: JSON,
+    ) -> Event:
+        """Journal a human's answer to a waiting task; refuse a replay (``ApprovalRefused``)."""
+
+    async def request_cancel(self, run_id: RunId, reason: str) -> Event:
+        """Journal ``cancel_requested``; the executor (now or at resume) finishes the run."""
+
+    # -- effects ---------------------------------------------------------------------------
+
+    async def get_effect(self, run_id: RunId, key: str) -> EffectRecord | None: ...
+
+    async def intend_effect(self, record: EffectRecord) -> EffectRecord:
+        """Insert an ``intended`` effect; if the key exists, return what is there."""
+
+    async def finish_effect(
+        self, run_id: RunId, key: str, *, status: Literal["done", "failed"],
+        result: JSON = None, error: JSON = None,
+    ) -> None: ...
+
+    async def effects(self, run_id: RunId) -> list[EffectRecord]: ...
+
+    # -- whole-run views -------------------------------------------------------------------
+
+    async def dump(self, run_id: RunId) -> dict[str, JSON]:
+        """Canonical rows of the run (no timestamps, no attempt counters) for the digest."""
+
+    async def checkpoint(self) -> None:
+        """Make the main database file complete on its own (SQLite); a no-op elsewhere."""

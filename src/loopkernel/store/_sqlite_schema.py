@@ -1,0 +1,86 @@
+"""SQLite schema, as numbered migrations. A database newer than this code is refused."""
+
+from __future__ import annotations
+
+MIGRATIONS: list[list[str]] = [
+    # 1: the journal, the materialized graph, approvals and effects.
+    [
+        """CREATE TABLE runs (
+            run_id      TEXT PRIMARY KEY,
+            app         TEXT NOT NULL,
+            params      TEXT NOT NULL,
+            status      TEXT NOT NULL,
+            verdict     TEXT,
+            max_events  INTEGER NOT NULL,
+            token_hash  TEXT NOT NULL,
+            created_at  REAL NOT NULL,
+            updated_at  REAL NOT NULL
+        )""",
+        """CREATE TABLE tasks (
+            run_id          TEXT NOT NULL,
+            task_id         TEXT NOT NULL,
+            skill           TEXT NOT NULL,
+            input           TEXT NOT NULL,
+            evidence_scope  TEXT NOT NULL,
+            state           TEXT NOT NULL,
+            result          TEXT NOT NULL,
+            error           TEXT NOT NULL,
+            attempts        INTEGER NOT NULL,
+            wait_reason     TEXT,
+            human_input     TEXT NOT NULL,
+            wait_epoch      INTEGER NOT NULL,
+            done_seq        INTEGER,
+            PRIMARY KEY (run_id, task_id)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE edges (
+            run_id  TEXT NOT NULL,
+            src     TEXT NOT NULL,
+            dst     TEXT NOT NULL,
+            PRIMARY KEY (run_id, src, dst)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE events (
+            run_id      TEXT NOT NULL,
+            seq         INTEGER NOT NULL,
+            kind        TEXT NOT NULL,
+            task_id     TEXT,
+            data        TEXT NOT NULL,
+            created_at  REAL NOT NULL,
+            PRIMARY KEY (run_id, seq)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE patches (
+            run_id      TEXT NOT NULL,
+            event_seq   INTEGER NOT NULL,
+            ops         TEXT NOT NULL,
+            outcome     TEXT NOT NULL,
+            reason      TEXT,
+            planner     TEXT NOT NULL,
+            created_at  REAL NOT NULL,
+            PRIMARY KEY (run_id, event_seq)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE approvals (
+            run_id      TEXT NOT NULL,
+            task_id     TEXT NOT NULL,
+            wait_epoch  INTEGER NOT NULL,
+            decision    TEXT NOT NULL,
+            event_seq   INTEGER NOT NULL,
+            PRIMARY KEY (run_id, task_id, wait_epoch)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE effects (
+            run_id      TEXT NOT NULL,
+            idem_key    TEXT NOT NULL,
+            task_id     TEXT NOT NULL,
+            call_index  INTEGER NOT NULL,
+            tool        TEXT NOT NULL,
+            effect      TEXT NOT NULL,
+            arguments   TEXT NOT NULL,
+            status      TEXT NOT NULL,
+            result      TEXT NOT NULL,
+            error       TEXT NOT NULL,
+            created_at  REAL NOT NULL,
+            updated_at  REAL NOT NULL,
+            PRIMARY KEY (run_id, idem_key)
+        ) WITHOUT ROWID""",
+    ],
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)

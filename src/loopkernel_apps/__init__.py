@@ -1,0 +1,1 @@
+"""Applications shipped with LoopKernel; they use the public API only."""
