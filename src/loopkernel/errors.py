@@ -65,9 +65,12 @@ class LoopKernelError(Exception):
 
     def verdict(self) -> dict[str, Any]:
         """The JSON verdict a run keeps when this error stops it."""
-        return {"kind": self.code, "type": type(self).__name__, "message": self.message, **{
-            k: v for k, v in self.attrs.items() if isinstance(v, str | int | float | bool)
-        }}
+        return {
+            "kind": self.code,
+            "type": type(self).__name__,
+            "message": self.message,
+            **{k: v for k, v in self.attrs.items() if isinstance(v, str | int | float | bool)},
+        }
 
 
 def _rebuild(cls: type[LoopKernelError], message: str, attrs: dict[str, Any]) -> LoopKernelError:

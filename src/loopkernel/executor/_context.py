@@ -11,7 +11,7 @@ from loopkernel.ids import RunId, TaskId
 __all__ = ["NeedsApproval", "TaskContext", "ToolCaller", "Worker"]
 
 
-class NeedsApproval(Exception):  # noqa: N818 - a signal, not an error
+class NeedsApproval(Exception):
     """Raised inside a worker (usually by the tool layer's policy hook) to park its task.
 
     The task goes ``waiting`` with ``reason``; an approval resumes it and the worker runs

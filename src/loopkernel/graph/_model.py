@@ -43,13 +43,18 @@ TERMINAL_TASK = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANC
 
 _TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
     TaskState.PENDING: frozenset({TaskState.READY, TaskState.WAITING, TaskState.CANCELLED}),
-    TaskState.READY: frozenset(
-        {TaskState.RUNNING, TaskState.WAITING, TaskState.CANCELLED}
-    ),
+    TaskState.READY: frozenset({TaskState.RUNNING, TaskState.WAITING, TaskState.CANCELLED}),
     TaskState.WAITING: frozenset({TaskState.READY, TaskState.CANCELLED}),
-    # running -> ready is crash recovery only; the executor is the one caller.
+    # running -> ready is crash recovery, running -> waiting a policy parking a tool call;
+    # the executor is their one caller: no patch op produces them.
     TaskState.RUNNING: frozenset(
-        {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED, TaskState.READY}
+        {
+            TaskState.SUCCEEDED,
+            TaskState.FAILED,
+            TaskState.CANCELLED,
+            TaskState.READY,
+            TaskState.WAITING,
+        }
     ),
     TaskState.SUCCEEDED: frozenset(),
     TaskState.FAILED: frozenset(),
@@ -81,6 +86,7 @@ class EventKind(StrEnum):
     TASK_COMPLETED = "task_completed"
     TASK_FAILED = "task_failed"
     LATE_RESULT_DISCARDED = "late_result_discarded"
+    APPROVAL_REQUIRED = "approval_required"
     HUMAN_INPUT = "human_input"
     CANCEL_REQUESTED = "cancel_requested"
     TRIPWIRE = "tripwire"

@@ -266,13 +266,17 @@ def validate(state: GraphState, patch: GraphPatch, skills: Collection[str]) -> D
                 move(i, task, TaskState.CANCELLED)
             case Wait(task_id=tid, reason=reason):
                 task = require(i, tid)
+                if task.state is TaskState.RUNNING:
+                    raise reject(
+                        i,
+                        "illegal_transition",
+                        f"task {tid!r} is running; a patch parks only pending or ready tasks",
+                    )
                 move(i, task, TaskState.WAITING, wait_reason=reason, wait_epoch=task.wait_epoch + 1)
             case Resume(task_id=tid, payload=payload):
                 task = require(i, tid)
                 if task.state is not TaskState.WAITING:
-                    raise reject(
-                        i, "not_waiting", f"task {tid!r} is {task.state}, not waiting"
-                    )
+                    raise reject(i, "not_waiting", f"task {tid!r} is {task.state}, not waiting")
                 move(i, task, TaskState.READY, human_input=payload)
             case Finish(status=status, verdict=verdict):
                 finish = (RunStatus(status), verdict)
@@ -295,4 +299,3 @@ def validate(state: GraphState, patch: GraphPatch, skills: Collection[str]) -> D
         finish=finish,
         cancelled_running=tuple(cancelled_running),
     )
-

@@ -41,13 +41,14 @@ def open_store(url: str | None = None) -> Store:
     url = url or os.environ.get("LOOPKERNEL_DB") or DEFAULT_DB
     if url.startswith(("postgresql://", "postgres://")):
         try:
-            from loopkernel.store._postgres import PostgresStore
+            from loopkernel.store._postgres import PostgresStore  # type: ignore[import-not-found,unused-ignore]
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise UsageError(
                 "the PostgreSQL store needs the postgres extra: pip install 'loopkernel[postgres]'"
                 f" ({exc})"
             ) from None
-        return PostgresStore(url)
+        store: Store = PostgresStore(url)
+        return store
     if url.startswith("sqlite:///"):
         url = url.removeprefix("sqlite:///")
     elif "://" in url:

@@ -146,7 +146,10 @@ class Store(Protocol):
         """
 
     async def commit_patches(
-        self, run_id: RunId, records: Sequence[PatchRecord], delta: Delta,
+        self,
+        run_id: RunId,
+        records: Sequence[PatchRecord],
+        delta: Delta,
         final: NewEvent | None = None,
     ) -> Event | None:
         """Record patches and apply their combined ``delta`` atomically.
@@ -183,8 +186,13 @@ class Store(Protocol):
         """Insert an ``intended`` effect; if the key exists, return what is there."""
 
     async def finish_effect(
-        self, run_id: RunId, key: str, *, status: Literal["done", "failed"],
-        result: JSON = None, error: JSON = None,
+        self,
+        run_id: RunId,
+        key: str,
+        *,
+        status: Literal["done", "failed"],
+        result: JSON = None,
+        error: JSON = None,
     ) -> None: ...
 
     async def effects(self, run_id: RunId) -> list[EffectRecord]: ...

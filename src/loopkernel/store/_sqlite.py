@@ -18,7 +18,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
-from loopkernel.errors import ApprovalRefused, ReplayDivergence, RunNotFound, SchemaTooNew, UsageError
+from loopkernel.errors import (
+    ApprovalRefused,
+    ReplayDivergence,
+    RunNotFound,
+    SchemaTooNew,
+    UsageError,
+)
 from loopkernel.graph import (
     JSON,
     TERMINAL_RUN,
@@ -59,7 +65,9 @@ _UPSERT_TASK = (
 class SQLiteStore:
     """A ``Store`` in one SQLite file (``runs.db`` by default)."""
 
-    def __init__(self, path: str | os.PathLike[str] = "runs.db", *, synchronous: Synchronous = "full"):
+    def __init__(
+        self, path: str | os.PathLike[str] = "runs.db", *, synchronous: Synchronous = "full"
+    ):
         if synchronous not in ("full", "normal"):
             raise UsageError(f"synchronous must be 'full' or 'normal', not {synchronous!r}")
         self.path = Path(path)
@@ -87,7 +95,9 @@ class SQLiteStore:
     def _migrate(self) -> None:
         db = self._conn
         with self._tx():
-            db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+            )
             row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
             version = int(row[0]) if row else 0
             if version > SCHEMA_VERSION:
@@ -157,15 +167,26 @@ class SQLiteStore:
                 db.execute(
                     "INSERT INTO runs (run_id, app, params, status, verdict, max_events, "
                     "token_hash, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?)",
-                    (run_id, app, dumps(params), RunStatus.RUNNING.value, dumps(None),
-                     max_events, token_hash, now, now),
+                    (
+                        run_id,
+                        app,
+                        dumps(params),
+                        RunStatus.RUNNING.value,
+                        dumps(None),
+                        max_events,
+                        token_hash,
+                        now,
+                        now,
+                    ),
                 )
             except sqlite3.IntegrityError:
                 raise UsageError(
                     f"run {run_id} already exists in {self.path}; resume it or pick another id",
                     run_id=run_id,
                 ) from None
-            return self._append(db, run_id, [NewEvent(kind=EventKind.RUN_STARTED, data={"app": app})], now)[0]
+            return self._append(
+                db, run_id, [NewEvent(kind=EventKind.RUN_STARTED, data={"app": app})], now
+            )[0]
 
     def _run_row(self, db: sqlite3.Connection, run_id: RunId) -> tuple[Any, ...]:
         row = db.execute(
@@ -211,7 +232,9 @@ class SQLiteStore:
         return [self._info(db, tuple(r)) for r in rows]
 
     async def token_hash(self, run_id: RunId) -> str:
-        row = self._conn.execute("SELECT token_hash FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        row = self._conn.execute(
+            "SELECT token_hash FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
         if row is None:
             raise RunNotFound(f"no run {run_id} in {self.path}", run_id=run_id)
         return str(row[0])
@@ -222,7 +245,10 @@ class SQLiteStore:
         try:
             info = self._info(db, self._run_row(db, run_id))
             state = GraphState(
-                run_id=run_id, app=info.app, params=info.params, status=info.status,
+                run_id=run_id,
+                app=info.app,
+                params=info.params,
+                status=info.status,
                 verdict=info.verdict,
             )
             for row in db.execute(f"SELECT {TASK_COLUMNS} FROM tasks WHERE run_id = ?", (run_id,)):
@@ -273,9 +299,12 @@ class SQLiteStore:
         for ev in events:
             seq += 1
             rows.append((run_id, seq, ev.kind.value, ev.task_id, dumps(ev.data), now))
-            out.append(Event(run_id=run_id, seq=seq, kind=ev.kind, task_id=ev.task_id, data=ev.data))
+            out.append(
+                Event(run_id=run_id, seq=seq, kind=ev.kind, task_id=ev.task_id, data=ev.data)
+            )
         db.executemany(
-            "INSERT INTO events (run_id, seq, kind, task_id, data, created_at) VALUES (?,?,?,?,?,?)",
+            "INSERT INTO events (run_id, seq, kind, task_id, data, created_at) "
+            "VALUES (?,?,?,?,?,?)",
             rows,
         )
         return out
@@ -390,9 +419,15 @@ class SQLiteStore:
                     task_id=task_id,
                 )
             event = self._append(
-                db, run_id,
-                [NewEvent(kind=EventKind.HUMAN_INPUT, task_id=task_id,
-                          data={"decision": decision, "payload": payload, "wait_epoch": epoch})],
+                db,
+                run_id,
+                [
+                    NewEvent(
+                        kind=EventKind.HUMAN_INPUT,
+                        task_id=task_id,
+                        data={"decision": decision, "payload": payload, "wait_epoch": epoch},
+                    )
+                ],
                 time.time(),
             )[0]
             try:
@@ -416,20 +451,31 @@ class SQLiteStore:
             if RunStatus(run[3]) in TERMINAL_RUN:
                 raise UsageError(f"run {run_id} is already {run[3]}", run_id=run_id)
             return self._append(
-                db, run_id, [NewEvent(kind=EventKind.CANCEL_REQUESTED, data={"reason": reason})],
+                db,
+                run_id,
+                [NewEvent(kind=EventKind.CANCEL_REQUESTED, data={"reason": reason})],
                 time.time(),
             )[0]
 
     # -- effects ---------------------------------------------------------------------------
 
-    _EFFECT_COLUMNS = "run_id, idem_key, task_id, call_index, tool, effect, arguments, status, result, error"
+    _EFFECT_COLUMNS = (
+        "run_id, idem_key, task_id, call_index, tool, effect, arguments, status, result, error"
+    )
 
     @staticmethod
     def _effect(row: Any) -> EffectRecord:
         return EffectRecord(
-            run_id=RunId(row[0]), key=row[1], task_id=TaskId(row[2]), call_index=row[3],
-            tool=row[4], effect=row[5], arguments=loads(row[6]), status=row[7],
-            result=loads(row[8]), error=loads(row[9]),
+            run_id=RunId(row[0]),
+            key=row[1],
+            task_id=TaskId(row[2]),
+            call_index=row[3],
+            tool=row[4],
+            effect=row[5],
+            arguments=loads(row[6]),
+            status=row[7],
+            result=loads(row[8]),
+            error=loads(row[9]),
         )
 
     async def get_effect(self, run_id: RunId, key: str) -> EffectRecord | None:
@@ -445,9 +491,20 @@ class SQLiteStore:
             db.execute(
                 f"INSERT INTO effects ({self._EFFECT_COLUMNS}, created_at, updated_at) "
                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (run_id, idem_key) DO NOTHING",
-                (record.run_id, record.key, record.task_id, record.call_index, record.tool,
-                 record.effect, dumps(record.arguments), "intended", dumps(None), dumps(None),
-                 now, now),
+                (
+                    record.run_id,
+                    record.key,
+                    record.task_id,
+                    record.call_index,
+                    record.tool,
+                    record.effect,
+                    dumps(record.arguments),
+                    "intended",
+                    dumps(None),
+                    dumps(None),
+                    now,
+                    now,
+                ),
             )
             row = db.execute(
                 f"SELECT {self._EFFECT_COLUMNS} FROM effects WHERE run_id = ? AND idem_key = ?",
@@ -495,22 +552,39 @@ class SQLiteStore:
         try:
             run = self._run_row(db, run_id)
             tasks = [
-                {"task_id": r[0], "skill": r[1], "input": loads(r[2]), "evidence_scope": r[3],
-                 "state": r[4], "result": loads(r[5]), "error": loads(r[6]),
-                 "human_input": loads(r[7])}
+                {
+                    "task_id": r[0],
+                    "skill": r[1],
+                    "input": loads(r[2]),
+                    "evidence_scope": r[3],
+                    "state": r[4],
+                    "result": loads(r[5]),
+                    "error": loads(r[6]),
+                    "human_input": loads(r[7]),
+                }
                 for r in db.execute(
                     "SELECT task_id, skill, input, evidence_scope, state, result, error, "
                     "human_input FROM tasks WHERE run_id = ? ORDER BY task_id",
                     (run_id,),
                 )
             ]
-            edges = [list(r) for r in db.execute(
-                "SELECT src, dst FROM edges WHERE run_id = ? ORDER BY src, dst", (run_id,)
-            )]
+            edges = [
+                list(r)
+                for r in db.execute(
+                    "SELECT src, dst FROM edges WHERE run_id = ? ORDER BY src, dst", (run_id,)
+                )
+            ]
             effects = [
-                {"task_id": r[0], "call_index": r[1], "tool": r[2], "effect": r[3],
-                 "arguments": loads(r[4]), "status": r[5], "result": loads(r[6]),
-                 "error": loads(r[7])}
+                {
+                    "task_id": r[0],
+                    "call_index": r[1],
+                    "tool": r[2],
+                    "effect": r[3],
+                    "arguments": loads(r[4]),
+                    "status": r[5],
+                    "result": loads(r[6]),
+                    "error": loads(r[7]),
+                }
                 for r in db.execute(
                     "SELECT task_id, call_index, tool, effect, arguments, status, result, error "
                     "FROM effects WHERE run_id = ? ORDER BY task_id, call_index",
@@ -520,8 +594,12 @@ class SQLiteStore:
         finally:
             db.execute("COMMIT")
         return {
-            "run": {"app": run[1], "params": loads(run[2]), "status": run[3],
-                    "verdict": loads(run[4])},
+            "run": {
+                "app": run[1],
+                "params": loads(run[2]),
+                "status": run[3],
+                "verdict": loads(run[4]),
+            },
             "tasks": tasks,
             "edges": edges,
             "effects": effects,
@@ -544,4 +622,3 @@ class SQLiteStore:
             dest.execute("VACUUM")
         finally:
             dest.close()
-

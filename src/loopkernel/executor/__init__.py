@@ -1,0 +1,22 @@
+"""The executor: the loop that runs a run, its worker context, and the crash points."""
+
+from loopkernel.executor._context import NeedsApproval, TaskContext, ToolCaller, Worker
+from loopkernel.executor._kernel import (
+    DEFAULT_MAX_EVENTS,
+    Kernel,
+    RunOutcome,
+    StartedRun,
+    hash_token,
+)
+
+__all__ = [
+    "DEFAULT_MAX_EVENTS",
+    "Kernel",
+    "NeedsApproval",
+    "RunOutcome",
+    "StartedRun",
+    "TaskContext",
+    "ToolCaller",
+    "Worker",
+    "hash_token",
+]

@@ -1,0 +1,65 @@
+"""Named crash points for crash tests: ``LOOPKERNEL_CRASH_AT=<point>[:<n>]``.
+
+At the n-th pass (default 1) through ``crashpoint(point)`` the process sends itself
+SIGKILL: no ``finally`` block, no ``atexit``, no flush, exactly as ``kill -9`` from outside.
+With the variable unset a crash point costs one comparison.
+
+Points the kernel passes through:
+
+``task_returned``     a worker returned, before its event is committed
+``event_committed``   after an event commit, before the planner is asked
+``before_patch``      a patch is planned and validated, before it is committed
+``patch_committed``   after a patch commit, before the tasks it readied start
+``tool_sent``         the tool layer journaled a call as intended, before sending it
+``tool_returned``     a tool call returned, before its result is journaled
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+__all__ = ["POINTS", "crashpoint"]
+
+POINTS = frozenset(
+    {
+        "task_returned",
+        "event_committed",
+        "before_patch",
+        "patch_committed",
+        "tool_sent",
+        "tool_returned",
+    }
+)
+
+
+def _parse(spec: str | None) -> tuple[str, int] | None:
+    if not spec:
+        return None
+    point, _, count = spec.partition(":")
+    if point not in POINTS:
+        raise SystemExit(
+            f"LOOPKERNEL_CRASH_AT={spec!r}: unknown point {point!r}; "
+            f"known: {', '.join(sorted(POINTS))}"
+        )
+    try:
+        n = int(count) if count else 1
+    except ValueError:
+        raise SystemExit(
+            f"LOOPKERNEL_CRASH_AT={spec!r}: the count after ':' must be a number"
+        ) from None
+    return point, n
+
+
+_TARGET = _parse(os.environ.get("LOOPKERNEL_CRASH_AT"))
+_passes = 0
+
+
+def crashpoint(point: str) -> None:
+    """SIGKILL this process if ``LOOPKERNEL_CRASH_AT`` names ``point`` and its count is reached."""
+    global _passes
+    if _TARGET is None or _TARGET[0] != point:
+        return
+    _passes += 1
+    if _passes >= _TARGET[1]:
+        os.kill(os.getpid(), signal.SIGKILL)

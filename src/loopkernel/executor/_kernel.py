@@ -1,0 +1,527 @@
+"""The loop: start ready tasks, wake on the first completion, journal it, plan, patch.
+
+::
+
+    start or resume:
+        plan every journaled event that has no patch yet (exactly once)
+        put tasks a crash left running back to ready
+    loop:
+        start ready tasks whose predecessors all succeeded (up to max_concurrency)
+        asyncio.wait(FIRST_COMPLETED) -- not for the slowest sibling
+        one transaction: the completions' events + the tasks' new states
+        one patch per event, validated, applied in memory, then committed together
+        cancel in flight what a patch cancelled
+    until the run is finished, or all that is left waits for a human (status waiting)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import json
+import secrets
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from loopkernel.errors import LoopKernelError, PatchRejected, UsageError
+from loopkernel.executor._context import NeedsApproval, TaskContext, ToolCaller, Worker
+from loopkernel.executor._crash import crashpoint
+from loopkernel.graph import (
+    JSON,
+    TERMINAL_TASK,
+    UNPLANNED_EVENTS,
+    Delta,
+    Event,
+    EventKind,
+    GraphPatch,
+    GraphState,
+    RunStatus,
+    Task,
+    TaskState,
+    validate,
+)
+from loopkernel.ids import RunId, TaskId, new_run_id
+from loopkernel.planner import Planner
+from loopkernel.store import NewEvent, PatchRecord, Store, digest_of
+
+__all__ = ["DEFAULT_MAX_EVENTS", "Kernel", "RunOutcome", "StartedRun", "hash_token"]
+
+DEFAULT_MAX_EVENTS = 100_000
+"""The runaway guard's default: far above any run the shipped apps make (tens of events)."""
+
+Observer = Callable[[Event, GraphState], None]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StartedRun:
+    run_id: RunId
+    """The new run."""
+    token: str
+    """The approval token: whoever holds it may approve or reject the run's waiting tasks."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunOutcome:
+    run_id: RunId
+    status: RunStatus
+    """``waiting`` when the executor stopped because only a human can move the run on."""
+    verdict: JSON
+    """Why the run stopped."""
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class Kernel:
+    """Runs one application's runs: its planner, its worker registry, one store."""
+
+    def __init__(
+        self,
+        store: Store,
+        planner: Planner,
+        workers: Mapping[str, Worker],
+        *,
+        tools: ToolCaller | None = None,
+        max_concurrency: int = 16,
+        poll_interval: float = 0.2,
+        cancel_grace: float = 5.0,
+        observer: Observer | None = None,
+    ) -> None:
+        if max_concurrency < 1:
+            raise UsageError(f"max_concurrency must be at least 1, not {max_concurrency}")
+        self.store = store
+        self.planner = planner
+        self.workers = dict(workers)
+        self.tools = tools
+        self.max_concurrency = max_concurrency
+        self.poll_interval = poll_interval
+        self.cancel_grace = cancel_grace
+        self.observer = observer
+
+    async def start(
+        self,
+        *,
+        app: str,
+        params: JSON = None,
+        run_id: str | None = None,
+        max_events: int = DEFAULT_MAX_EVENTS,
+    ) -> StartedRun:
+        """Create a run and journal ``run_started``; ``run()`` executes it."""
+        if max_events < 2:
+            raise UsageError(f"max_events must be at least 2, not {max_events}")
+        try:
+            json.dumps(params, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"run params must be JSON: {exc}") from None
+        rid = RunId(run_id) if run_id else new_run_id()
+        token = secrets.token_urlsafe(24)
+        await self.store.create_run(
+            run_id=rid, app=app, params=params, max_events=max_events, token_hash=hash_token(token)
+        )
+        return StartedRun(run_id=rid, token=token)
+
+    async def run(self, run_id: str) -> RunOutcome:
+        """Execute (or resume) a run until it finishes or waits for a human."""
+        loop = _RunLoop(self, RunId(run_id))
+        return await loop.execute()
+
+    async def digest(self, run_id: str) -> str:
+        return digest_of(await self.store.dump(RunId(run_id)))
+
+
+class _RunLoop:
+    """One execution of one run; owns every asyncio task it starts."""
+
+    def __init__(self, kernel: Kernel, run_id: RunId) -> None:
+        self.k = kernel
+        self.store = kernel.store
+        self.run_id = run_id
+        self.state: GraphState
+        self.max_events = 0
+        self.known_seq = 0
+        self.ready: dict[TaskId, None] = {}
+        self.running: dict[asyncio.Task[JSON], TaskId] = {}
+        self.cancelled: dict[asyncio.Task[JSON], TaskId] = {}
+
+    # -- the loop --------------------------------------------------------------------------
+
+    async def execute(self) -> RunOutcome:
+        loaded = await self.store.load_run(self.run_id)
+        self.state = loaded.state
+        self.max_events = loaded.info.max_events
+        self.known_seq = loaded.info.last_seq
+        if self.state.finished:
+            return self._outcome()
+        if loaded.info.status is not RunStatus.RUNNING:
+            await self.store.set_status(self.run_id, RunStatus.RUNNING)
+        try:
+            await self._plan(list(loaded.unplanned))
+            await self._recover_running()
+            for task in self.state.tasks.values():
+                if task.state is TaskState.READY:
+                    self.ready[task.task_id] = None
+            while not self.state.finished:
+                await self._start_ready()
+                if not self.running and not self.cancelled:
+                    if await self._plan(await self._external_events()):
+                        continue
+                    if self.state.finished:
+                        break
+                    if self.state.in_state(TaskState.WAITING):
+                        await self.store.set_status(self.run_id, RunStatus.WAITING)
+                        self.state.status = RunStatus.WAITING
+                        return self._outcome()
+                    await self._stall()
+                    break
+                done, _ = await asyncio.wait(
+                    [*self.running, *self.cancelled],
+                    timeout=self.k.poll_interval,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                events = await self._journal(done)
+                events.extend(await self._external_events())
+                await self._plan(sorted(events, key=lambda e: e.seq))
+        except BaseException as exc:
+            await self._abandon(exc)
+            raise
+        await self._drain_cancelled()
+        return self._outcome()
+
+    def _outcome(self) -> RunOutcome:
+        return RunOutcome(run_id=self.run_id, status=self.state.status, verdict=self.state.verdict)
+
+    async def _recover_running(self) -> None:
+        """Tasks a crash left ``running`` go back to ``ready``; they run again."""
+        crashed = [
+            replace(t, state=TaskState.READY) for t in self.state.in_state(TaskState.RUNNING)
+        ]
+        if crashed:
+            await self.store.append_events(self.run_id, [], crashed)
+            for task in crashed:
+                self.state.tasks[task.task_id] = task
+
+    async def _start_ready(self) -> None:
+        free = self.k.max_concurrency - len(self.running)
+        if free <= 0 or not self.ready:
+            return
+        started: list[Task] = []
+        for tid in list(self.ready):
+            if len(started) >= free:
+                break
+            task = self.state.tasks[tid]
+            if task.state is not TaskState.READY:
+                del self.ready[tid]
+                continue
+            if not self.state.startable(tid):
+                continue
+            del self.ready[tid]
+            started.append(replace(task, state=TaskState.RUNNING, attempts=task.attempts + 1))
+        if not started:
+            return
+        for task in started:
+            self.state.tasks[task.task_id] = task
+        await self.store.append_events(self.run_id, [], started)
+        for task in started:
+            ctx = TaskContext(
+                state=self.state,
+                task_id=task.task_id,
+                attempt=task.attempts,
+                upto_seq=self.known_seq,
+                tools=self.k.tools,
+            )
+            fut = asyncio.ensure_future(_call(self.k.workers[task.skill], ctx))
+            self.running[fut] = task.task_id
+
+    async def _external_events(self) -> list[Event]:
+        """Events another process journaled (approvals, cancel requests) since we last looked."""
+        if await self.store.last_seq(self.run_id) <= self.known_seq:
+            return []
+        events = await self.store.events(self.run_id, after=self.known_seq)
+        self.known_seq = max(self.known_seq, events[-1].seq) if events else self.known_seq
+        return events
+
+    async def _journal(self, done: Iterable[asyncio.Task[JSON]]) -> list[Event]:
+        """One transaction for every completion that landed together."""
+        new_events: list[NewEvent] = []
+        changed: dict[TaskId, Task] = {}
+        for fut in sorted(done, key=lambda f: (self.running.get(f) or self.cancelled.get(f)) or ""):
+            if fut in self.cancelled:
+                tid = self.cancelled.pop(fut)
+                late = _late_result(fut)
+                if late is not None:
+                    new_events.append(
+                        NewEvent(kind=EventKind.LATE_RESULT_DISCARDED, task_id=tid, data=late)
+                    )
+                continue
+            tid = self.running.pop(fut)
+            task = self.state.tasks[tid]
+            crashpoint("task_returned")
+            kind, task = _outcome_of(fut, task)
+            changed[tid] = task
+            new_events.append(NewEvent(kind=kind, task_id=tid, data=_event_data(kind, task)))
+        if not new_events:
+            return []
+        succeeded = [t.task_id for t in changed.values() if t.state is TaskState.SUCCEEDED]
+        candidates = {s for tid in succeeded for s in self.state.successors(tid)}
+        for task in self.state.promotions(sorted(candidates), changed):
+            changed[task.task_id] = task
+        events = await self.store.append_events(self.run_id, new_events, list(changed.values()))
+        seq_of = {e.task_id: e.seq for e in events}
+        for task in changed.values():
+            if task.state in TERMINAL_TASK and task.done_seq is None:
+                task = replace(task, done_seq=seq_of.get(task.task_id))
+            self.state.tasks[task.task_id] = task
+            if task.state is TaskState.READY:
+                self.ready[task.task_id] = None
+        crashpoint("event_committed")
+        return await self._with_gaps(events)
+
+    async def _with_gaps(self, ours: list[Event]) -> list[Event]:
+        """Our events, plus any another process slipped in between (seen by a seq gap)."""
+        if not ours:
+            return ours
+        if ours[0].seq == self.known_seq + 1:
+            self.known_seq = ours[-1].seq
+            return ours
+        mine = {e.seq for e in ours}
+        theirs = [
+            e
+            for e in await self.store.events(self.run_id, after=self.known_seq)
+            if e.seq not in mine and e.seq < ours[-1].seq
+        ]
+        self.known_seq = max(self.known_seq, ours[-1].seq)
+        return sorted([*theirs, *ours], key=lambda e: e.seq)
+
+    # -- planning --------------------------------------------------------------------------
+
+    async def _plan(self, events: Sequence[Event]) -> bool:
+        """Answer each event with one patch; commit them together. True if any was planned."""
+        events = [e for e in events if e.kind not in UNPLANNED_EVENTS]
+        if not events:
+            return False
+        records: list[PatchRecord] = []
+        deltas: list[Delta] = []
+        for event in events:
+            self.known_seq = max(self.known_seq, event.seq)
+            if self.state.finished:
+                records.append(
+                    PatchRecord(
+                        event_seq=event.seq,
+                        ops=[],
+                        planner="kernel",
+                        reason="the run had already finished",
+                    )
+                )
+                continue
+            record, delta = await self._plan_one(event)
+            self.state.apply(delta)
+            for task in delta.tasks:
+                if task.state is TaskState.READY:
+                    self.ready[task.task_id] = None
+            records.append(record)
+            deltas.append(delta)
+            if self.k.observer is not None:
+                self.k.observer(event, self.state)
+        merged = _merge(deltas)
+        crashpoint("before_patch")
+        final = None
+        if merged.finish is not None:
+            status, verdict = merged.finish
+            final = NewEvent(
+                kind=EventKind.RUN_FINISHED, data={"status": status.value, "verdict": verdict}
+            )
+        finished = await self.store.commit_patches(self.run_id, records, merged, final)
+        if finished is not None:
+            self.known_seq = max(self.known_seq, finished.seq)
+            if self.k.observer is not None:
+                self.k.observer(finished, self.state)
+        crashpoint("patch_committed")
+        for fut, tid in list(self.running.items()):
+            if tid in merged.cancelled_running:
+                del self.running[fut]
+                self.cancelled[fut] = tid
+                fut.cancel()
+        return True
+
+    async def _plan_one(self, event: Event) -> tuple[PatchRecord, Delta]:
+        if event.seq > self.max_events:
+            verdict = {
+                "kind": "runaway",
+                "message": f"run passed max_events={self.max_events} (event seq {event.seq}); "
+                "raise it with --max-events if the run is legitimately this long",
+                "max_events": self.max_events,
+                "observed": event.seq,
+            }
+            return self._kernel_finish(event, "failed", verdict, "runaway guard")
+        if event.kind is EventKind.CANCEL_REQUESTED:
+            verdict = {"kind": "cancelled", "reason": (event.data or {}).get("reason")}
+            return self._kernel_finish(event, "cancelled", verdict, "cancel requested")
+        try:
+            proposed = self.k.planner.plan(self.state, event)
+            patch = await proposed if inspect.isawaitable(proposed) else proposed
+            if not isinstance(patch, GraphPatch):
+                raise TypeError(f"plan() returned {type(patch).__name__}, not GraphPatch")
+        except Exception as exc:
+            verdict = {"kind": "planner_error", "type": type(exc).__name__, "message": str(exc)}
+            return self._kernel_finish(event, "failed", verdict, "the planner raised")
+        try:
+            delta = validate(self.state, patch, self.k.workers.keys())
+        except PatchRejected as exc:
+            verdict = {
+                "kind": "patch_rejected",
+                "rule": exc.attrs.get("rule"),
+                "message": exc.message,
+                "event_seq": event.seq,
+            }
+            _, delta = self._kernel_finish(event, "failed", verdict, exc.message)
+            return PatchRecord(
+                event_seq=event.seq, ops=patch.to_json(), outcome="rejected", reason=exc.message
+            ), delta
+        return PatchRecord(event_seq=event.seq, ops=patch.to_json()), delta
+
+    def _kernel_finish(
+        self, event: Event, status: str, verdict: JSON, reason: str
+    ) -> tuple[PatchRecord, Delta]:
+        patch = GraphPatch().finish(status, verdict)  # type: ignore[arg-type]
+        delta = validate(self.state, patch, self.k.workers.keys())
+        return PatchRecord(
+            event_seq=event.seq, ops=patch.to_json(), planner="kernel", reason=reason
+        ), delta
+
+    async def _stall(self) -> None:
+        """Nothing runs, nothing waits for a human, and the planner did not finish the run."""
+        stuck = sorted(t.task_id for t in self.state.tasks.values() if t.state not in TERMINAL_TASK)
+        verdict = {
+            "kind": "stalled",
+            "message": "no task can run and the planner did not finish the run",
+            "stuck_tasks": stuck[:20],
+        }
+        patch = GraphPatch().finish("failed", verdict)
+        delta = validate(self.state, patch, self.k.workers.keys())
+        self.state.apply(delta)
+        final = NewEvent(kind=EventKind.RUN_FINISHED, data={"status": "failed", "verdict": verdict})
+        await self.store.commit_patches(self.run_id, [], delta, final)
+
+    # -- endings ---------------------------------------------------------------------------
+
+    async def _drain_cancelled(self) -> None:
+        """Let tasks cancelled in flight end; journal any late result as discarded."""
+        if not self.cancelled:
+            return
+        done, _ = await asyncio.wait(list(self.cancelled), timeout=self.k.cancel_grace)
+        events = [
+            NewEvent(kind=EventKind.LATE_RESULT_DISCARDED, task_id=self.cancelled[f], data=late)
+            for f in sorted(done, key=lambda f: self.cancelled[f])
+            if (late := _late_result(f)) is not None
+        ]
+        if events:
+            journaled = await self.store.append_events(self.run_id, events)
+            await self.store.commit_patches(
+                self.run_id,
+                [
+                    PatchRecord(
+                        event_seq=e.seq,
+                        ops=[],
+                        planner="kernel",
+                        reason="the run had already finished",
+                    )
+                    for e in journaled
+                ],
+                Delta(),
+            )
+
+    async def _abandon(self, exc: BaseException) -> None:
+        """The loop itself failed (a store error, a crash of our own code, Ctrl-C)."""
+        for fut in [*self.running, *self.cancelled]:
+            fut.cancel()
+        if isinstance(exc, KeyboardInterrupt | asyncio.CancelledError | LoopKernelError):
+            return
+        # Our own bug or an unexpected error: leave the run resumable but say why.
+        verdict = {"kind": "executor_error", "type": type(exc).__name__, "message": str(exc)}
+        try:
+            patch = GraphPatch().finish("failed", verdict)
+            delta = validate(self.state, patch, self.k.workers.keys())
+            final = NewEvent(
+                kind=EventKind.RUN_FINISHED, data={"status": "failed", "verdict": verdict}
+            )
+            await self.store.commit_patches(self.run_id, [], delta, final)
+        except Exception:
+            pass
+
+
+async def _call(worker: Worker, ctx: TaskContext) -> JSON:
+    return await worker(ctx)
+
+
+def _outcome_of(fut: asyncio.Task[JSON], task: Task) -> tuple[EventKind, Task]:
+    """The task's new value after its worker ended: results and errors come back as values."""
+    if fut.cancelled():
+        error = {"type": "CancelledError", "message": "the worker was cancelled from outside"}
+        return EventKind.TASK_FAILED, replace(task, state=TaskState.FAILED, error=error)
+    exc = fut.exception()
+    if isinstance(exc, NeedsApproval):
+        return EventKind.APPROVAL_REQUIRED, replace(
+            task, state=TaskState.WAITING, wait_reason=exc.reason, wait_epoch=task.wait_epoch + 1
+        )
+    if exc is not None:
+        if isinstance(exc, LoopKernelError):
+            error = exc.verdict()
+        else:
+            error = {"type": type(exc).__name__, "message": str(exc)}
+        return EventKind.TASK_FAILED, replace(task, state=TaskState.FAILED, error=error)
+    result = fut.result()
+    try:
+        json.dumps(result, allow_nan=False)
+    except (TypeError, ValueError) as err:
+        error = {"type": "TypeError", "message": f"worker returned a non-JSON value: {err}"}
+        return EventKind.TASK_FAILED, replace(task, state=TaskState.FAILED, error=error)
+    return EventKind.TASK_COMPLETED, replace(task, state=TaskState.SUCCEEDED, result=result)
+
+
+def _event_data(kind: EventKind, task: Task) -> JSON:
+    if kind is EventKind.TASK_FAILED:
+        return {"error": task.error, "attempt": task.attempts}
+    if kind is EventKind.APPROVAL_REQUIRED:
+        return {"reason": task.wait_reason, "wait_epoch": task.wait_epoch}
+    return {"attempt": task.attempts}
+
+
+def _late_result(fut: asyncio.Task[JSON]) -> JSON:
+    """What a cancelled task still produced, as the journal keeps it: never the value."""
+    if fut.cancelled():
+        return None
+    exc = fut.exception()
+    if exc is not None:
+        return {"outcome": "error", "type": type(exc).__name__}
+    text = json.dumps(fut.result(), sort_keys=True, default=repr)
+    return {
+        "outcome": "result",
+        "sha256": hashlib.sha256(text.encode()).hexdigest(),
+        "bytes": len(text),
+    }
+
+
+def _merge(deltas: Sequence[Delta]) -> Delta:
+    if len(deltas) == 1:
+        return deltas[0]
+    tasks: dict[TaskId, Task] = {}
+    new_ids: set[TaskId] = set()
+    edges: list[tuple[TaskId, TaskId]] = []
+    cancelled: list[TaskId] = []
+    finish = None
+    for d in deltas:
+        for t in d.tasks:
+            tasks[t.task_id] = t
+        new_ids |= d.new_task_ids
+        edges.extend(d.edges)
+        cancelled.extend(d.cancelled_running)
+        finish = d.finish or finish
+    return Delta(
+        tasks=tuple(tasks.values()),
+        new_task_ids=frozenset(new_ids),
+        edges=tuple(edges),
+        finish=finish,
+        cancelled_running=tuple(cancelled),
+    )
