@@ -1,5 +1,82 @@
 """LoopKernel: a durable runtime for agentic AI work.
 
 An agent run is a task graph that a planner patches while it runs; every decision is
-journaled, so a run survives ``kill -9`` and can be audited and resumed.
+journaled, so a run survives ``kill -9``, waits for a human across processes, and can be
+audited and resumed.
+
+Importing this package loads the kernel and the SQLite store only: the MCP tool layer
+(``loopkernel.tools``) and the PostgreSQL store load when first used.
 """
+
+from loopkernel._app import App, AppParts, load_app
+from loopkernel.errors import (
+    ApprovalRefused,
+    LoopKernelError,
+    PatchRejected,
+    RunError,
+    ToolError,
+    ToolTimeout,
+    ToolUnavailable,
+    UsageError,
+)
+from loopkernel.executor import (
+    DEFAULT_MAX_EVENTS,
+    Kernel,
+    NeedsApproval,
+    RunOutcome,
+    StartedRun,
+    TaskContext,
+    Worker,
+)
+from loopkernel.graph import (
+    JSON,
+    Event,
+    EventKind,
+    GraphPatch,
+    RunStatus,
+    Task,
+    TaskSpec,
+    TaskState,
+)
+from loopkernel.ids import RunId, TaskId
+from loopkernel.planner import BasePlanner, Planner, Snapshot
+from loopkernel.store import SQLiteStore, Store, open_store
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_MAX_EVENTS",
+    "JSON",
+    "App",
+    "AppParts",
+    "ApprovalRefused",
+    "BasePlanner",
+    "Event",
+    "EventKind",
+    "GraphPatch",
+    "Kernel",
+    "LoopKernelError",
+    "NeedsApproval",
+    "PatchRejected",
+    "Planner",
+    "RunError",
+    "RunId",
+    "RunOutcome",
+    "RunStatus",
+    "SQLiteStore",
+    "Snapshot",
+    "StartedRun",
+    "Store",
+    "Task",
+    "TaskContext",
+    "TaskId",
+    "TaskSpec",
+    "TaskState",
+    "ToolError",
+    "ToolTimeout",
+    "ToolUnavailable",
+    "UsageError",
+    "Worker",
+    "load_app",
+    "open_store",
+]

@@ -50,7 +50,8 @@ __all__ = ["DEFAULT_MAX_EVENTS", "Kernel", "RunOutcome", "StartedRun", "hash_tok
 DEFAULT_MAX_EVENTS = 100_000
 """The runaway guard's default: far above any run the shipped apps make (tens of events)."""
 
-Observer = Callable[[Event, GraphState], None]
+Observer = Callable[[Event, GraphState, PatchRecord | None], None]
+"""Called after each event is planned (with its patch record) and at run_finished."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -323,7 +324,7 @@ class _RunLoop:
             records.append(record)
             deltas.append(delta)
             if self.k.observer is not None:
-                self.k.observer(event, self.state)
+                self.k.observer(event, self.state, record)
         merged = _merge(deltas)
         crashpoint("before_patch")
         final = None
@@ -336,7 +337,7 @@ class _RunLoop:
         if finished is not None:
             self.known_seq = max(self.known_seq, finished.seq)
             if self.k.observer is not None:
-                self.k.observer(finished, self.state)
+                self.k.observer(finished, self.state, None)
         crashpoint("patch_committed")
         for fut, tid in list(self.running.items()):
             if tid in merged.cancelled_running:

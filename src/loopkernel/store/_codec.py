@@ -1,15 +1,45 @@
-"""Row <-> value conversion and the canonical digest, shared by every store."""
+"""Row <-> value conversion, the rules both stores share, and the canonical digest.
+
+Both stores select the same columns in the same order, so a row shaped here means the
+same thing whichever database it came from; ``dump`` is assembled here once, which is
+what makes the digest of a run byte-identical across SQLite and PostgreSQL.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
-from loopkernel.graph import JSON, Event, EventKind, Task, TaskState
+from loopkernel.errors import ApprovalRefused, UsageError
+from loopkernel.graph import JSON, TERMINAL_TASK, Event, EventKind, RunStatus, Task, TaskState
 from loopkernel.ids import RunId, TaskId
+from loopkernel.store._protocol import EffectRecord, NewEvent, PatchRecord, RunInfo
 
-__all__ = ["canonical", "digest_of", "dumps", "event_from_row", "loads", "task_from_row"]
+__all__ = [
+    "DUMP_EFFECT_COLUMNS",
+    "DUMP_TASK_COLUMNS",
+    "EFFECT_COLUMNS",
+    "PATCH_COLUMNS",
+    "RUN_COLUMNS",
+    "TASK_COLUMNS",
+    "canonical",
+    "check_decision",
+    "digest_of",
+    "dump_of",
+    "dumps",
+    "effect_from_row",
+    "event_from_row",
+    "human_input_event",
+    "loads",
+    "patch_from_row",
+    "run_info_from_row",
+    "task_from_row",
+    "waiting_epoch",
+    "with_done_seq",
+]
 
 
 def dumps(value: JSON) -> str:
@@ -76,6 +106,148 @@ def event_from_row(run_id: RunId, row: Any) -> Event:
         task_id=None if row[2] is None else TaskId(row[2]),
         data=loads(row[3]),
     )
+
+
+RUN_COLUMNS = "run_id, app, params, status, verdict, max_events, created_at, updated_at"
+
+
+def run_info_from_row(row: Any, *, last_seq: int, task_counts: dict[str, int]) -> RunInfo:
+    """Row order: ``RUN_COLUMNS``."""
+    return RunInfo(
+        run_id=RunId(row[0]),
+        app=row[1],
+        params=loads(row[2]),
+        status=RunStatus(row[3]),
+        verdict=loads(row[4]),
+        max_events=row[5],
+        created_at=row[6],
+        updated_at=row[7],
+        last_seq=last_seq,
+        task_counts=task_counts,
+    )
+
+
+PATCH_COLUMNS = "event_seq, ops, outcome, reason, planner"
+
+
+def patch_from_row(row: Any) -> PatchRecord:
+    """Row order: ``PATCH_COLUMNS``."""
+    return PatchRecord(event_seq=row[0], ops=loads(row[1]), outcome=row[2], reason=row[3],
+                       planner=row[4])
+
+
+EFFECT_COLUMNS = (
+    "run_id, idem_key, task_id, call_index, tool, effect, arguments, status, result, error"
+)
+
+
+def effect_from_row(row: Any) -> EffectRecord:
+    """Row order: ``EFFECT_COLUMNS``."""
+    return EffectRecord(
+        run_id=RunId(row[0]),
+        key=row[1],
+        task_id=TaskId(row[2]),
+        call_index=row[3],
+        tool=row[4],
+        effect=row[5],
+        arguments=loads(row[6]),
+        status=row[7],
+        result=loads(row[8]),
+        error=loads(row[9]),
+    )
+
+
+# -- rules both stores apply the same way ----------------------------------------------------
+
+
+def with_done_seq(tasks: Sequence[Task], events: Sequence[Event]) -> list[Task]:
+    """``tasks``, each terminal one without ``done_seq`` given the seq of the last event
+    in ``events`` that names it (``None`` when none does)."""
+    seq_of = {ev.task_id: ev.seq for ev in events if ev.task_id is not None}
+    return [
+        replace(t, done_seq=seq_of.get(t.task_id))
+        if t.state in TERMINAL_TASK and t.done_seq is None
+        else t
+        for t in tasks
+    ]
+
+
+def check_decision(decision: str) -> None:
+    if decision not in ("approve", "reject"):
+        raise UsageError(f"decision must be approve or reject, not {decision!r}")
+
+
+def waiting_epoch(run_id: RunId, task_id: TaskId, row: Any) -> int:
+    """The wait epoch a human answers, from the task's ``(state, wait_epoch)`` row, or
+    ``ApprovalRefused`` when there is no such task or it is not waiting."""
+    if row is None:
+        raise ApprovalRefused(f"run {run_id} has no task {task_id!r}", run_id=run_id)
+    state, epoch = TaskState(row[0]), int(row[1])
+    if state is not TaskState.WAITING:
+        raise ApprovalRefused(
+            f"task {task_id!r} is {state}, not waiting: an approval answers a wait once",
+            run_id=run_id,
+            task_id=task_id,
+        )
+    return epoch
+
+
+def human_input_event(task_id: TaskId, decision: str, payload: JSON, epoch: int) -> NewEvent:
+    return NewEvent(
+        kind=EventKind.HUMAN_INPUT,
+        task_id=task_id,
+        data={"decision": decision, "payload": payload, "wait_epoch": epoch},
+    )
+
+
+# -- the canonical dump ----------------------------------------------------------------------
+
+DUMP_TASK_COLUMNS = "task_id, skill, input, evidence_scope, state, result, error, human_input"
+DUMP_EFFECT_COLUMNS = "task_id, call_index, tool, effect, arguments, status, result, error"
+
+
+def dump_of(
+    run: Any, tasks: Iterable[Any], edges: Iterable[Any], effects: Iterable[Any]
+) -> dict[str, JSON]:
+    """The canonical dump of one run from its rows: ``run`` in ``RUN_COLUMNS`` order,
+    ``tasks`` in ``DUMP_TASK_COLUMNS`` order by task_id, ``edges`` as (src, dst) by src,
+    dst, ``effects`` in ``DUMP_EFFECT_COLUMNS`` order by task_id, call_index. No timestamps,
+    no attempt counters: a resumed run digests like an uninterrupted one."""
+    return {
+        "run": {
+            "app": run[1],
+            "params": loads(run[2]),
+            "status": run[3],
+            "verdict": loads(run[4]),
+        },
+        "tasks": [
+            {
+                "task_id": r[0],
+                "skill": r[1],
+                "input": loads(r[2]),
+                "evidence_scope": r[3],
+                "state": r[4],
+                "result": loads(r[5]),
+                "error": loads(r[6]),
+                "human_input": loads(r[7]),
+            }
+            for r in tasks
+        ],
+        "edges": [list(r) for r in edges],
+        "effects": [
+            {
+                "task_id": r[0],
+                "call_index": r[1],
+                "tool": r[2],
+                "effect": r[3],
+                "arguments": loads(r[4]),
+                "status": r[5],
+                "result": loads(r[6]),
+                "error": loads(r[7]),
+            }
+            for r in effects
+        ],
+    }
 
 
 def digest_of(dump: dict[str, JSON]) -> str:

@@ -14,7 +14,6 @@ import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,23 +27,33 @@ from loopkernel.errors import (
 from loopkernel.graph import (
     JSON,
     TERMINAL_RUN,
-    TERMINAL_TASK,
     Delta,
     Event,
     EventKind,
     GraphState,
     RunStatus,
     Task,
-    TaskState,
 )
 from loopkernel.ids import RunId, TaskId
 from loopkernel.store._codec import (
+    DUMP_EFFECT_COLUMNS,
+    DUMP_TASK_COLUMNS,
+    EFFECT_COLUMNS,
+    PATCH_COLUMNS,
+    RUN_COLUMNS,
     TASK_COLUMNS,
+    check_decision,
+    dump_of,
     dumps,
+    effect_from_row,
     event_from_row,
-    loads,
+    human_input_event,
+    patch_from_row,
+    run_info_from_row,
     task_from_row,
     task_params,
+    waiting_epoch,
+    with_done_seq,
 )
 from loopkernel.store._protocol import EffectRecord, LoadedRun, NewEvent, PatchRecord, RunInfo
 from loopkernel.store._sqlite_schema import MIGRATIONS, SCHEMA_VERSION
@@ -190,8 +199,7 @@ class SQLiteStore:
 
     def _run_row(self, db: sqlite3.Connection, run_id: RunId) -> tuple[Any, ...]:
         row = db.execute(
-            "SELECT run_id, app, params, status, verdict, max_events, created_at, updated_at "
-            "FROM runs WHERE run_id = ?",
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?",
             (run_id,),
         ).fetchone()
         if row is None:
@@ -205,18 +213,7 @@ class SQLiteStore:
                 "SELECT state, COUNT(*) FROM tasks WHERE run_id = ? GROUP BY state", (run_id,)
             ).fetchall()
         )
-        return RunInfo(
-            run_id=run_id,
-            app=row[1],
-            params=loads(row[2]),
-            status=RunStatus(row[3]),
-            verdict=loads(row[4]),
-            max_events=row[5],
-            created_at=row[6],
-            updated_at=row[7],
-            last_seq=self._last_seq(db, run_id),
-            task_counts=counts,
-        )
+        return run_info_from_row(row, last_seq=self._last_seq(db, run_id), task_counts=counts)
 
     async def get_run(self, run_id: RunId) -> RunInfo:
         db = self._conn
@@ -225,8 +222,7 @@ class SQLiteStore:
     async def list_runs(self, limit: int = 100) -> list[RunInfo]:
         db = self._conn
         rows = db.execute(
-            "SELECT run_id, app, params, status, verdict, max_events, created_at, updated_at "
-            "FROM runs ORDER BY created_at DESC LIMIT ?",
+            f"SELECT {RUN_COLUMNS} FROM runs ORDER BY created_at DESC LIMIT ?",
             (limit,),
         ).fetchall()
         return [self._info(db, tuple(r)) for r in rows]
@@ -251,7 +247,7 @@ class SQLiteStore:
                 status=info.status,
                 verdict=info.verdict,
             )
-            for row in db.execute(f"SELECT {TASK_COLUMNS} FROM tasks WHERE run_id = ?", (run_id,)):
+            for row in db.execute(f"SELECT {TASK_COLUMNS} FROM tasks WHERE run_id = ? ORDER BY task_id", (run_id,)):
                 task = task_from_row(row)
                 state.tasks[task.task_id] = task
             for src, dst in db.execute(
@@ -318,13 +314,9 @@ class SQLiteStore:
         now = time.time()
         with self._tx(sync=False) as db:
             out = self._append(db, run_id, events, now)
-            seq_of = {ev.task_id: ev.seq for ev in out if ev.task_id is not None}
-            rows = []
-            for task in tasks:
-                if task.state in TERMINAL_TASK and task.done_seq is None:
-                    task = replace(task, done_seq=seq_of.get(task.task_id))
-                rows.append(task_params(run_id, task))
-            db.executemany(_UPSERT_TASK, rows)
+            db.executemany(
+                _UPSERT_TASK, [task_params(run_id, t) for t in with_done_seq(tasks, out)]
+            )
         return out
 
     async def commit_patches(
@@ -383,10 +375,9 @@ class SQLiteStore:
 
     async def patches(self, run_id: RunId) -> list[PatchRecord]:
         return [
-            PatchRecord(event_seq=r[0], ops=loads(r[1]), outcome=r[2], reason=r[3], planner=r[4])
+            patch_from_row(r)
             for r in self._conn.execute(
-                "SELECT event_seq, ops, outcome, reason, planner FROM patches WHERE run_id = ? "
-                "ORDER BY event_seq",
+                f"SELECT {PATCH_COLUMNS} FROM patches WHERE run_id = ? ORDER BY event_seq",
                 (run_id,),
             )
         ]
@@ -399,8 +390,7 @@ class SQLiteStore:
         decision: Literal["approve", "reject"],
         payload: JSON,
     ) -> Event:
-        if decision not in ("approve", "reject"):
-            raise UsageError(f"decision must be approve or reject, not {decision!r}")
+        check_decision(decision)
         with self._tx() as db:
             run = self._run_row(db, run_id)
             if RunStatus(run[3]) in TERMINAL_RUN:

@@ -1,0 +1,100 @@
+"""Rendering for the terminal: a live progress view and ``inspect``."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, TextIO
+
+from loopkernel.graph import JSON, Event, GraphState, TaskState
+from loopkernel.store import PatchRecord
+
+if TYPE_CHECKING:
+    from loopkernel.client import Inspection
+
+__all__ = ["Progress", "render_inspection", "summarize_ops"]
+
+_MARK = {
+    TaskState.SUCCEEDED: "✓",
+    TaskState.FAILED: "✗",
+    TaskState.CANCELLED: "⊘",
+    TaskState.RUNNING: "▶",
+    TaskState.WAITING: "⏸",
+    TaskState.READY: "·",
+    TaskState.PENDING: "·",
+}
+
+
+def summarize_ops(ops: JSON) -> str:
+    """``add r1,r2 · cancel r3 · finish succeeded`` for a patch's journal form."""
+    if not ops:
+        return "(wait)"
+    parts: list[str] = []
+    groups: dict[str, list[str]] = {}
+    for op in ops:
+        kind = op["op"]
+        if kind == "connect":
+            groups.setdefault("connect", []).append(f"{op['src']}→{op['dst']}")
+        elif kind == "finish":
+            parts.append(f"finish {op['status']}")
+        else:
+            groups.setdefault(kind, []).append(str(op["task_id"]))
+    head = [f"{k} {','.join(v)}" for k, v in groups.items() if k != "connect"]
+    if "connect" in groups:
+        head.append(f"connect {len(groups['connect'])}")
+    return " · ".join(head + parts)
+
+
+class Progress:
+    """An observer that prints one line per planned event, with the patch that answered it."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.t0 = time.monotonic()
+
+    def __call__(self, event: Event, state: GraphState, record: PatchRecord | None) -> None:
+        elapsed = time.monotonic() - self.t0
+        running = sorted(t.task_id for t in state.in_state(TaskState.RUNNING))
+        done = len(state.in_state(TaskState.SUCCEEDED))
+        subject = event.task_id or ""
+        answer = summarize_ops(record.ops) if record is not None else ""
+        if record is not None and record.planner != "planner":
+            answer += f" [{record.planner}: {record.reason}]"
+        line = f"  {elapsed:6.2f}s  #{event.seq:<4} {event.kind.value:<22} {subject:<10} "
+        line += f"→ {answer}" if answer else ""
+        if running:
+            line += f"   (running: {', '.join(running[:6])}{'…' if len(running) > 6 else ''})"
+        line += f"   [{done}/{len(state.tasks)} done]"
+        print(line.rstrip(), file=self.out, flush=True)
+
+
+def render_inspection(ins: Inspection, out: TextIO, *, journal: bool) -> None:
+    info = ins.info
+    print(f"run {info.run_id}  app={info.app}  status={info.status.value}", file=out)
+    if info.verdict is not None:
+        print(f"verdict: {json.dumps(info.verdict)}", file=out)
+    print(f"digest:  {ins.digest}", file=out)
+    print(f"params:  {json.dumps(info.params)}", file=out)
+    preds: dict[str, list[str]] = {}
+    for src, dst in ins.edges:
+        preds.setdefault(dst, []).append(src)
+    print(f"tasks ({len(ins.tasks)}):", file=out)
+    for task in ins.tasks:
+        state = TaskState(str(task["state"]))
+        after = f"  after {','.join(preds[task['task_id']])}" if task["task_id"] in preds else ""
+        scope = "  [ancestors]" if task["evidence_scope"] == "ancestors" else ""
+        print(f"  {_MARK[state]} {task['task_id']:<14} {task['skill']:<12} {state.value:<10}"
+              f"{after}{scope}", file=out)
+        if task["error"] is not None:
+            print(f"      error: {json.dumps(task['error'])}", file=out)
+    if journal and ins.events is not None:
+        by_seq = {p.event_seq: p for p in ins.patches or []}
+        print("journal:", file=out)
+        for e in ins.events:
+            p = by_seq.get(e.seq)
+            answer = "" if p is None else f"→ {summarize_ops(p.ops)}"
+            if p is not None and p.outcome == "rejected":
+                answer += f"  REJECTED: {p.reason}"
+            elif p is not None and p.planner != "planner":
+                answer += f"  [{p.planner}: {p.reason}]"
+            print(f"  #{e.seq:<4} {e.kind.value:<22} {e.task_id or '':<12} {answer}", file=out)

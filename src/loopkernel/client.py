@@ -1,0 +1,163 @@
+"""The client API: what the CLI and the web inspector call. One method, one operation.
+
+Authority for approvals: whoever holds the run's approval token (printed once by ``run``)
+may approve or reject; ``local=True`` means the caller has write access to the store
+itself (the CLI on the machine that holds ``runs.db``), which already is full authority
+over the run, so no token is asked for. Every approval answers one wait of one task once:
+a replayed or late approval is refused by the store.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from loopkernel._app import App, load_app
+from loopkernel.errors import ApprovalRefused, UsageError
+from loopkernel.executor import DEFAULT_MAX_EVENTS, Kernel, RunOutcome, StartedRun, hash_token
+from loopkernel.executor._kernel import Observer
+from loopkernel.graph import JSON, Event, RunStatus
+from loopkernel.ids import RunId, TaskId
+from loopkernel.store import PatchRecord, RunInfo, SQLiteStore, Store, digest_of, open_store
+
+__all__ = ["Client", "Inspection"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Inspection:
+    """A run as ``inspect`` shows it."""
+
+    info: RunInfo
+    digest: str
+    tasks: list[dict[str, JSON]]
+    edges: list[list[str]]
+    events: list[Event] | None = None
+    patches: list[PatchRecord] | None = None
+
+    def to_json(self) -> dict[str, JSON]:
+        out: dict[str, JSON] = {
+            "run_id": self.info.run_id,
+            "app": self.info.app,
+            "params": self.info.params,
+            "status": self.info.status.value,
+            "verdict": self.info.verdict,
+            "digest": self.digest,
+            "last_seq": self.info.last_seq,
+            "tasks": self.tasks,
+            "edges": self.edges,
+        }
+        if self.events is not None:
+            out["journal"] = [
+                {"seq": e.seq, "kind": e.kind.value, "task_id": e.task_id, "data": e.data}
+                for e in self.events
+            ]
+        if self.patches is not None:
+            out["patches"] = [
+                {"event_seq": p.event_seq, "outcome": p.outcome, "planner": p.planner,
+                 "reason": p.reason, "ops": p.ops}
+                for p in self.patches
+            ]
+        return out
+
+
+class Client:
+    """Operations on the runs of one store. Use as ``async with Client(url) as client``."""
+
+    def __init__(self, db: str | None = None, *, store: Store | None = None) -> None:
+        self.store = store or open_store(db)
+
+    async def __aenter__(self) -> Client:
+        await self.store.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.store.close()
+
+    def kernel(self, app: App, params: Mapping[str, JSON], **options: Any) -> Kernel:
+        parts = app.build(params)
+        return Kernel(self.store, parts.planner, parts.workers, tools=parts.tools, **options)
+
+    async def start(
+        self,
+        app_name: str,
+        *,
+        scenario: str | None = None,
+        overrides: Mapping[str, JSON] | None = None,
+        run_id: str | None = None,
+        max_events: int = DEFAULT_MAX_EVENTS,
+    ) -> tuple[App, StartedRun]:
+        app = load_app(app_name)
+        params = app.params(scenario, overrides)
+        kernel = self.kernel(app, params)  # refuses bad parameters before anything is journaled
+        started = await kernel.start(
+            app=app_name, params=params, run_id=run_id, max_events=max_events
+        )
+        return app, started
+
+    async def execute(self, run_id: str, *, observer: Observer | None = None,
+                      max_concurrency: int = 16) -> RunOutcome:
+        """Run (or resume) a run with the app it was started with."""
+        info = await self.store.get_run(RunId(run_id))
+        app = load_app(info.app)
+        kernel = self.kernel(app, info.params, observer=observer, max_concurrency=max_concurrency)
+        tools = kernel.tools
+        if tools is not None and hasattr(tools, "__aenter__"):
+            async with tools:  # type: ignore[attr-defined]
+                return await kernel.run(run_id)
+        return await kernel.run(run_id)
+
+    async def info(self, run_id: str) -> RunInfo:
+        return await self.store.get_run(RunId(run_id))
+
+    async def inspect(self, run_id: str, *, journal: bool = False) -> Inspection:
+        rid = RunId(run_id)
+        info = await self.store.get_run(rid)
+        dump = await self.store.dump(rid)
+        return Inspection(
+            info=info,
+            digest=digest_of(dump),
+            tasks=dump["tasks"],
+            edges=dump["edges"],
+            events=await self.store.events(rid) if journal else None,
+            patches=await self.store.patches(rid) if journal else None,
+        )
+
+    async def decide(
+        self,
+        run_id: str,
+        task_id: str,
+        decision: Literal["approve", "reject"],
+        *,
+        payload: JSON = None,
+        token: str | None = None,
+        local: bool = False,
+    ) -> Event:
+        """Journal a human's answer for a waiting task (``approve`` / ``reject``)."""
+        rid = RunId(run_id)
+        if not local:
+            if token is None:
+                raise ApprovalRefused("an approval needs the run's approval token", run_id=rid)
+            expected = await self.store.token_hash(rid)
+            if not hmac.compare_digest(expected, hash_token(token)):
+                raise ApprovalRefused(f"the approval token does not match run {rid}", run_id=rid)
+        return await self.store.add_human_input(
+            rid, TaskId(task_id), decision=decision, payload=payload
+        )
+
+    async def cancel(self, run_id: str, reason: str = "cancelled by an operator") -> RunStatus:
+        """Ask for the run to stop. A stopped (waiting) run is finished here and now."""
+        rid = RunId(run_id)
+        await self.store.request_cancel(rid, reason)
+        info = await self.store.get_run(rid)
+        if info.status is RunStatus.WAITING:
+            return (await self.execute(run_id)).status
+        return info.status
+
+    async def export(self, run_id: str, to: str | os.PathLike[str]) -> None:
+        if not isinstance(self.store, SQLiteStore):
+            raise UsageError("export is implemented for the SQLite store")
+        self.store.export_sync(RunId(run_id), to)
+

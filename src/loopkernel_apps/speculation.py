@@ -1,0 +1,141 @@
+"""Speculation: three researchers race; at a quorum of two the third is cancelled in flight.
+
+::
+
+    plan --> r1 --.
+         --> r2 ---+--> distill (evidence_scope: ancestors) --> finish
+         --> r3 --'   (cancelled at quorum; its late result is discarded)
+
+The distiller sees only its ancestors, so the straggler's partial findings can never leak
+into the answer. Researcher delays are parameters, so a test can make the straggler slow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Mapping
+
+from loopkernel import (
+    App,
+    AppParts,
+    BasePlanner,
+    Event,
+    GraphPatch,
+    JSON,
+    Snapshot,
+    TaskContext,
+    TaskSpec,
+    TaskState,
+    UsageError,
+)
+from loopkernel.testing import trace
+
+ANGLES = ("prior work", "counter-evidence", "first principles", "benchmarks", "failure reports")
+
+
+class SpeculationPlanner(BasePlanner):
+    def __init__(self, params: Mapping[str, JSON]) -> None:
+        self.delays = [float(d) for d in params["delays"]]
+        self.quorum = int(params["quorum"])
+        self.distill_delay = float(params["distill_delay"])
+
+    def on_start(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+        return GraphPatch().add(
+            TaskSpec(task_id="plan", skill="plan", input={"researchers": len(self.delays)})
+        )
+
+    def on_completed(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+        assert event.task_id is not None
+        task = snapshot.task(event.task_id)
+        if task.skill == "plan":
+            patch = GraphPatch()
+            for i, angle in enumerate(task.result["angles"], start=1):
+                spec = TaskSpec(
+                    task_id=f"r{i}",
+                    skill="research",
+                    input={"angle": angle, "delay": self.delays[i - 1]},
+                )
+                patch = patch.add(spec, after=["plan"])
+            return patch
+        if task.skill == "research":
+            winners = [
+                t.task_id
+                for t in snapshot.in_state(TaskState.SUCCEEDED)
+                if t.skill == "research"
+            ]
+            if len(winners) != self.quorum or snapshot.get("distill") is not None:
+                return GraphPatch()
+            patch = GraphPatch()
+            for t in snapshot.in_state(TaskState.PENDING, TaskState.READY, TaskState.RUNNING):
+                if t.skill == "research":
+                    patch = patch.cancel(t.task_id)
+            distill = TaskSpec(
+                task_id="distill",
+                skill="distill",
+                input={"quorum": self.quorum, "delay": self.distill_delay},
+                evidence_scope="ancestors",
+            )
+            return patch.add(distill, after=sorted(winners))
+        if task.skill == "distill":
+            return GraphPatch().finish("succeeded", {"answer": task.result["answer"]})
+        return GraphPatch()
+
+
+async def plan(ctx: TaskContext) -> JSON:
+    trace("start", ctx.task_id)
+    n = int(ctx.input["researchers"])
+    result = {"angles": list(ANGLES[:n])}
+    trace("done", ctx.task_id)
+    return result
+
+
+async def research(ctx: TaskContext) -> JSON:
+    trace("start", ctx.task_id)
+    angle = str(ctx.input["angle"])
+    try:
+        await asyncio.sleep(float(ctx.input["delay"]))
+    except asyncio.CancelledError:
+        # A researcher that is stopped writes up what it has and hands it back anyway:
+        # the kernel must journal it as a late result and never let it reach the answer.
+        trace("cancelled", ctx.task_id)
+        await asyncio.sleep(0.01)
+        return {"angle": angle, "partial": True, "claims": [f"unfinished notes on {angle}"]}
+    digest = hashlib.sha256(angle.encode()).hexdigest()[:8]
+    result = {"angle": angle, "partial": False, "claims": [f"{angle}: finding {digest}"]}
+    trace("done", ctx.task_id)
+    return result
+
+
+async def distill(ctx: TaskContext) -> JSON:
+    trace("start", ctx.task_id)
+    await asyncio.sleep(float(ctx.input["delay"]))
+    sources = sorted(tid for tid, r in ctx.evidence.items() if isinstance(r, dict) and "claims" in r)
+    claims = [claim for tid in sources for claim in ctx.evidence[tid]["claims"]]
+    result = {"answer": " | ".join(claims), "sources": sources}
+    trace("done", ctx.task_id)
+    return result
+
+
+def build(params: Mapping[str, JSON]) -> AppParts:
+    delays = params["delays"]
+    if not isinstance(delays, list) or not 1 <= len(delays) <= len(ANGLES):
+        raise UsageError(f"delays must be a list of 1..{len(ANGLES)} numbers")
+    if not 1 <= int(params["quorum"]) <= len(delays):
+        raise UsageError("quorum must be between 1 and the number of researchers")
+    return AppParts(
+        planner=SpeculationPlanner(params),
+        workers={"plan": plan, "research": research, "distill": distill},
+    )
+
+
+app = App(
+    name="speculation",
+    description="three researchers race; a quorum of two wins, the third is cancelled in flight",
+    build=build,
+    defaults={"delays": [0.3, 0.6, 5.0], "quorum": 2, "distill_delay": 0.2},
+    scenarios={
+        "fast": {"delays": [0.01, 0.02, 2.0], "distill_delay": 0.05},
+        "demo": {"delays": [0.4, 0.9, 6.0]},
+    },
+)
