@@ -132,8 +132,9 @@ PATCH_COLUMNS = "event_seq, ops, outcome, reason, planner"
 
 def patch_from_row(row: Any) -> PatchRecord:
     """Row order: ``PATCH_COLUMNS``."""
-    return PatchRecord(event_seq=row[0], ops=loads(row[1]), outcome=row[2], reason=row[3],
-                       planner=row[4])
+    return PatchRecord(
+        event_seq=row[0], ops=loads(row[1]), outcome=row[2], reason=row[3], planner=row[4]
+    )
 
 
 EFFECT_COLUMNS = (

@@ -247,7 +247,9 @@ class SQLiteStore:
                 status=info.status,
                 verdict=info.verdict,
             )
-            for row in db.execute(f"SELECT {TASK_COLUMNS} FROM tasks WHERE run_id = ? ORDER BY task_id", (run_id,)):
+            for row in db.execute(
+                f"SELECT {TASK_COLUMNS} FROM tasks WHERE run_id = ? ORDER BY task_id", (run_id,)
+            ):
                 task = task_from_row(row)
                 state.tasks[task.task_id] = task
             for src, dst in db.execute(
@@ -399,26 +401,9 @@ class SQLiteStore:
                 "SELECT state, wait_epoch FROM tasks WHERE run_id = ? AND task_id = ?",
                 (run_id, task_id),
             ).fetchone()
-            if row is None:
-                raise ApprovalRefused(f"run {run_id} has no task {task_id!r}", run_id=run_id)
-            state, epoch = TaskState(row[0]), int(row[1])
-            if state is not TaskState.WAITING:
-                raise ApprovalRefused(
-                    f"task {task_id!r} is {state}, not waiting: an approval answers a wait once",
-                    run_id=run_id,
-                    task_id=task_id,
-                )
+            epoch = waiting_epoch(run_id, task_id, row)
             event = self._append(
-                db,
-                run_id,
-                [
-                    NewEvent(
-                        kind=EventKind.HUMAN_INPUT,
-                        task_id=task_id,
-                        data={"decision": decision, "payload": payload, "wait_epoch": epoch},
-                    )
-                ],
-                time.time(),
+                db, run_id, [human_input_event(task_id, decision, payload, epoch)], time.time()
             )[0]
             try:
                 db.execute(
@@ -449,37 +434,18 @@ class SQLiteStore:
 
     # -- effects ---------------------------------------------------------------------------
 
-    _EFFECT_COLUMNS = (
-        "run_id, idem_key, task_id, call_index, tool, effect, arguments, status, result, error"
-    )
-
-    @staticmethod
-    def _effect(row: Any) -> EffectRecord:
-        return EffectRecord(
-            run_id=RunId(row[0]),
-            key=row[1],
-            task_id=TaskId(row[2]),
-            call_index=row[3],
-            tool=row[4],
-            effect=row[5],
-            arguments=loads(row[6]),
-            status=row[7],
-            result=loads(row[8]),
-            error=loads(row[9]),
-        )
-
     async def get_effect(self, run_id: RunId, key: str) -> EffectRecord | None:
         row = self._conn.execute(
-            f"SELECT {self._EFFECT_COLUMNS} FROM effects WHERE run_id = ? AND idem_key = ?",
+            f"SELECT {EFFECT_COLUMNS} FROM effects WHERE run_id = ? AND idem_key = ?",
             (run_id, key),
         ).fetchone()
-        return None if row is None else self._effect(row)
+        return None if row is None else effect_from_row(row)
 
     async def intend_effect(self, record: EffectRecord) -> EffectRecord:
         now = time.time()
         with self._tx() as db:
             db.execute(
-                f"INSERT INTO effects ({self._EFFECT_COLUMNS}, created_at, updated_at) "
+                f"INSERT INTO effects ({EFFECT_COLUMNS}, created_at, updated_at) "
                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (run_id, idem_key) DO NOTHING",
                 (
                     record.run_id,
@@ -497,10 +463,10 @@ class SQLiteStore:
                 ),
             )
             row = db.execute(
-                f"SELECT {self._EFFECT_COLUMNS} FROM effects WHERE run_id = ? AND idem_key = ?",
+                f"SELECT {EFFECT_COLUMNS} FROM effects WHERE run_id = ? AND idem_key = ?",
                 (record.run_id, record.key),
             ).fetchone()
-        return self._effect(row)
+        return effect_from_row(row)
 
     async def finish_effect(
         self,
@@ -526,9 +492,9 @@ class SQLiteStore:
 
     async def effects(self, run_id: RunId) -> list[EffectRecord]:
         return [
-            self._effect(r)
+            effect_from_row(r)
             for r in self._conn.execute(
-                f"SELECT {self._EFFECT_COLUMNS} FROM effects WHERE run_id = ? "
+                f"SELECT {EFFECT_COLUMNS} FROM effects WHERE run_id = ? "
                 "ORDER BY task_id, call_index",
                 (run_id,),
             )
@@ -541,59 +507,21 @@ class SQLiteStore:
         db.execute("BEGIN")
         try:
             run = self._run_row(db, run_id)
-            tasks = [
-                {
-                    "task_id": r[0],
-                    "skill": r[1],
-                    "input": loads(r[2]),
-                    "evidence_scope": r[3],
-                    "state": r[4],
-                    "result": loads(r[5]),
-                    "error": loads(r[6]),
-                    "human_input": loads(r[7]),
-                }
-                for r in db.execute(
-                    "SELECT task_id, skill, input, evidence_scope, state, result, error, "
-                    "human_input FROM tasks WHERE run_id = ? ORDER BY task_id",
-                    (run_id,),
-                )
-            ]
-            edges = [
-                list(r)
-                for r in db.execute(
-                    "SELECT src, dst FROM edges WHERE run_id = ? ORDER BY src, dst", (run_id,)
-                )
-            ]
-            effects = [
-                {
-                    "task_id": r[0],
-                    "call_index": r[1],
-                    "tool": r[2],
-                    "effect": r[3],
-                    "arguments": loads(r[4]),
-                    "status": r[5],
-                    "result": loads(r[6]),
-                    "error": loads(r[7]),
-                }
-                for r in db.execute(
-                    "SELECT task_id, call_index, tool, effect, arguments, status, result, error "
-                    "FROM effects WHERE run_id = ? ORDER BY task_id, call_index",
-                    (run_id,),
-                )
-            ]
+            tasks = db.execute(
+                f"SELECT {DUMP_TASK_COLUMNS} FROM tasks WHERE run_id = ? ORDER BY task_id",
+                (run_id,),
+            ).fetchall()
+            edges = db.execute(
+                "SELECT src, dst FROM edges WHERE run_id = ? ORDER BY src, dst", (run_id,)
+            ).fetchall()
+            effects = db.execute(
+                f"SELECT {DUMP_EFFECT_COLUMNS} FROM effects WHERE run_id = ? "
+                "ORDER BY task_id, call_index",
+                (run_id,),
+            ).fetchall()
         finally:
             db.execute("COMMIT")
-        return {
-            "run": {
-                "app": run[1],
-                "params": loads(run[2]),
-                "status": run[3],
-                "verdict": loads(run[4]),
-            },
-            "tasks": tasks,
-            "edges": edges,
-            "effects": effects,
-        }
+        return dump_of(run, tasks, edges, effects)
 
     def export_sync(self, run_id: RunId, to: str | os.PathLike[str]) -> None:
         """Write a consistent copy holding ``run_id`` alone, with the SQLite backup API."""
