@@ -1,0 +1,7 @@
+"""``python -m loopkernel`` is the ``loopkernel`` command."""
+
+import sys
+
+from loopkernel.cli import main
+
+sys.exit(main())

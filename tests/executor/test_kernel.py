@@ -1,0 +1,488 @@
+"""The executor's behaviour, each invariant of the loop with a run of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loopkernel import (
+    ApprovalRefused,
+    BasePlanner,
+    Event,
+    EventKind,
+    GraphPatch,
+    Kernel,
+    NeedsApproval,
+    RunStatus,
+    Snapshot,
+    SQLiteStore,
+    TaskContext,
+    TaskSpec,
+    TaskState,
+)
+from loopkernel.client import Client
+from loopkernel.ids import RunId
+
+Workers = dict[str, Callable[[TaskContext], Awaitable[Any]]]
+
+
+def run(coro: Awaitable[Any]) -> Any:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+async def execute(
+    db: Path, planner: Any, workers: Workers, *, run_id: str = "run-1", **kw: Any
+) -> tuple[Kernel, Any]:
+    store = SQLiteStore(db)
+    await store.open()
+    max_events = kw.pop("max_events", 1000)
+    kernel = Kernel(store, planner, workers, poll_interval=0.02, **kw)
+    if run_id not in [r.run_id for r in await store.list_runs()]:
+        await kernel.start(app="test", run_id=run_id, max_events=max_events)
+    outcome = await kernel.run(run_id)
+    await store.close()
+    return kernel, outcome
+
+
+async def journal_is_complete(db: Path, run_id: str = "run-1") -> None:
+    """Every event but run_finished has exactly one patch."""
+    store = SQLiteStore(db)
+    await store.open()
+    events = await store.events(RunId(run_id))
+    patched = [p.event_seq for p in await store.patches(RunId(run_id))]
+    await store.close()
+    assert sorted(patched) == sorted(set(patched))
+    assert patched == [e.seq for e in events if e.kind is not EventKind.RUN_FINISHED]
+
+
+def spec(tid: str, skill: str = "work", **kw: Any) -> TaskSpec:
+    return TaskSpec(task_id=tid, skill=skill, **kw)  # type: ignore[arg-type]
+
+
+class Chain(BasePlanner):
+    """start -> a -> b ... then finish with the last result."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+
+    def on_start(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+        return GraphPatch().add(spec(self.names[0]))
+
+    def on_completed(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+        assert event.task_id is not None
+        i = self.names.index(event.task_id)
+        if i + 1 == len(self.names):
+            return GraphPatch().finish("succeeded", snapshot.task(event.task_id).result)
+        return GraphPatch().add(spec(self.names[i + 1]), after=[event.task_id])
+
+
+async def echo(ctx: TaskContext) -> Any:
+    return {"task": ctx.task_id, "seen": sorted(ctx.evidence)}
+
+
+def test_a_chain_runs_to_the_end_and_every_event_is_planned_once(db_path: Path) -> None:
+    _, outcome = run(execute(db_path, Chain(["a", "b", "c"]), {"work": echo}))
+    assert outcome.status is RunStatus.SUCCEEDED
+    assert outcome.verdict == {"task": "c", "seen": ["a", "b"]}
+    run(journal_is_complete(db_path))
+
+
+def test_the_planner_wakes_on_the_first_completion_while_a_sibling_runs(db_path: Path) -> None:
+    started: dict[str, float] = {}
+    seen_running: list[list[str]] = []
+
+    class Race(BasePlanner):
+        def on_start(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+            return GraphPatch().add(spec("fast")).add(spec("slow"))
+
+        def on_completed(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+            seen_running.append(sorted(t.task_id for t in snapshot.in_state(TaskState.RUNNING)))
+            if event.task_id == "fast":
+                return GraphPatch().add(spec("next"), after=["fast"])
+            if snapshot.task("next").state is TaskState.SUCCEEDED and event.task_id == "slow":
+                return GraphPatch().finish("succeeded")
+            return GraphPatch()
+
+    async def work(ctx: TaskContext) -> Any:
+        started[ctx.task_id] = time.monotonic()
+        await asyncio.sleep({"fast": 0.01, "slow": 1.0, "next": 0.0}[ctx.task_id])
+        return ctx.task_id
+
+    _, outcome = run(execute(db_path, Race(), {"work": work}))
+    assert outcome.status is RunStatus.SUCCEEDED
+    # The fast branch's successor started long before the slow sibling ended.
+    assert started["next"] - started["slow"] < 0.5
+    assert seen_running[0] == ["slow"]
+
+
+def test_the_speculation_app_cancels_the_straggler_in_flight_and_discards_its_late_result(
+    db_path: Path,
+) -> None:
+    async def go() -> tuple[Any, Any, list[Event]]:
+        async with Client(str(db_path)) as client:
+            _, started = await client.start("speculation", scenario="fast", run_id="spec")
+            t0 = time.monotonic()
+            outcome = await client.execute(started.run_id)
+            elapsed = time.monotonic() - t0
+            inspection = await client.inspect("spec", journal=True)
+            assert inspection.events is not None
+            return outcome, inspection, inspection.events if elapsed < 1.5 else []
+
+    outcome, inspection, events = run(go())
+    assert outcome.status is RunStatus.SUCCEEDED
+    assert events, "the run waited for the 2 s straggler instead of cancelling it"
+    tasks = {t["task_id"]: t for t in inspection.tasks}
+    assert tasks["r3"]["state"] == "cancelled" and tasks["r3"]["result"] is None
+    late = [e for e in events if e.kind is EventKind.LATE_RESULT_DISCARDED]
+    assert [e.task_id for e in late] == ["r3"] and late[0].data["outcome"] == "result"
+    assert tasks["distill"]["result"]["sources"] == ["r1", "r2"]
+    assert "first principles" not in outcome.verdict["answer"]
+    assert "unfinished" not in str(inspection.to_json()["tasks"])
+    run(journal_is_complete(db_path, "spec"))
+
+
+def test_evidence_scope_ancestors_hides_siblings_and_all_shows_them(db_path: Path) -> None:
+    seen: dict[str, list[str]] = {}
+
+    class Fork(BasePlanner):
+        def on_start(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+            return GraphPatch().add(spec("root")).add(spec("side"))
+
+        def on_completed(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+            done = {t.task_id for t in snapshot.in_state(TaskState.SUCCEEDED)}
+            if done == {"root", "side"} and snapshot.get("mid") is None:
+                return (
+                    GraphPatch()
+                    .add(spec("mid"), after=["root"])
+                    .add(spec("leaf", evidence_scope="ancestors"), after=["mid"])
+                    .add(spec("wide"), after=["mid"])
+                )
+            if {"leaf", "wide"} <= done:
+                return GraphPatch().finish("succeeded")
+            return GraphPatch()
+
+    async def work(ctx: TaskContext) -> Any:
+        seen[ctx.task_id] = sorted(ctx.evidence)
+        return ctx.task_id
+
+    run(execute(db_path, Fork(), {"work": work}))
+    assert seen["leaf"] == ["mid", "root"]
+    assert seen["wide"] == ["mid", "root", "side"]
+
+
+class Gate(BasePlanner):
+    """prep, then `gate` parked for a human, then finish with what the gate saw."""
+
+    def on_start(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+        return (
+            GraphPatch()
+            .add(spec("prep"))
+            .add(spec("gate"), after=["prep"])
+            .wait("gate", "deploy to production?")
+        )
+
+    def on_completed(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+        if event.task_id == "gate":
+            return GraphPatch().finish("succeeded", snapshot.task("gate").result)
+        return GraphPatch()
+
+    def on_other(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+        if event.kind is EventKind.HUMAN_INPUT:
+            return GraphPatch()
+        return GraphPatch()
+
+    def on_human_input(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+        patch = super().on_human_input(snapshot, event)
+        if event.data["decision"] == "reject":
+            return patch.finish("cancelled", {"kind": "rejected"})
+        return patch
+
+
+def counting(calls: dict[str, int]) -> Callable[[TaskContext], Awaitable[Any]]:
+    async def work(ctx: TaskContext) -> Any:
+        calls[ctx.task_id] = calls.get(ctx.task_id, 0) + 1
+        return {"task": ctx.task_id, "human": ctx.human_input}
+
+    return work
+
+
+def test_a_wait_stops_the_executor_and_an_approval_from_elsewhere_resumes_it(
+    db_path: Path,
+) -> None:
+    calls: dict[str, int] = {}
+    _, first = run(execute(db_path, Gate(), {"work": counting(calls)}))
+    assert first.status is RunStatus.WAITING
+    assert calls == {"prep": 1}
+
+    async def approve() -> None:
+        async with Client(str(db_path)) as other:  # another connection, as another process
+            await other.decide("run-1", "gate", "approve", payload={"by": "ops"}, local=True)
+
+    run(approve())
+    _, second = run(execute(db_path, Gate(), {"work": counting(calls)}))
+    assert second.status is RunStatus.SUCCEEDED
+    assert second.verdict == {"task": "gate", "human": {"by": "ops"}}
+    assert calls == {"prep": 1, "gate": 1}  # nothing that finished ran again
+    run(journal_is_complete(db_path))
+
+
+def test_a_rejection_cancels_the_task(db_path: Path) -> None:
+    calls: dict[str, int] = {}
+    run(execute(db_path, Gate(), {"work": counting(calls)}))
+
+    async def reject() -> None:
+        async with Client(str(db_path)) as other:
+            await other.decide("run-1", "gate", "reject", local=True)
+
+    run(reject())
+    _, outcome = run(execute(db_path, Gate(), {"work": counting(calls)}))
+    assert outcome.status is RunStatus.CANCELLED
+    assert "gate" not in calls
+
+
+def test_forged_replayed_and_late_approvals_are_refused(db_path: Path) -> None:
+    async def go() -> None:
+        store = SQLiteStore(db_path)
+        await store.open()
+        kernel = Kernel(store, Gate(), {"work": counting({})}, poll_interval=0.02)
+        started = await kernel.start(app="test", run_id="run-1")
+        assert (await kernel.run("run-1")).status is RunStatus.WAITING
+        await store.close()
+        async with Client(str(db_path)) as client:
+            with pytest.raises(ApprovalRefused, match="token does not match"):
+                await client.decide("run-1", "gate", "approve", token="forged")
+            with pytest.raises(ApprovalRefused, match="needs the run's approval token"):
+                await client.decide("run-1", "gate", "approve")
+            with pytest.raises(ApprovalRefused, match="not waiting"):
+                await client.decide("run-1", "prep", "approve", token=started.token)
+            await client.decide("run-1", "gate", "approve", token=started.token)
+            with pytest.raises(ApprovalRefused, match="already answered"):
+                await client.decide("run-1", "gate", "approve", token=started.token)
+
+    run(go())
+    _, outcome = run(execute(db_path, Gate(), {"work": counting({})}))
+    assert outcome.status is RunStatus.SUCCEEDED
+
+    async def late() -> None:
+        async with Client(str(db_path)) as client:
+            with pytest.raises(ApprovalRefused, match="already succeeded"):
+                await client.decide("run-1", "gate", "approve", local=True)
+
+    run(late())
+
+
+def test_an_approval_that_arrives_while_the_run_is_running_is_picked_up(db_path: Path) -> None:
+    class GateAndSlow(Gate):
+        def on_start(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+            return super().on_start(snapshot, event).add(spec("slow"))
+
+        def on_completed(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+            done = {t.task_id for t in snapshot.in_state(TaskState.SUCCEEDED)}
+            if {"gate", "slow"} <= done:
+                return GraphPatch().finish("succeeded")
+            return GraphPatch()
+
+    async def work(ctx: TaskContext) -> Any:
+        if ctx.task_id == "slow":
+            async with Client(str(db_path)) as other:
+                while (await other.inspect("run-1")).tasks[0]["state"] != "waiting":
+                    await asyncio.sleep(0.01)
+                await other.decide("run-1", "gate", "approve", local=True)
+            await asyncio.sleep(0.2)
+        return ctx.task_id
+
+    _, outcome = run(execute(db_path, GateAndSlow(), {"work": work}))
+    assert outcome.status is RunStatus.SUCCEEDED
+    run(journal_is_complete(db_path))
+
+
+def test_a_worker_can_park_its_own_task_and_runs_again_after_approval(db_path: Path) -> None:
+    attempts: list[Any] = []
+
+    async def guarded(ctx: TaskContext) -> Any:
+        attempts.append(ctx.human_input)
+        if ctx.human_input is None:
+            raise NeedsApproval("irreversible: delete the bucket", tool="delete")
+        return "deleted"
+
+    planner = Chain(["only"])
+    _, first = run(execute(db_path, planner, {"work": guarded}))
+    assert first.status is RunStatus.WAITING
+
+    async def approve() -> None:
+        async with Client(str(db_path)) as other:
+            info = await other.inspect("run-1", journal=True)
+            assert info.tasks[0]["state"] == "waiting"
+            assert info.events is not None
+            assert info.events[-1].kind is EventKind.APPROVAL_REQUIRED
+            await other.decide("run-1", "only", "approve", payload={"ok": True}, local=True)
+
+    run(approve())
+    _, second = run(execute(db_path, planner, {"work": guarded}))
+    assert (second.status, second.verdict) == (RunStatus.SUCCEEDED, "deleted")
+    assert attempts == [None, {"ok": True}]
+
+
+def test_cancel_while_running_stops_the_run_and_cancels_tasks_in_flight(db_path: Path) -> None:
+    cancelled: list[str] = []
+
+    async def slow(ctx: TaskContext) -> Any:
+        if ctx.task_id == "a":
+            async with Client(str(db_path)) as other:
+                await other.cancel("run-1", "operator said stop")
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.append(ctx.task_id)
+            raise
+        return None
+
+    class Two(BasePlanner):
+        def on_start(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+            return GraphPatch().add(spec("a")).add(spec("b"))
+
+    t0 = time.monotonic()
+    _, outcome = run(execute(db_path, Two(), {"work": slow}))
+    assert time.monotonic() - t0 < 5
+    assert outcome.status is RunStatus.CANCELLED
+    assert outcome.verdict == {"kind": "cancelled", "reason": "operator said stop"}
+    assert sorted(cancelled) == ["a", "b"]
+    run(journal_is_complete(db_path))
+
+
+def test_cancel_of_a_waiting_run_finishes_it_at_once(db_path: Path) -> None:
+    async def go() -> RunStatus:
+        async with Client(str(db_path)) as client:
+            # A waiting run of a real app: the speculation app cannot wait, so park by hand.
+            _, started = await client.start("speculation", scenario="fast", run_id="w")
+            await client.store.set_status(started.run_id, RunStatus.WAITING)
+            return await client.cancel("w")
+
+    assert run(go()) is RunStatus.CANCELLED
+
+
+def test_the_runaway_guard_fails_the_run_with_a_verdict(db_path: Path) -> None:
+    class Forever(BasePlanner):
+        def on_start(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+            return GraphPatch().add(spec("t0"))
+
+        def on_completed(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+            n = len(snapshot.tasks)
+            return GraphPatch().add(spec(f"t{n}"), after=[event.task_id or ""])
+
+    _, outcome = run(execute(db_path, Forever(), {"work": echo}, max_events=12))
+    assert outcome.status is RunStatus.FAILED
+    assert outcome.verdict["kind"] == "runaway"
+    assert (outcome.verdict["max_events"], outcome.verdict["observed"]) == (12, 13)
+    run(journal_is_complete(db_path))
+
+
+def test_a_planner_that_raises_fails_the_run_with_type_and_message(db_path: Path) -> None:
+    class Broken(BasePlanner):
+        def on_start(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+            raise KeyError("no such plan")
+
+    run(execute(db_path, Broken(), {"work": echo}))
+
+    async def read() -> Any:
+        store = SQLiteStore(db_path)  # a fresh connection reads what was persisted
+        await store.open()
+        info = await store.get_run(RunId("run-1"))
+        await store.close()
+        return info
+
+    info = run(read())
+    assert info.status is RunStatus.FAILED
+    assert info.verdict == {"kind": "planner_error", "type": "KeyError", "message": "'no such plan'"}
+
+
+def test_a_worker_that_raises_fails_the_run_by_default(db_path: Path) -> None:
+    async def boom(ctx: TaskContext) -> Any:
+        raise RuntimeError("disk full")
+
+    _, outcome = run(execute(db_path, Chain(["a"]), {"work": boom}))
+    assert outcome.status is RunStatus.FAILED
+    assert outcome.verdict == {
+        "kind": "task_failed",
+        "task_id": "a",
+        "type": "RuntimeError",
+        "message": "disk full",
+    }
+
+
+def test_a_non_json_result_fails_the_task(db_path: Path) -> None:
+    async def bad(ctx: TaskContext) -> Any:
+        return {1, 2}
+
+    _, outcome = run(execute(db_path, Chain(["a"]), {"work": bad}))
+    assert outcome.verdict["type"] == "TypeError"
+    assert "non-JSON" in outcome.verdict["message"]
+
+
+def test_a_rejected_patch_fails_the_run_naming_the_rule(db_path: Path) -> None:
+    class Cyclic(BasePlanner):
+        def on_start(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+            return GraphPatch().add(spec("a")).add(spec("b"), after=["a"]).connect("b", "a")
+
+    _, outcome = run(execute(db_path, Cyclic(), {"work": echo}))
+    assert outcome.status is RunStatus.FAILED
+    assert outcome.verdict["rule"] == "cycle"
+
+    async def patches() -> Any:
+        store = SQLiteStore(db_path)
+        await store.open()
+        out = await store.patches(RunId("run-1"))
+        await store.close()
+        return out
+
+    record = run(patches())[0]
+    assert record.outcome == "rejected" and record.ops[0]["op"] == "add"
+
+
+def test_a_run_with_nothing_left_to_do_but_no_finish_is_failed_as_stalled(db_path: Path) -> None:
+    class Forgetful(BasePlanner):
+        def on_start(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+            return GraphPatch().add(spec("a")).add(spec("b"), after=["a"])
+
+        def on_failed(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+            return GraphPatch()
+
+    async def boom(ctx: TaskContext) -> Any:
+        raise ValueError("nope")
+
+    _, outcome = run(execute(db_path, Forgetful(), {"work": boom}))
+    assert outcome.status is RunStatus.FAILED
+    assert outcome.verdict["kind"] == "stalled"
+    assert outcome.verdict["stuck_tasks"] == ["b"]
+
+
+def test_max_concurrency_is_respected(db_path: Path) -> None:
+    live = {"now": 0, "peak": 0}
+
+    class Wide(BasePlanner):
+        def on_start(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+            patch = GraphPatch()
+            for i in range(12):
+                patch = patch.add(spec(f"t{i}"))
+            return patch
+
+        def on_completed(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+            if len(snapshot.in_state(TaskState.SUCCEEDED)) == 12:
+                return GraphPatch().finish("succeeded")
+            return GraphPatch()
+
+    async def work(ctx: TaskContext) -> Any:
+        live["now"] += 1
+        live["peak"] = max(live["peak"], live["now"])
+        await asyncio.sleep(0.01)
+        live["now"] -= 1
+        return None
+
+    _, outcome = run(execute(db_path, Wide(), {"work": work}, max_concurrency=3))
+    assert outcome.status is RunStatus.SUCCEEDED
+    assert live["peak"] == 3
