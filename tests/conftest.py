@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,13 +17,3 @@ for var in list(os.environ):
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "runs.db"
 
-
-def cli_env(**extra: str) -> dict[str, str]:
-    """The environment for a ``loopkernel`` subprocess (tests dir importable for test apps)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), env.get("PYTHONPATH", "")])
-    env.update(extra)
-    return env
-
-
-LOOPKERNEL = [sys.executable, "-m", "loopkernel"]

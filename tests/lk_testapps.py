@@ -1,0 +1,53 @@
+"""Small apps for subprocess tests, loaded by the CLI as ``lk_testapps:NAME``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from loopkernel import (
+    App,
+    AppParts,
+    BasePlanner,
+    Event,
+    GraphPatch,
+    Snapshot,
+    TaskContext,
+    TaskSpec,
+)
+from loopkernel.testing import trace
+
+
+class GatePlanner(BasePlanner):
+    """prep -> gate (parked for a human) -> ship -> finish."""
+
+    def on_start(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+        return (
+            GraphPatch()
+            .add(TaskSpec(task_id="prep", skill="step"))
+            .add(TaskSpec(task_id="gate", skill="step"), after=["prep"])
+            .wait("gate", "ship it?")
+        )
+
+    def on_completed(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+        if event.task_id == "gate":
+            return GraphPatch().add(TaskSpec(task_id="ship", skill="step"), after=["gate"])
+        if event.task_id == "ship":
+            return GraphPatch().finish("succeeded", snapshot.task("ship").result)
+        return GraphPatch()
+
+
+async def step(ctx: TaskContext) -> Any:
+    trace("start", ctx.task_id)
+    await asyncio.sleep(0.01)
+    trace("done", ctx.task_id)
+    return {"task": ctx.task_id, "approved_by": (ctx.human_input or {}).get("by"),
+            "saw": sorted(ctx.evidence)}
+
+
+def _gate(params: Mapping[str, Any]) -> AppParts:
+    return AppParts(planner=GatePlanner(), workers={"step": step})
+
+
+gate = App(name="lk_testapps:gate", description="a run that waits for a human", build=_gate)

@@ -1,0 +1,153 @@
+"""Store fixtures: every test that takes ``backend`` runs on SQLite and on PostgreSQL.
+
+PostgreSQL comes from ``LOOPKERNEL_TEST_PG`` (default
+``postgresql://postgres@127.0.0.1:5432/postgres``, the server ``.ci/start-postgres``
+starts). The session creates one database, ``loopkernel_test_<pid>``, and drops it at
+the end; each test gets a fresh schema in it (``search_path`` in the store's URL), so it
+starts from an empty store. With no server reachable the postgres tests are skipped, and
+the terminal summary says so in red.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import sqlite3
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import pytest
+
+from loopkernel.store import Store, open_store
+
+T = TypeVar("T")
+
+PG_ADMIN_URL = os.environ.get("LOOPKERNEL_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+_pg_skip_reason: list[str] = []
+_schemas = itertools.count(1)
+
+
+def pg_url(base: str, *, dbname: str, schema: str | None = None) -> str:
+    """``base`` pointing at ``dbname``, its tables in ``schema`` when given."""
+    parts = urlsplit(base)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "options"]
+    if schema is not None:
+        query.append(("options", f"-csearch_path={schema}"))
+    return urlunsplit(parts._replace(path=f"/{dbname}", query=urlencode(query)))
+
+
+def _redacted(url: str) -> str:
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    user = f"{parts.username}@" if parts.username else ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{user}{host}{port}{parts.path}"
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """The URL of this session's own database; skips when no server answers."""
+    try:
+        import psycopg
+        from psycopg import sql
+    except ImportError:
+        reason = "psycopg is not installed (pip install -e '.[dev]'): PostgreSQL tests SKIPPED"
+        _pg_skip_reason.append(reason)
+        pytest.skip(reason)
+    try:
+        admin = psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        reason = (
+            f"PostgreSQL NOT REACHABLE at {_redacted(PG_ADMIN_URL)} ({str(exc).strip()}): "
+            "PostgreSQL tests SKIPPED. Run .ci/start-postgres or set LOOPKERNEL_TEST_PG."
+        )
+        _pg_skip_reason.append(reason)
+        pytest.skip(reason)
+    name = f"loopkernel_test_{os.getpid()}"
+    drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+    with admin:
+        admin.execute(drop)
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield pg_url(PG_ADMIN_URL, dbname=name)
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+            admin.execute(drop)
+
+
+def fresh_pg_schema(database_url: str) -> str:
+    """A new empty schema in the session's database; the URL of a store that lives in it."""
+    import psycopg
+
+    schema = f"t{next(_schemas)}"
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    return pg_url(database_url, dbname=urlsplit(database_url).path.lstrip("/"), schema=schema)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Backend:
+    """One empty store location, and ways to use it from a sync test."""
+
+    kind: Literal["sqlite", "postgres"]
+    url: str
+    """A path (SQLite) or a ``postgresql://`` URL; ``open_store`` routes it."""
+
+    def store(self) -> Store:
+        return open_store(self.url)
+
+    def run(self, body: Callable[[Store], Awaitable[T]]) -> T:
+        """Open a store, ``await body(store)``, close it: one ``asyncio.run``."""
+
+        async def main() -> T:
+            store = self.store()
+            await store.open()
+            try:
+                return await body(store)
+            finally:
+                await store.close()
+
+        return asyncio.run(main())
+
+    def sql(self, query: str) -> list[tuple[Any, ...]]:
+        """Run one raw statement outside any store (to tamper with the schema, say)."""
+        if self.kind == "sqlite":
+            db = sqlite3.connect(self.url, isolation_level=None)
+            try:
+                return db.execute(query).fetchall()
+            finally:
+                db.close()
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            cur = conn.execute(query)
+            return cur.fetchall() if cur.description else []
+
+
+def sqlite_backend(tmp_path: Path, name: str = "runs.db") -> Backend:
+    return Backend(kind="sqlite", url=str(tmp_path / name))
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "sqlite":
+        return sqlite_backend(tmp_path)
+    database = request.getfixturevalue("pg_database")
+    return Backend(kind="postgres", url=fresh_pg_schema(database))
+
+
+@pytest.fixture
+def pg_backend(pg_database: str) -> Backend:
+    """A fresh PostgreSQL store location alone (for postgres-only tests)."""
+    return Backend(kind="postgres", url=fresh_pg_schema(pg_database))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _pg_skip_reason:
+        terminalreporter.write_sep("!", "PostgreSQL store tests were SKIPPED", red=True, bold=True)
+        terminalreporter.write_line(_pg_skip_reason[0], red=True)
