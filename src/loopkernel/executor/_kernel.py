@@ -21,6 +21,7 @@ import hashlib
 import inspect
 import json
 import secrets
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -145,6 +146,7 @@ class _RunLoop:
         self.ready: dict[TaskId, None] = {}
         self.running: dict[asyncio.Task[JSON], TaskId] = {}
         self.cancelled: dict[asyncio.Task[JSON], TaskId] = {}
+        self.last_poll = 0.0
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -158,15 +160,16 @@ class _RunLoop:
         if loaded.info.status is not RunStatus.RUNNING:
             await self.store.set_status(self.run_id, RunStatus.RUNNING)
         try:
-            await self._plan(list(loaded.unplanned))
-            await self._recover_running()
+            crashed = [t.task_id for t in self.state.in_state(TaskState.RUNNING)]
+            await self._plan(list(loaded.unplanned))  # with the crashed tasks still running
+            await self._recover_running(crashed)
             for task in self.state.tasks.values():
                 if task.state is TaskState.READY:
                     self.ready[task.task_id] = None
             while not self.state.finished:
                 await self._start_ready()
                 if not self.running and not self.cancelled:
-                    if await self._plan(await self._external_events()):
+                    if await self._plan(await self._external_events(force=True)):
                         continue
                     if self.state.finished:
                         break
@@ -182,7 +185,7 @@ class _RunLoop:
                     return_when=asyncio.FIRST_COMPLETED,
                 )
                 events = await self._journal(done)
-                events.extend(await self._external_events())
+                events.extend(await self._external_events(force=not done))
                 await self._plan(sorted(events, key=lambda e: e.seq))
         except BaseException as exc:
             await self._abandon(exc)
@@ -193,23 +196,26 @@ class _RunLoop:
     def _outcome(self) -> RunOutcome:
         return RunOutcome(run_id=self.run_id, status=self.state.status, verdict=self.state.verdict)
 
-    async def _recover_running(self) -> None:
-        """Tasks a crash left ``running`` go back to ``ready``; they run again."""
-        crashed = [
-            replace(t, state=TaskState.READY) for t in self.state.in_state(TaskState.RUNNING)
+    async def _recover_running(self, crashed: Sequence[TaskId]) -> None:
+        """Tasks a crash left ``running`` (and no patch cancelled) go back to ``ready``."""
+        back = [
+            replace(self.state.tasks[tid], state=TaskState.READY)
+            for tid in crashed
+            if self.state.tasks[tid].state is TaskState.RUNNING
         ]
-        if crashed:
-            await self.store.append_events(self.run_id, [], crashed)
-            for task in crashed:
+        if back:
+            await self.store.append_events(self.run_id, [], back)
+            for task in back:
                 self.state.tasks[task.task_id] = task
 
-    async def _start_ready(self) -> None:
+    def _pick(self) -> list[Task]:
+        """Mark as many startable ready tasks running (in memory) as concurrency allows."""
         free = self.k.max_concurrency - len(self.running)
         if free <= 0 or not self.ready:
-            return
-        started: list[Task] = []
+            return []
+        picked: list[Task] = []
         for tid in list(self.ready):
-            if len(started) >= free:
+            if len(picked) >= free:
                 break
             task = self.state.tasks[tid]
             if task.state is not TaskState.READY:
@@ -218,13 +224,13 @@ class _RunLoop:
             if not self.state.startable(tid):
                 continue
             del self.ready[tid]
-            started.append(replace(task, state=TaskState.RUNNING, attempts=task.attempts + 1))
-        if not started:
-            return
-        for task in started:
-            self.state.tasks[task.task_id] = task
-        await self.store.append_events(self.run_id, [], started)
-        for task in started:
+            task = replace(task, state=TaskState.RUNNING, attempts=task.attempts + 1)
+            self.state.tasks[tid] = task
+            picked.append(task)
+        return picked
+
+    def _launch(self, tasks: Sequence[Task]) -> None:
+        for task in tasks:
             ctx = TaskContext(
                 state=self.state,
                 task_id=task.task_id,
@@ -235,8 +241,22 @@ class _RunLoop:
             fut = asyncio.ensure_future(_call(self.k.workers[task.skill], ctx))
             self.running[fut] = task.task_id
 
-    async def _external_events(self) -> list[Event]:
-        """Events another process journaled (approvals, cancel requests) since we last looked."""
+    async def _start_ready(self) -> None:
+        """Start what is startable, with its own (unsynced) write of the running states."""
+        picked = self._pick()
+        if picked:
+            await self.store.append_events(self.run_id, [], picked)
+            self._launch(picked)
+
+    async def _external_events(self, *, force: bool = False) -> list[Event]:
+        """Events another process journaled (approvals, cancel requests) since we last looked.
+
+        Looked for at most every ``poll_interval`` while work completes, always when idle.
+        """
+        now = time.monotonic()
+        if not force and now - self.last_poll < self.k.poll_interval:
+            return []
+        self.last_poll = now
         if await self.store.last_seq(self.run_id) <= self.known_seq:
             return []
         events = await self.store.events(self.run_id, after=self.known_seq)
@@ -326,6 +346,10 @@ class _RunLoop:
             if self.k.observer is not None:
                 self.k.observer(event, self.state, record)
         merged = _merge(deltas)
+        # Tasks the patches made startable are marked running in the same transaction.
+        picked = [] if self.state.finished else self._pick()
+        if picked:
+            merged = replace(merged, tasks=_latest([*merged.tasks, *picked]))
         crashpoint("before_patch")
         final = None
         if merged.finish is not None:
@@ -339,6 +363,7 @@ class _RunLoop:
             if self.k.observer is not None:
                 self.k.observer(finished, self.state, None)
         crashpoint("patch_committed")
+        self._launch(picked)
         for fut, tid in list(self.running.items()):
             if tid in merged.cancelled_running:
                 del self.running[fut]
@@ -502,6 +527,11 @@ def _late_result(fut: asyncio.Task[JSON]) -> JSON:
         "sha256": hashlib.sha256(text.encode()).hexdigest(),
         "bytes": len(text),
     }
+
+
+def _latest(tasks: Iterable[Task]) -> tuple[Task, ...]:
+    """One value per task id, the last one given."""
+    return tuple({t.task_id: t for t in tasks}.values())
 
 
 def _merge(deltas: Sequence[Delta]) -> Delta:

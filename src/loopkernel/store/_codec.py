@@ -42,9 +42,12 @@ __all__ = [
 ]
 
 
+_encode = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False).encode
+
+
 def dumps(value: JSON) -> str:
     """Canonical JSON text: sorted keys, no spaces, no NaN."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return "null" if value is None else _encode(value)
 
 
 def loads(text: str | None) -> JSON:
