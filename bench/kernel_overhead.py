@@ -118,20 +118,31 @@ def main() -> None:
         run("chain", n, "full")
 
     print()
-    print("| shape | tasks | synchronous | completions/s | µs per task | µs per event | db bytes/task |")
+    print("| shape | tasks | synchronous | completions/s | µs per task | µs per event "
+          "| db bytes/task |")
     print("|---|---:|---|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['shape']} | {r['tasks']:,} | {r['synchronous'].upper()} | "
-              f"{r['completions_per_s']:,.0f} | {r['us_per_task']} | {r['us_per_event']} | "
-              f"{r['db_bytes_per_task']} |")
+        print(
+            f"| {r['shape']} | {r['tasks']:,} | {r['synchronous'].upper()} | "
+            f"{r['completions_per_s']:,.0f} | {r['us_per_task']} | {r['us_per_event']} | "
+            f"{r['db_bytes_per_task']} |"
+        )
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / "kernel_overhead.json"
-    out.write_text(json.dumps({
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "platform": platform.platform()},
-        "date": time.strftime("%Y-%m-%d"),
-        "rows": rows,
-    }, indent=2))
+    out.write_text(
+        json.dumps(
+            {
+                "machine": {
+                    "cpus": os.cpu_count(),
+                    "python": platform.python_version(),
+                    "platform": platform.platform(),
+                },
+                "date": time.strftime("%Y-%m-%d"),
+                "rows": rows,
+            },
+            indent=2,
+        )
+    )
     print(f"\nwrote {out}")
 
 

@@ -16,4 +16,3 @@ def cli_env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), env.get("PYTHONPATH", "")])
     env.update(extra)
     return env
-

@@ -42,8 +42,11 @@ async def step(ctx: TaskContext) -> Any:
     trace("start", ctx.task_id)
     await asyncio.sleep(0.01)
     trace("done", ctx.task_id)
-    return {"task": ctx.task_id, "approved_by": (ctx.human_input or {}).get("by"),
-            "saw": sorted(ctx.evidence)}
+    return {
+        "task": ctx.task_id,
+        "approved_by": (ctx.human_input or {}).get("by"),
+        "saw": sorted(ctx.evidence),
+    }
 
 
 def _gate(params: Mapping[str, Any]) -> AppParts:

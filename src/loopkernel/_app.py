@@ -47,8 +47,9 @@ class App:
     scenarios: Mapping[str, Mapping[str, JSON]] = field(default_factory=dict)
     """Named sets of parameter overrides; ``--scenario NAME``."""
 
-    def params(self, scenario: str | None = None, overrides: Mapping[str, JSON] | None = None
-               ) -> dict[str, JSON]:
+    def params(
+        self, scenario: str | None = None, overrides: Mapping[str, JSON] | None = None
+    ) -> dict[str, JSON]:
         """Defaults, then the scenario's values, then ``overrides``; unknown keys are refused."""
         params = dict(self.defaults)
         if scenario is not None:

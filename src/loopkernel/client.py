@@ -56,8 +56,13 @@ class Inspection:
             ]
         if self.patches is not None:
             out["patches"] = [
-                {"event_seq": p.event_seq, "outcome": p.outcome, "planner": p.planner,
-                 "reason": p.reason, "ops": p.ops}
+                {
+                    "event_seq": p.event_seq,
+                    "outcome": p.outcome,
+                    "planner": p.planner,
+                    "reason": p.reason,
+                    "ops": p.ops,
+                }
                 for p in self.patches
             ]
         return out
@@ -97,8 +102,9 @@ class Client:
         )
         return app, started
 
-    async def execute(self, run_id: str, *, observer: Observer | None = None,
-                      max_concurrency: int = 16) -> RunOutcome:
+    async def execute(
+        self, run_id: str, *, observer: Observer | None = None, max_concurrency: int = 16
+    ) -> RunOutcome:
         """Run (or resume) a run with the app it was started with."""
         info = await self.store.get_run(RunId(run_id))
         app = load_app(info.app)
@@ -160,4 +166,3 @@ class Client:
         if not isinstance(self.store, SQLiteStore):
             raise UsageError("export is implemented for the SQLite store")
         self.store.export_sync(RunId(run_id), to)
-

@@ -17,12 +17,12 @@ import hashlib
 from collections.abc import Mapping
 
 from loopkernel import (
+    JSON,
     App,
     AppParts,
     BasePlanner,
     Event,
     GraphPatch,
-    JSON,
     Snapshot,
     TaskContext,
     TaskSpec,
@@ -60,9 +60,7 @@ class SpeculationPlanner(BasePlanner):
             return patch
         if task.skill == "research":
             winners = [
-                t.task_id
-                for t in snapshot.in_state(TaskState.SUCCEEDED)
-                if t.skill == "research"
+                t.task_id for t in snapshot.in_state(TaskState.SUCCEEDED) if t.skill == "research"
             ]
             if len(winners) != self.quorum or snapshot.get("distill") is not None:
                 return GraphPatch()
@@ -110,7 +108,9 @@ async def research(ctx: TaskContext) -> JSON:
 async def distill(ctx: TaskContext) -> JSON:
     trace("start", ctx.task_id)
     await asyncio.sleep(float(ctx.input["delay"]))
-    sources = sorted(tid for tid, r in ctx.evidence.items() if isinstance(r, dict) and "claims" in r)
+    sources = sorted(
+        tid for tid, r in ctx.evidence.items() if isinstance(r, dict) and "claims" in r
+    )
     claims = [claim for tid in sources for claim in ctx.evidence[tid]["claims"]]
     result = {"answer": " | ".join(claims), "sources": sources}
     trace("done", ctx.task_id)

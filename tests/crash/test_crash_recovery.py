@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lk_helpers import LOOPKERNEL, cli_env
 
+from lk_helpers import LOOPKERNEL, cli_env
 from loopkernel.testing import read_trace
 
 pytestmark = pytest.mark.slow
@@ -55,8 +55,12 @@ def terminal_at_crash(db: Path) -> set[str]:
 
 def assert_each_event_planned_once(db: Path) -> None:
     with sqlite3.connect(db) as conn:
-        events = [r[0] for r in conn.execute(
-            "SELECT seq FROM events WHERE kind != 'run_finished' ORDER BY seq")]
+        events = [
+            r[0]
+            for r in conn.execute(
+                "SELECT seq FROM events WHERE kind != 'run_finished' ORDER BY seq"
+            )
+        ]
         patches = [r[0] for r in conn.execute("SELECT event_seq FROM patches ORDER BY event_seq")]
     assert patches == events
 
@@ -70,10 +74,17 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 CRASHES = [
-    ("task_returned", 1), ("task_returned", 2), ("task_returned", 4),
-    ("event_committed", 1), ("event_committed", 3),
-    ("before_patch", 1), ("before_patch", 3), ("before_patch", 4),
-    ("patch_committed", 2), ("patch_committed", 4), ("patch_committed", 5),
+    ("task_returned", 1),
+    ("task_returned", 2),
+    ("task_returned", 4),
+    ("event_committed", 1),
+    ("event_committed", 3),
+    ("before_patch", 1),
+    ("before_patch", 3),
+    ("before_patch", 4),
+    ("patch_committed", 2),
+    ("patch_committed", 4),
+    ("patch_committed", 5),
 ]
 
 
@@ -82,8 +93,18 @@ def test_a_run_killed_at_a_crash_point_resumes_to_the_same_digest(
     tmp_path: Path, reference: str, point: str, n: int
 ) -> None:
     db, trace = tmp_path / "runs.db", tmp_path / "trace.txt"
-    crashed = cli(db, "run", "speculation", "--scenario", "fast", "--run-id", RUN, "--quiet",
-                  LOOPKERNEL_CRASH_AT=f"{point}:{n}", LOOPKERNEL_TRACE=str(trace))
+    crashed = cli(
+        db,
+        "run",
+        "speculation",
+        "--scenario",
+        "fast",
+        "--run-id",
+        RUN,
+        "--quiet",
+        LOOPKERNEL_CRASH_AT=f"{point}:{n}",
+        LOOPKERNEL_TRACE=str(trace),
+    )
     assert crashed.returncode == -signal.SIGKILL, (crashed.stdout, crashed.stderr)
     in_flight, finished = running_at_crash(db), terminal_at_crash(db)
     assert inspect(db)["status"] == "running"
@@ -104,14 +125,16 @@ def test_a_crash_after_an_approval_resumes_without_rerunning_work_above_the_paus
     tmp_path: Path,
 ) -> None:
     def approved_run(db: Path, trace: Path, crash: str | None) -> dict[str, Any]:
-        first = cli(db, "run", "lk_testapps:gate", "--run-id", RUN, "--quiet",
-                    LOOPKERNEL_TRACE=str(trace))
+        first = cli(
+            db, "run", "lk_testapps:gate", "--run-id", RUN, "--quiet", LOOPKERNEL_TRACE=str(trace)
+        )
         assert first.returncode == 3, first.stderr  # waiting
         ok = cli(db, "approve", RUN, "gate", "--payload", '{"by": "ops"}')
         assert ok.returncode == 0, ok.stderr
         if crash:
-            killed = cli(db, "resume", RUN, "--quiet", LOOPKERNEL_CRASH_AT=crash,
-                         LOOPKERNEL_TRACE=str(trace))
+            killed = cli(
+                db, "resume", RUN, "--quiet", LOOPKERNEL_CRASH_AT=crash, LOOPKERNEL_TRACE=str(trace)
+            )
             assert killed.returncode == -signal.SIGKILL
         done = cli(db, "resume", RUN, "--quiet", LOOPKERNEL_TRACE=str(trace))
         assert done.returncode == 0, done.stderr
@@ -148,10 +171,16 @@ def test_the_db_file_alone_holds_a_finished_run_and_export_copies_one_run(
     tmp_path: Path, reference: str
 ) -> None:
     db = tmp_path / "runs.db"
-    assert cli(db, "run", "speculation", "--scenario", "fast", "--run-id", RUN,
-               "--quiet").returncode == 0
-    assert cli(db, "run", "speculation", "--scenario", "fast", "--run-id", "other",
-               "--quiet").returncode == 0
+    assert (
+        cli(db, "run", "speculation", "--scenario", "fast", "--run-id", RUN, "--quiet").returncode
+        == 0
+    )
+    assert (
+        cli(
+            db, "run", "speculation", "--scenario", "fast", "--run-id", "other", "--quiet"
+        ).returncode
+        == 0
+    )
     copy = tmp_path / "copy.db"
     shutil.copyfile(db, copy)
     assert inspect(copy)["digest"] == reference

@@ -290,7 +290,7 @@ def test_an_approval_that_arrives_while_the_run_is_running_is_picked_up(db_path:
     async def work(ctx: TaskContext) -> Any:
         if ctx.task_id == "slow":
             async with Client(str(db_path)) as other:
-                while (await other.inspect("run-1")).tasks[0]["state"] != "waiting":
+                while (await other.inspect("run-1")).tasks[0]["state"] != "waiting":  # noqa: ASYNC110 - polls another connection
                     await asyncio.sleep(0.01)
                 await other.decide("run-1", "gate", "approve", local=True)
             await asyncio.sleep(0.2)
@@ -398,7 +398,11 @@ def test_a_planner_that_raises_fails_the_run_with_type_and_message(db_path: Path
 
     info = run(read())
     assert info.status is RunStatus.FAILED
-    assert info.verdict == {"kind": "planner_error", "type": "KeyError", "message": "'no such plan'"}
+    assert info.verdict == {
+        "kind": "planner_error",
+        "type": "KeyError",
+        "message": "'no such plan'",
+    }
 
 
 def test_a_worker_that_raises_fails_the_run_by_default(db_path: Path) -> None:

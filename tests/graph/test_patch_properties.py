@@ -114,7 +114,9 @@ def test_accepted_patches_keep_the_graph_acyclic_and_terminal_states_fixed(
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.lists(ops, max_size=4), max_size=12))
-def test_replaying_the_journal_form_rebuilds_the_same_state(script: list[list[tuple[object, ...]]]) -> None:
+def test_replaying_the_journal_form_rebuilds_the_same_state(
+    script: list[list[tuple[object, ...]]],
+) -> None:
     live = GraphState(run_id=RunId("r"), app="t", params=None)
     journal = []
     for raw in script:

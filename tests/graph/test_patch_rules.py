@@ -120,7 +120,11 @@ def test_non_json_input_is_rejected() -> None:
 def test_wait_then_resume_round_trip_counts_epochs() -> None:
     state = state_with(GraphPatch().add(spec("a")), GraphPatch().wait("a", "needs a human"))
     task = state.task("a")
-    assert (task.state, task.wait_reason, task.wait_epoch) == (TaskState.WAITING, "needs a human", 1)
+    assert (task.state, task.wait_reason, task.wait_epoch) == (
+        TaskState.WAITING,
+        "needs a human",
+        1,
+    )
     state.apply(validate(state, GraphPatch().resume("a", {"ok": True}), SKILLS))
     assert state.task("a").state is TaskState.READY
     assert state.task("a").human_input == {"ok": True}

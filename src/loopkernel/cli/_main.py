@@ -62,15 +62,25 @@ def _set_arg(text: str) -> tuple[str, JSON]:
 
 def _finish(outcome: RunOutcome, args: argparse.Namespace) -> int:
     if getattr(args, "json", False):
-        print(json.dumps({"run_id": outcome.run_id, "status": outcome.status.value,
-                          "verdict": outcome.verdict}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "run_id": outcome.run_id,
+                    "status": outcome.status.value,
+                    "verdict": outcome.verdict,
+                },
+                indent=2,
+            )
+        )
     else:
         print(f"run {outcome.run_id}: {outcome.status.value}")
         if outcome.verdict is not None:
             print(f"verdict: {json.dumps(outcome.verdict)}")
         if outcome.status is RunStatus.WAITING:
-            print(f"waiting for a human: loopkernel approve {outcome.run_id} TASK "
-                  f"(or reject), then loopkernel resume {outcome.run_id}")
+            print(
+                f"waiting for a human: loopkernel approve {outcome.run_id} TASK "
+                f"(or reject), then loopkernel resume {outcome.run_id}"
+            )
     return EXIT_CODES[outcome.status]
 
 
@@ -84,40 +94,52 @@ async def cmd_run(args: argparse.Namespace) -> int:
             max_events=args.max_events,
         )
         if not args.json:
-            print(f"run {started.run_id} started ({args.app}"
-                  f"{', scenario ' + args.scenario if args.scenario else ''}) in {client.store.url}")
+            print(
+                f"run {started.run_id} started ({args.app}"
+                f"{', scenario ' + args.scenario if args.scenario else ''}) in {client.store.url}"
+            )
             print(f"approval token (shown once): {started.token}")
         progress = None if args.quiet or args.json else Progress(sys.stdout)
-        outcome = await client.execute(started.run_id, observer=progress,
-                                       max_concurrency=args.concurrency)
+        outcome = await client.execute(
+            started.run_id, observer=progress, max_concurrency=args.concurrency
+        )
         return _finish(outcome, args)
 
 
 async def cmd_demo(args: argparse.Namespace) -> int:
     args.app, args.scenario, args.set, args.run_id = "speculation", "demo", [], None
     args.max_events, args.quiet, args.json, args.concurrency = DEFAULT_MAX_EVENTS, False, False, 16
-    print("LoopKernel demo: three researchers race; at a quorum of two the straggler is "
-          "cancelled in flight\nand a distiller that sees only its ancestors writes the answer.\n")
+    print(
+        "LoopKernel demo: three researchers race; at a quorum of two the straggler is "
+        "cancelled in flight\nand a distiller that sees only its ancestors writes the answer.\n"
+    )
     return await cmd_run(args)
 
 
 async def cmd_resume(args: argparse.Namespace) -> int:
     async with Client(args.db) as client:
         progress = None if args.quiet or args.json else Progress(sys.stdout)
-        outcome = await client.execute(args.run, observer=progress,
-                                       max_concurrency=args.concurrency)
+        outcome = await client.execute(
+            args.run, observer=progress, max_concurrency=args.concurrency
+        )
         return _finish(outcome, args)
 
 
 async def cmd_decide(args: argparse.Namespace) -> int:
     async with Client(args.db) as client:
         event = await client.decide(
-            args.run, args.task, args.decision, payload=args.payload, token=args.token,
+            args.run,
+            args.task,
+            args.decision,
+            payload=args.payload,
+            token=args.token,
             local=args.token is None,
         )
-        print(f"{args.decision} journaled for task {args.task} of run {args.run} "
-              f"(event #{event.seq}); it takes effect when the run resumes: "
-              f"loopkernel resume {args.run}")
+        print(
+            f"{args.decision} journaled for task {args.task} of run {args.run} "
+            f"(event #{event.seq}); it takes effect when the run resumes: "
+            f"loopkernel resume {args.run}"
+        )
         return 0
 
 
@@ -145,8 +167,10 @@ async def cmd_runs(args: argparse.Namespace) -> int:
     async with Client(args.db) as client:
         for info in await client.store.list_runs(args.limit):
             counts = " ".join(f"{k}={v}" for k, v in sorted(info.task_counts.items()))
-            print(f"{info.run_id}  {info.app:<12} {info.status.value:<10} events={info.last_seq} "
-                  f"{counts}")
+            print(
+                f"{info.run_id}  {info.app:<12} {info.status.value:<10} events={info.last_seq} "
+                f"{counts}"
+            )
         return 0
 
 
@@ -160,11 +184,13 @@ async def cmd_export(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="loopkernel",
-        description="A durable runtime for agentic AI: a task graph the planner patches as it runs.",
+        description="A durable runtime for agentic AI: a task graph patched as it runs.",
     )
-    parser.add_argument("--db", default=None,
-                        help="database: a SQLite path or postgresql:// URL "
-                             "(default: $LOOPKERNEL_DB, else runs.db)")
+    parser.add_argument(
+        "--db",
+        default=None,
+        help="database: a SQLite path or postgresql:// URL (default: $LOOPKERNEL_DB, else runs.db)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, handler: Handler, help: str) -> argparse.ArgumentParser:
@@ -181,11 +207,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("run", cmd_run, "start a run of an app and execute it")
     p.add_argument("app", help="app name (speculation, ...) or module:attribute")
     p.add_argument("--scenario", help="a named scenario of the app")
-    p.add_argument("--set", action="append", type=_set_arg, metavar="KEY=VALUE",
-                   help="override an app parameter (VALUE is JSON or a string); repeatable")
+    p.add_argument(
+        "--set",
+        action="append",
+        type=_set_arg,
+        metavar="KEY=VALUE",
+        help="override an app parameter (VALUE is JSON or a string); repeatable",
+    )
     p.add_argument("--run-id", help="the run id (default: a random one)")
-    p.add_argument("--max-events", type=int, default=DEFAULT_MAX_EVENTS,
-                   help=f"runaway guard: most events a run may have (default {DEFAULT_MAX_EVENTS})")
+    p.add_argument(
+        "--max-events",
+        type=int,
+        default=DEFAULT_MAX_EVENTS,
+        help=f"runaway guard: most events a run may have (default {DEFAULT_MAX_EVENTS})",
+    )
     execution_flags(p)
 
     command("demo", cmd_demo, "run the speculation app with a live progress view")
@@ -199,8 +234,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("run")
         p.add_argument("task")
         p.add_argument("--payload", type=_json_arg, default=None, help="JSON handed to the task")
-        p.add_argument("--token", help="the run's approval token; without it, local access "
-                                       "to the database is the authority")
+        p.add_argument(
+            "--token",
+            help="the run's approval token; without it, local access "
+            "to the database is the authority",
+        )
         p.set_defaults(decision=decision)
 
     p = command("cancel", cmd_cancel, "cancel a run")

@@ -83,8 +83,11 @@ def render_inspection(ins: Inspection, out: TextIO, *, journal: bool) -> None:
         state = TaskState(str(task["state"]))
         after = f"  after {','.join(preds[task['task_id']])}" if task["task_id"] in preds else ""
         scope = "  [ancestors]" if task["evidence_scope"] == "ancestors" else ""
-        print(f"  {_MARK[state]} {task['task_id']:<14} {task['skill']:<12} {state.value:<10}"
-              f"{after}{scope}", file=out)
+        print(
+            f"  {_MARK[state]} {task['task_id']:<14} {task['skill']:<12} {state.value:<10}"
+            f"{after}{scope}",
+            file=out,
+        )
         if task["error"] is not None:
             print(f"      error: {json.dumps(task['error'])}", file=out)
     if journal and ins.events is not None:

@@ -102,7 +102,7 @@ UNPLANNED_EVENTS = frozenset({EventKind.RUN_FINISHED, EventKind.TOOL_RESTARTED})
 class TaskSpec:
     """What a planner asks for when it adds a task."""
 
-    task_id: TaskId
+    task_id: str
     """Unique in the run."""
     skill: str
     """The name of a worker in the registry."""

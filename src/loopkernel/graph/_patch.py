@@ -83,7 +83,7 @@ class GraphPatch:
 
     def add(self, task: TaskSpec, *, after: Iterable[str] = ()) -> GraphPatch:
         """Add ``task``, connected after each of ``after``."""
-        edges = [Connect(src=TaskId(a), dst=task.task_id) for a in after]
+        edges = [Connect(src=TaskId(a), dst=TaskId(task.task_id)) for a in after]
         return self._with(Add(task=task), *edges)
 
     def connect(self, src: str, dst: str) -> GraphPatch:

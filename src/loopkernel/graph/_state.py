@@ -217,7 +217,7 @@ def validate(state: GraphState, patch: GraphPatch, skills: Collection[str]) -> D
             raise reject(i, "after_finish", "no op may follow finish")
         match op:
             case Add(task=spec):
-                tid = spec.task_id
+                tid = TaskId(spec.task_id)
                 if not isinstance(tid, str) or not tid or len(tid) > MAX_TASK_ID:
                     raise reject(i, "bad_task_id", f"task id must be 1..{MAX_TASK_ID} characters")
                 if current(tid) is not None:

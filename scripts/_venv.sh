@@ -1,0 +1,21 @@
+# Sourced by scripts/*: make .venv with the project installed (editable) and its extras.
+# Re-installs only when pyproject.toml changed since the last install.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PY="${PYTHON:-python3}"
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "LoopKernel needs Python 3.11 or newer; $PY is $("$PY" --version 2>&1)" >&2
+  exit 2
+fi
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+want="$(sha256sum pyproject.toml | cut -c1-16)-${LK_EXTRAS}"
+if [ "$(cat .venv/.lk-installed 2>/dev/null)" != "$want" ]; then
+  echo "installing loopkernel[${LK_EXTRAS}] into .venv ..." >&2
+  .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v 'is ignored' >&2 || true
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[${LK_EXTRAS}]" 2>&1 | grep -v 'is ignored' >&2 || true
+  .venv/bin/python -c "import loopkernel" || { echo "install failed" >&2; exit 1; }
+  echo "$want" > .venv/.lk-installed
+fi

@@ -1,0 +1,113 @@
+"""The ``loopkernel`` command, as a user runs it: real processes, exit codes, messages."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from lk_helpers import LOOPKERNEL, cli_env
+
+pytestmark = pytest.mark.slow
+
+
+def cli(*args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*LOOPKERNEL, *args],
+        env=cli_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+    )
+
+
+def test_demo_shows_progress_and_succeeds_in_runs_db_of_the_working_directory(
+    tmp_path: Path,
+) -> None:
+    out = cli("demo", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "cancel r3" in out.stdout and "late_result_discarded" in out.stdout
+    assert "succeeded" in out.stdout
+    assert (tmp_path / "runs.db").exists()
+
+
+def test_run_json_and_inspect_json_carry_status_verdict_and_digest(tmp_path: Path) -> None:
+    db = str(tmp_path / "x.db")
+    out = cli("--db", db, "run", "speculation", "--scenario", "fast", "--run-id", "a", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["status"] == "succeeded"
+    ins = cli("inspect", "a", "--json", LOOPKERNEL_DB=db)  # the database from the environment
+    data = json.loads(ins.stdout)
+    assert data["status"] == "succeeded" and len(data["digest"]) == 64
+    assert data["verdict"]["answer"]
+    assert data["journal"][0]["kind"] == "run_started"
+    text = cli("--db", db, "inspect", "a", "--journal")
+    assert "cancel r3" in text.stdout and "[ancestors]" in text.stdout
+
+
+def test_waiting_exit_code_then_approval_from_another_process(tmp_path: Path) -> None:
+    db = str(tmp_path / "x.db")
+    first = cli("--db", db, "run", "lk_testapps:gate", "--run-id", "g")
+    assert first.returncode == 3, first.stderr
+    assert "loopkernel approve g TASK" in first.stdout
+    token = next(line.split(": ")[1] for line in first.stdout.splitlines() if "token" in line)
+    bad = cli("--db", db, "approve", "g", "gate", "--token", "wrong")
+    assert bad.returncode == 2 and "does not match" in bad.stderr
+    ok = cli("--db", db, "approve", "g", "gate", "--token", token, "--payload", '{"by": "me"}')
+    assert ok.returncode == 0, ok.stderr
+    again = cli("--db", db, "approve", "g", "gate", "--token", token)
+    assert again.returncode == 2 and "already answered" in again.stderr
+    done = cli("--db", db, "resume", "g", "--json")
+    assert done.returncode == 0, done.stderr
+
+
+def test_cancel_a_waiting_run(tmp_path: Path) -> None:
+    db = str(tmp_path / "x.db")
+    assert cli("--db", db, "run", "lk_testapps:gate", "--run-id", "g").returncode == 3
+    out = cli("--db", db, "cancel", "g", "--reason", "not today")
+    assert out.returncode == 5, out.stderr
+    data = json.loads(cli("--db", db, "inspect", "g", "--json").stdout)
+    assert data["verdict"] == {"kind": "cancelled", "reason": "not today"}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "nope"], "no app 'nope'"),
+        (["run", "speculation", "--scenario", "zzz"], "no scenario 'zzz'"),
+        (["run", "speculation", "--set", "colour=red"], "no parameter 'colour'"),
+        (["run", "speculation", "--set", "quorum=9"], "quorum must be"),
+        (["inspect", "missing-run"], "no run missing-run"),
+        (["approve", "missing-run", "t"], "no run missing-run"),
+        (["run", "speculation", "--max-events", "1"], "max_events must be at least 2"),
+    ],
+)
+def test_usage_errors_exit_2_with_a_message_that_names_the_problem(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    out = cli("--db", str(tmp_path / "x.db"), *args)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_runaway_exit_code_and_verdict(tmp_path: Path) -> None:
+    db = str(tmp_path / "x.db")
+    out = cli(
+        "--db",
+        db,
+        "run",
+        "speculation",
+        "--scenario",
+        "fast",
+        "--max-events",
+        "3",
+        "--json",
+        "--run-id",
+        "r",
+    )
+    assert out.returncode == 1
+    assert json.loads(out.stdout)["verdict"]["kind"] == "runaway"
