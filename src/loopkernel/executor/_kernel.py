@@ -24,8 +24,15 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
-from loopkernel.errors import LoopKernelError, PatchRejected, UsageError
+from loopkernel.errors import (
+    BudgetExceeded,
+    LoopKernelError,
+    PatchRejected,
+    TripwireFired,
+    UsageError,
+)
 from loopkernel.executor._context import NeedsApproval, TaskContext, ToolCaller, Worker
 from loopkernel.executor._crash import crashpoint
 from loopkernel.graph import (
@@ -43,13 +50,31 @@ from loopkernel.graph import (
     validate,
 )
 from loopkernel.ids import RunId, TaskId, new_run_id
-from loopkernel.planner import Planner
+from loopkernel.planner import Planner, Snapshot
 from loopkernel.store import NewEvent, PatchRecord, Store, digest_of
 
-__all__ = ["DEFAULT_MAX_EVENTS", "Kernel", "RunOutcome", "StartedRun", "hash_token"]
+__all__ = [
+    "DEFAULT_MAX_EVENTS",
+    "Kernel",
+    "PatchGuard",
+    "RunOutcome",
+    "StartedRun",
+    "hash_token",
+]
 
 DEFAULT_MAX_EVENTS = 100_000
 """The runaway guard's default: far above any run the shipped apps make (tens of events)."""
+
+
+class PatchGuard(Protocol):
+    """Policy as the executor consults it: on every patch, before it is validated and applied.
+
+    Raise ``TripwireFired`` or ``BudgetExceeded`` to stop the run as ``escalated``: the
+    proposed patch is journaled as rejected by ``policy`` with the reason, once.
+    """
+
+    def check_patch(self, snapshot: Snapshot, event: Event, patch: GraphPatch) -> None: ...
+
 
 Observer = Callable[[Event, GraphState, PatchRecord | None], None]
 """Called after each event is planned (with its patch record) and at run_finished."""
@@ -90,6 +115,7 @@ class Kernel:
         poll_interval: float = 0.2,
         cancel_grace: float = 5.0,
         observer: Observer | None = None,
+        guard: PatchGuard | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise UsageError(f"max_concurrency must be at least 1, not {max_concurrency}")
@@ -101,6 +127,7 @@ class Kernel:
         self.poll_interval = poll_interval
         self.cancel_grace = cancel_grace
         self.observer = observer
+        self.guard = guard
 
     async def start(
         self,
@@ -384,6 +411,9 @@ class _RunLoop:
         if event.kind is EventKind.CANCEL_REQUESTED:
             verdict = {"kind": "cancelled", "reason": (event.data or {}).get("reason")}
             return self._kernel_finish(event, "cancelled", verdict, "cancel requested")
+        if event.kind is EventKind.TRIPWIRE:
+            verdict = {**event.data["error"], "task_id": event.task_id}
+            return self._kernel_finish(event, "escalated", verdict, "tripwire")
         try:
             proposed = self.k.planner.plan(self.state, event)
             patch = await proposed if inspect.isawaitable(proposed) else proposed
@@ -392,6 +422,18 @@ class _RunLoop:
         except Exception as exc:
             verdict = {"kind": "planner_error", "type": type(exc).__name__, "message": str(exc)}
             return self._kernel_finish(event, "failed", verdict, "the planner raised")
+        if self.k.guard is not None:
+            try:
+                self.k.guard.check_patch(self.state, event, patch)
+            except (TripwireFired, BudgetExceeded) as exc:
+                _, delta = self._kernel_finish(event, "escalated", exc.verdict(), exc.message)
+                return PatchRecord(
+                    event_seq=event.seq,
+                    ops=patch.to_json(),
+                    outcome="rejected",
+                    planner="policy",
+                    reason=exc.message,
+                ), delta
         try:
             delta = validate(self.state, patch, self.k.workers.keys())
         except PatchRejected as exc:
@@ -491,6 +533,9 @@ def _outcome_of(fut: asyncio.Task[JSON], task: Task) -> tuple[EventKind, Task]:
         return EventKind.APPROVAL_REQUIRED, replace(
             task, state=TaskState.WAITING, wait_reason=exc.reason, wait_epoch=task.wait_epoch + 1
         )
+    if isinstance(exc, TripwireFired | BudgetExceeded):
+        # A policy stopped the work inside the task: the run escalates, not the planner's call.
+        return EventKind.TRIPWIRE, replace(task, state=TaskState.FAILED, error=exc.verdict())
     if exc is not None:
         if isinstance(exc, LoopKernelError):
             error = exc.verdict()
@@ -507,7 +552,7 @@ def _outcome_of(fut: asyncio.Task[JSON], task: Task) -> tuple[EventKind, Task]:
 
 
 def _event_data(kind: EventKind, task: Task) -> JSON:
-    if kind is EventKind.TASK_FAILED:
+    if kind in (EventKind.TASK_FAILED, EventKind.TRIPWIRE):
         return {"error": task.error, "attempt": task.attempts}
     if kind is EventKind.APPROVAL_REQUIRED:
         return {"reason": task.wait_reason, "wait_epoch": task.wait_epoch}
