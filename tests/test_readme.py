@@ -16,7 +16,8 @@ def test_the_readme_example_runs_and_prints_what_it_says(tmp_path: Path) -> None
     assert blocks, "the README lost its example"
     script = tmp_path / "example.py"
     script.write_text(blocks[0])
-    out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     assert "status=<RunStatus.SUCCEEDED: 'succeeded'>, verdict=6)" in out.stdout
