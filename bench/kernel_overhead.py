@@ -97,6 +97,20 @@ async def measure(shape: str, n: int, synchronous: str, concurrency: int) -> dic
     }
 
 
+def fsync_floor(samples: int = 300) -> float:
+    """µs for one 4 KiB append + fdatasync in the benchmark's temp dir: the disk's floor."""
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
+        fd = os.open(Path(tmp) / "floor", os.O_WRONLY | os.O_CREAT)
+        page = b"x" * 4096
+        t0 = time.perf_counter()
+        for _ in range(samples):
+            os.write(fd, page)
+            os.fdatasync(fd)
+        elapsed = time.perf_counter() - t0
+        os.close(fd)
+    return round(elapsed / samples * 1e6, 1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="skip the 100,000-task run")
@@ -117,6 +131,8 @@ def main() -> None:
     for n in sizes:
         run("chain", n, "full")
 
+    floor = fsync_floor()
+    print(f"fsync floor: {floor} µs per 4 KiB append + fdatasync")
     print()
     print("| shape | tasks | synchronous | completions/s | µs per task | µs per event "
           "| db bytes/task |")
@@ -138,6 +154,7 @@ def main() -> None:
                     "platform": platform.platform(),
                 },
                 "date": time.strftime("%Y-%m-%d"),
+        "fsync_floor_us": floor,
                 "rows": rows,
             },
             indent=2,
