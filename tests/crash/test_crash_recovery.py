@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -14,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from lk_helpers import LOOPKERNEL, cli_env
-from loopkernel.testing import read_trace
+from lk_helpers import cli_env
+from loopkernel.testing import read_trace, run_cli, was_killed
 
 pytestmark = pytest.mark.slow
 
@@ -23,13 +22,7 @@ RUN = "crash-run"
 
 
 def cli(db: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*LOOPKERNEL, "--db", str(db), *args],
-        env=cli_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_cli(args, db=db, env=cli_env(**env))
 
 
 def inspect(db: Path) -> dict[str, Any]:
@@ -105,7 +98,7 @@ def test_a_run_killed_at_a_crash_point_resumes_to_the_same_digest(
         LOOPKERNEL_CRASH_AT=f"{point}:{n}",
         LOOPKERNEL_TRACE=str(trace),
     )
-    assert crashed.returncode == -signal.SIGKILL, (crashed.stdout, crashed.stderr)
+    assert was_killed(crashed), (crashed.stdout, crashed.stderr)
     in_flight, finished = running_at_crash(db), terminal_at_crash(db)
     assert inspect(db)["status"] == "running"
 
@@ -135,7 +128,7 @@ def test_a_crash_after_an_approval_resumes_without_rerunning_work_above_the_paus
             killed = cli(
                 db, "resume", RUN, "--quiet", LOOPKERNEL_CRASH_AT=crash, LOOPKERNEL_TRACE=str(trace)
             )
-            assert killed.returncode == -signal.SIGKILL
+            assert was_killed(killed)
         done = cli(db, "resume", RUN, "--quiet", LOOPKERNEL_TRACE=str(trace))
         assert done.returncode == 0, done.stderr
         return inspect(db)
