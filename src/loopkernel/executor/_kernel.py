@@ -188,11 +188,9 @@ class _RunLoop:
             await self.store.set_status(self.run_id, RunStatus.RUNNING)
         try:
             crashed = [t.task_id for t in self.state.in_state(TaskState.RUNNING)]
+            self.ready = {t.task_id: None for t in self.state.in_state(TaskState.READY)}
             await self._plan(list(loaded.unplanned))  # with the crashed tasks still running
             await self._recover_running(crashed)
-            for task in self.state.tasks.values():
-                if task.state is TaskState.READY:
-                    self.ready[task.task_id] = None
             while not self.state.finished:
                 await self._start_ready()
                 if not self.running and not self.cancelled:
@@ -234,6 +232,7 @@ class _RunLoop:
             await self.store.append_events(self.run_id, [], back)
             for task in back:
                 self.state.tasks[task.task_id] = task
+                self.ready[task.task_id] = None
 
     def _pick(self) -> list[Task]:
         """Mark as many startable ready tasks running (in memory) as concurrency allows."""
