@@ -64,7 +64,7 @@ def test_layers_import_downward_only() -> None:
 
 def test_apps_use_the_public_api_only() -> None:
     apps = SRC.parent / "loopkernel_apps"
-    public = {"loopkernel", "loopkernel.testing", "loopkernel.tools"}
+    public = {"loopkernel", "loopkernel.testing", "loopkernel.tools", "loopkernel.policy"}
     for path in apps.rglob("*.py"):
         for module in _imports(path):
             if module.startswith("loopkernel.") or module == "loopkernel":

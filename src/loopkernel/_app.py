@@ -13,9 +13,10 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from loopkernel.errors import UsageError
-from loopkernel.executor import ToolCaller, Worker
+from loopkernel.executor import PatchGuard, ToolCaller, Worker
 from loopkernel.graph import JSON
 from loopkernel.planner import Planner
+from loopkernel.store import Store
 
 __all__ = ["App", "AppParts", "load_app"]
 
@@ -30,6 +31,11 @@ class AppParts:
     """The worker registry: the authority surface of the run."""
     tools: ToolCaller | None = None
     """The tool layer, if the app calls tools."""
+    tool_layer: Callable[[Store], ToolCaller] | None = None
+    """Builds the tool layer from the run's store (a ``ToolLayer`` journals effects in it);
+    used when ``tools`` is ``None``."""
+    guard: PatchGuard | None = None
+    """Policy the executor consults on every patch (e.g. ``Policy(...).guard()``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

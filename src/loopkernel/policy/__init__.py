@@ -12,6 +12,7 @@
 Pure: imports nothing above ``loopkernel.graph``; time comes from an injected clock.
 """
 
+from loopkernel.errors import BudgetExceeded, TripwireFired
 from loopkernel.policy._budget import Budget, Usage
 from loopkernel.policy._policy import (
     Clock,
@@ -25,11 +26,13 @@ from loopkernel.policy._policy import (
 
 __all__ = [
     "Budget",
+    "BudgetExceeded",
     "Clock",
     "IrreversibleMode",
     "Policy",
     "PolicyGuard",
     "ToolCall",
+    "TripwireFired",
     "Tripwires",
     "Usage",
     "verify_streak",
