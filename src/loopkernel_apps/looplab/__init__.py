@@ -1,0 +1,87 @@
+"""looplab: a plan -> act -> verify loop with one policy module and one MCP tool layer.
+
+``loopkernel run looplab --scenario S`` with S one of ``baseline``, ``irreversible``,
+``overspend``, ``verify_stuck`` (``docs/looplab.md``). The same loop, on the same tools and
+policy, is written by hand and on LangGraph in ``bench/`` for the scoreboard.
+
+Parameters (``--set KEY=VALUE``): ``policy`` (a ``Policy.to_json()`` object),
+``act_delay`` (seconds the action of step ``slow_step`` takes), ``fault`` (``wrong_type``,
+``timeout`` or ``raise`` in that action), ``tool_timeout`` (seconds). The tool server keeps
+the durable run record under ``$LOOPLAB_DIR`` (default ``.looplab``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from loopkernel import JSON, App, AppParts, Store, UsageError
+from loopkernel.policy import Policy
+from loopkernel.tools import ToolLayer, ToolSource, load_tool_defs
+from loopkernel_apps.looplab._loop import WORKERS, LooplabPlanner, policy_hook
+from loopkernel_apps.looplab.scenarios import EXPECTED, POLICY, SCENARIOS
+from loopkernel_apps.looplab.tools import DEFS
+
+__all__ = ["EXPECTED", "POLICY", "SCENARIOS", "WORKERS", "LooplabPlanner", "app", "tool_source"]
+
+FAULTS = ("", "wrong_type", "timeout", "raise")
+
+
+def data_dir() -> Path:
+    """Where the tool server keeps the durable run records: ``$LOOPLAB_DIR`` or ``.looplab``."""
+    return Path(os.environ.get("LOOPLAB_DIR") or ".looplab").resolve()
+
+
+def tool_source(
+    directory: str | os.PathLike[str] | None = None,
+    *,
+    run: str | None = None,
+    timeout: float = 30.0,
+) -> ToolSource:
+    """The looplab tool server as a stdio source (``run`` pins the record file's name)."""
+    args = ["--dir", os.fspath(directory or data_dir())]
+    if run is not None:
+        args += ["--run", run]
+    return ToolSource.python_module(
+        "looplab",
+        "loopkernel_apps.looplab.tools",
+        *args,
+        defs=load_tool_defs(DEFS),
+        timeouts={"act": timeout, "publish": timeout},
+    )
+
+
+def build(params: Mapping[str, JSON]) -> AppParts:
+    if params["scenario"] not in SCENARIOS:
+        raise UsageError(f"no looplab scenario {params['scenario']!r}")
+    if params["fault"] not in FAULTS:
+        raise UsageError(f"fault must be one of {', '.join(map(repr, FAULTS))}")
+    policy = Policy.from_json(params["policy"])
+    source = tool_source(timeout=float(params["tool_timeout"]))
+
+    def layer(store: Store) -> ToolLayer:
+        return ToolLayer(store, [source], policy_hook=policy_hook(policy, store))
+
+    return AppParts(
+        planner=LooplabPlanner(),
+        workers=WORKERS,
+        tool_layer=layer,
+        guard=policy.guard(),
+    )
+
+
+app = App(
+    name="looplab",
+    description="plan -> act -> verify over MCP tools under one policy (four scenarios)",
+    build=build,
+    defaults={
+        "scenario": "baseline",
+        "policy": POLICY,
+        "act_delay": 0.0,
+        "slow_step": 1,
+        "fault": "",
+        "tool_timeout": 30.0,
+    },
+    scenarios={name: {} for name in SCENARIOS},
+)

@@ -1,0 +1,5 @@
+import sys
+
+from loopkernel_apps.looplab.tools import main
+
+sys.exit(main())
