@@ -1,0 +1,63 @@
+"""The tool layer: schema-validated, journaled tool calls over MCP (stdio).
+
+Client side: ``ToolLayer`` is what a ``Kernel`` is given (``tools=``); each ``ToolSource``
+is a stdio MCP server named by its command line, ours or anyone's. Server side:
+``ToolHost`` serves a frozen ``tool-defs.json`` with a handler per tool. ``docs/tools.md``
+has the whole contract.
+
+Importing this package does not import ``mcp``: the SDK loads when a session opens or a
+server starts.
+"""
+
+from loopkernel.tools._defs import (
+    EFFECTS,
+    Effect,
+    ToolDef,
+    ToolDefs,
+    load_tool_defs,
+    parse_tool_defs,
+)
+from loopkernel.tools._host import (
+    IDEMPOTENCY_META_KEY,
+    CallInfo,
+    Handler,
+    KeyLedger,
+    ToolHost,
+    read_ledger,
+)
+from loopkernel.tools._layer import (
+    PolicyHook,
+    RestartHook,
+    ServerRestart,
+    ToolCallRequest,
+    ToolLayer,
+    allow_all,
+    idempotency_key,
+    require_approval,
+)
+from loopkernel.tools._source import SourceSession, ToolSource
+
+__all__ = [
+    "EFFECTS",
+    "IDEMPOTENCY_META_KEY",
+    "CallInfo",
+    "Effect",
+    "Handler",
+    "KeyLedger",
+    "PolicyHook",
+    "RestartHook",
+    "ServerRestart",
+    "SourceSession",
+    "ToolCallRequest",
+    "ToolDef",
+    "ToolDefs",
+    "ToolHost",
+    "ToolLayer",
+    "ToolSource",
+    "allow_all",
+    "idempotency_key",
+    "load_tool_defs",
+    "parse_tool_defs",
+    "read_ledger",
+    "require_approval",
+]

@@ -1,0 +1,210 @@
+"""Tool definitions as data: the frozen ``tool-defs.json`` a tool set is described by.
+
+::
+
+    {
+      "name": "record",                       optional: the tool set's name
+      "tools": [
+        {
+          "name": "record",
+          "description": "Append an entry to the durable run record.",
+          "effect": "idempotent",             read_only | idempotent | irreversible
+          "inputSchema":  {"type": "object", ...},
+          "outputSchema": {"type": "object", ...}
+        }
+      ]
+    }
+
+Both schemas are JSON Schema (2020-12 unless ``$schema`` says otherwise) with an object at
+the root, as MCP's 2025-11-25 revision requires. Unknown keys are refused: a defs file is
+a contract, and a typo in it must not pass silently.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, TypeAlias, get_args
+
+from loopkernel.errors import UsageError
+from loopkernel.graph import JSON
+from loopkernel.tools._schema import check_schema
+
+__all__ = ["EFFECTS", "Effect", "ToolDef", "ToolDefs", "load_tool_defs", "parse_tool_defs"]
+
+Effect: TypeAlias = Literal["read_only", "idempotent", "irreversible"]
+"""What repeating a call does: nothing, nothing more, or something that cannot be undone."""
+
+EFFECTS: frozenset[str] = frozenset(get_args(Effect))
+
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+_TOOL_KEYS = frozenset({"name", "description", "effect", "inputSchema", "outputSchema"})
+_FILE_KEYS = frozenset({"name", "tools"})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolDef:
+    """One tool: its name, what it does, its two schemas and its effect class."""
+
+    name: str
+    """Unique in its tool set; what ``call_tool`` names."""
+    description: str
+    """What a caller (or a model) is told the tool does."""
+    input_schema: Mapping[str, JSON]
+    """JSON Schema the arguments must satisfy, checked before a call leaves the client."""
+    output_schema: Mapping[str, JSON] | None
+    """JSON Schema the structured result must satisfy, on the server and on receipt.
+    ``None`` only for third-party tools that publish none."""
+    effect: Effect
+    """``read_only``, ``idempotent`` or ``irreversible``; the policy hook sees it."""
+
+    def to_json(self) -> dict[str, JSON]:
+        """The defs-file form (camelCase schema keys, as on the MCP wire)."""
+        out: dict[str, JSON] = {
+            "name": self.name,
+            "description": self.description,
+            "effect": self.effect,
+            "inputSchema": dict(self.input_schema),
+        }
+        if self.output_schema is not None:
+            out["outputSchema"] = dict(self.output_schema)
+        return out
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolDefs:
+    """A tool set: the parsed contents of one ``tool-defs.json``."""
+
+    name: str
+    """The set's name (the file's ``name``, else the file's parent directory)."""
+    tools: tuple[ToolDef, ...]
+    """In file order."""
+
+    def __iter__(self) -> Iterator[ToolDef]:
+        return iter(self.tools)
+
+    def __len__(self) -> int:
+        return len(self.tools)
+
+    def __contains__(self, name: object) -> bool:
+        return any(t.name == name for t in self.tools)
+
+    def get(self, name: str) -> ToolDef | None:
+        for tool in self.tools:
+            if tool.name == name:
+                return tool
+        return None
+
+    def names(self) -> list[str]:
+        return [t.name for t in self.tools]
+
+
+def load_tool_defs(path: str | os.PathLike[str]) -> ToolDefs:
+    """Read and check a ``tool-defs.json``; ``UsageError`` names the file and the fault."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read tool defs {p}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"tool defs {p} is not JSON: {exc}") from None
+    return parse_tool_defs(data, origin=str(p), default_name=p.parent.name or "tools")
+
+
+def parse_tool_defs(data: JSON, *, origin: str = "<defs>", default_name: str = "tools") -> ToolDefs:
+    """Check a defs document (already parsed JSON) and return it as values."""
+
+    def bad(msg: str) -> UsageError:
+        return UsageError(f"tool defs {origin}: {msg}")
+
+    if not isinstance(data, dict):
+        raise bad('the top level must be an object {"tools": [...]}')
+    if extra := sorted(set(data) - _FILE_KEYS):
+        raise bad(f"unknown top-level key(s) {', '.join(map(repr, extra))}; allowed: name, tools")
+    name = data.get("name", default_name)
+    if not isinstance(name, str) or not name:
+        raise bad("'name' must be a non-empty string")
+    tools = data.get("tools")
+    if not isinstance(tools, list) or not tools:
+        raise bad("'tools' must be a non-empty list")
+    seen: set[str] = set()
+    out: list[ToolDef] = []
+    for i, raw in enumerate(tools):
+
+        def bad_tool(msg: str, i: int = i) -> UsageError:
+            return bad(f"tools[{i}]: {msg}")
+
+        tool = _parse_tool(raw, bad_tool)
+        if tool.name in seen:
+            raise bad(f"tools[{i}]: duplicate tool name {tool.name!r}")
+        seen.add(tool.name)
+        out.append(tool)
+    return ToolDefs(name=name, tools=tuple(out))
+
+
+def _parse_tool(raw: JSON, bad: Callable[[str], UsageError]) -> ToolDef:
+    if not isinstance(raw, dict):
+        raise bad("each tool must be an object")
+    missing = sorted(_TOOL_KEYS - set(raw))
+    if missing:
+        raise bad(f"missing key(s) {', '.join(map(repr, missing))}")
+    if extra := sorted(set(raw) - _TOOL_KEYS):
+        allowed = ", ".join(sorted(_TOOL_KEYS))
+        raise bad(f"unknown key(s) {', '.join(map(repr, extra))}; allowed: {allowed}")
+    name, description, effect = raw["name"], raw["description"], raw["effect"]
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise bad(f"name {name!r} must be 1-128 characters of A-Z a-z 0-9 _ . -")
+    if not isinstance(description, str):
+        raise bad(f"{name}: description must be a string")
+    if effect not in EFFECTS:
+        raise bad(f"{name}: effect {effect!r} must be one of {', '.join(sorted(EFFECTS))}")
+    schemas = []
+    for key in ("inputSchema", "outputSchema"):
+        schema = raw[key]
+        problem = object_schema_problem(schema)
+        if problem:
+            raise bad(f"{name}: {key} {problem}")
+        schemas.append(schema)
+    return ToolDef(
+        name=name,
+        description=description,
+        effect=effect,
+        input_schema=schemas[0],
+        output_schema=schemas[1],
+    )
+
+
+def object_schema_problem(schema: JSON) -> str | None:
+    """Why ``schema`` is not a valid JSON Schema with an object at its root, or ``None``."""
+    if not isinstance(schema, dict):
+        return "must be a JSON Schema object"
+    if schema.get("type") != "object":
+        return 'must have "type": "object" at its root (MCP 2025-11-25)'
+    return check_schema(schema)
+
+
+def effect_of(value: JSON) -> Effect | None:
+    """``value`` as an effect class, or ``None`` when it is not one."""
+    for effect in get_args(Effect):
+        if value == effect:
+            return effect  # type: ignore[no-any-return]
+    return None
+
+
+def same_schemas(a: ToolDef, b: ToolDef) -> bool:
+    """Whether two definitions of one tool publish the same schemas and effect."""
+    return (
+        _canon(a.input_schema) == _canon(b.input_schema)
+        and _canon(a.output_schema) == _canon(b.output_schema)
+        and a.effect == b.effect
+    )
+
+
+def _canon(value: JSON) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,504 @@
+"""The tool layer: every tool call of a run goes through ``ToolLayer.call``.
+
+One call, in order::
+
+    key = run_id/task_id/call_index
+    journaled already?   done -> return its result      failed -> raise its error again
+                         intended -> re-send below with the same key (in flight at a crash)
+    resolve the tool     (frozen defs first: no server is spawned to learn a schema)
+    check arguments      against inputSchema                   -> ToolError invalid_arguments
+    policy hook          first send only; may raise NeedsApproval (the task parks)
+    journal intended     store.intend_effect
+    crashpoint("tool_sent")
+    send                 one long-lived session per source; key in _meta; deadline
+                         the server died? restart it once (on_restart), re-send, same key
+    crashpoint("tool_returned")
+    journal the outcome  done + result, or failed + error for a ToolError
+
+``ToolTimeout`` and ``ToolUnavailable`` leave the effect ``intended``: nobody knows whether
+the call had its effect, so a resumed run re-sends it with the same key and the server's
+duplicate check decides. A ``ToolError`` is an answer, journaled as ``failed`` and raised
+again on replay, so a resumed run fails the same way without calling again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import weakref
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, TypeAlias
+
+from loopkernel.errors import (
+    ReplayDivergence,
+    ToolError,
+    ToolTimeout,
+    ToolUnavailable,
+    UsageError,
+)
+from loopkernel.executor._context import NeedsApproval, TaskContext
+from loopkernel.executor._crash import crashpoint
+from loopkernel.graph import JSON
+from loopkernel.ids import RunId, TaskId
+from loopkernel.store import EffectRecord, Store
+from loopkernel.tools._defs import Effect, ToolDef
+from loopkernel.tools._schema import SchemaCache, json_problem
+from loopkernel.tools._source import SourceSession, ToolSource, check_arguments
+
+__all__ = [
+    "PolicyHook",
+    "RestartHook",
+    "ServerRestart",
+    "ToolCallRequest",
+    "ToolLayer",
+    "allow_all",
+    "idempotency_key",
+    "require_approval",
+]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCallRequest:
+    """What the policy hook is shown before a call is sent for the first time."""
+
+    run_id: RunId
+    task_id: TaskId
+    attempt: int
+    """The task's attempt (more than 1 after a crash)."""
+    call_index: int
+    """0-based index of the call within this execution of the task."""
+    key: str
+    """The idempotency key, ``run_id/task_id/call_index``."""
+    tool: str
+    source: str
+    """The name of the tool source that serves it."""
+    effect: Effect
+    arguments: Mapping[str, JSON]
+    human_input: JSON
+    """What a human answered when the task was last resumed (``ctx.human_input``)."""
+    wait_epoch: int
+    """How many times the task was parked, so how many approvals it has had."""
+    irreversible_seq: int
+    """1-based count of irreversible calls in this execution so far, this one included
+    (0 for a call that is not irreversible)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ServerRestart:
+    """One restart of a dead tool server, as ``restart_log`` keeps it."""
+
+    source: str
+    reason: str
+    """Why: the error the dead server caused."""
+    run_id: RunId
+    task_id: TaskId
+    tool: str
+    """The call that found the server dead (and is re-sent after the restart)."""
+    count: int
+    """Restarts of this source so far, this one included."""
+
+
+PolicyHook: TypeAlias = Callable[[ToolCallRequest], Awaitable[None] | None]
+"""Return to allow the call; raise ``NeedsApproval`` to park the task, or a ``RunError``
+(``BudgetExceeded``, ``TripwireFired`` ...) to stop it."""
+
+RestartHook: TypeAlias = Callable[[str, str], Awaitable[None] | None]
+"""``on_restart(source_name, reason)``, awaited before the dead server is restarted."""
+
+
+def idempotency_key(run_id: str, task_id: str, index: int) -> str:
+    """The key of the ``index``-th tool call of a task: the same in every execution."""
+    return f"{run_id}/{task_id}/{index}"
+
+
+def allow_all(request: ToolCallRequest) -> None:
+    """A policy hook that allows every call (tests, read-only tool sets)."""
+
+
+def require_approval(request: ToolCallRequest) -> None:
+    """The default hook: an irreversible call waits for a human's approval.
+
+    The n-th irreversible call of a task execution is allowed once the task has been
+    approved n times (``wait_epoch >= n``: a parked task only runs again when a human
+    resumed it). Until then the task parks with a reason naming the tool and the key.
+    A worker that parks its task for reasons of its own spends epochs this rule counts;
+    the real policy module will key approvals to calls.
+    """
+    if request.effect != "irreversible" or request.wait_epoch >= request.irreversible_seq:
+        return
+    raise NeedsApproval(
+        f"tool {request.tool!r} is irreversible: approve task {request.task_id!r} "
+        f"to send call {request.key}",
+        tool=request.tool,
+    )
+
+
+class _Slot:
+    """One source's live state in a layer: its session, restarts, or why it is gone."""
+
+    def __init__(self, source: ToolSource) -> None:
+        self.source = source
+        self.session: SourceSession | None = None
+        self.lock = asyncio.Lock()
+        self.restarts = 0
+        self.failed: ToolUnavailable | None = None
+
+
+class ToolLayer:
+    """The ``ToolCaller`` a ``Kernel`` is given: journaled, validated, policed tool calls.
+
+    ::
+
+        async with ToolLayer(store, [ToolSource.python_module("rec", "my.tools")]) as tools:
+            kernel = Kernel(store, planner, workers, tools=tools)
+            await kernel.run(run_id)
+
+    Sessions open lazily, one per source, on the first call that needs them, and stay open
+    until the layer closes. Use one layer per run: the restart budget is per layer.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        sources: Sequence[ToolSource],
+        *,
+        policy_hook: PolicyHook = require_approval,
+        default_timeout: float = 30.0,
+        on_restart: RestartHook | None = None,
+    ) -> None:
+        names = [s.name for s in sources]
+        if len(set(names)) != len(names):
+            raise UsageError(f"tool source names must be unique: {names}")
+        if not default_timeout > 0:
+            raise UsageError(f"default_timeout must be > 0, not {default_timeout}")
+        self.store = store
+        self.sources = tuple(sources)
+        self.policy_hook = policy_hook
+        self.default_timeout = default_timeout
+        self.on_restart = on_restart
+        self.spawns = 0
+        """Server processes started so far (restarts included)."""
+        self.sent = 0
+        """``tools/call`` requests sent so far (a re-send after a restart counts)."""
+        self._slots = [_Slot(s) for s in self.sources]
+        self._where: dict[str, tuple[_Slot, ToolDef]] = {}
+        self._schemas = SchemaCache()
+        self._restart_log: list[ServerRestart] = []
+        self._irreversible: weakref.WeakKeyDictionary[TaskContext, int] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._open = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def __aenter__(self) -> ToolLayer:
+        self._open = True
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close every session (each server gets its stdin closed, then a kill if need be)."""
+        self._open = False
+        sessions = [s.session for s in self._slots if s.session is not None]
+        for slot in self._slots:
+            slot.session = None
+        await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
+
+    @property
+    def restarts(self) -> dict[str, int]:
+        """Restarts so far, per source name."""
+        return {slot.source.name: slot.restarts for slot in self._slots}
+
+    @property
+    def restart_log(self) -> tuple[ServerRestart, ...]:
+        return tuple(self._restart_log)
+
+    # -- discovery -------------------------------------------------------------------------
+
+    async def resolve(self, name: str) -> tuple[str, ToolDef]:
+        """``(source name, definition)`` of tool ``name``; the first source that has it wins.
+
+        Sources with frozen defs answer without spawning; the others are opened in order.
+        """
+        slot, tool = await self._resolve(name)
+        return slot.source.name, tool
+
+    async def list_tools(self) -> list[tuple[str, ToolDef]]:
+        """Every tool of every source, as ``(source name, definition)`` (opens them all)."""
+        out: list[tuple[str, ToolDef]] = []
+        for slot in self._slots:
+            session = await self._session(slot, tool=None)
+            out.extend((slot.source.name, t) for t in session.tools.values())
+        return out
+
+    async def _resolve(self, name: str) -> tuple[_Slot, ToolDef]:
+        hit = self._where.get(name)
+        if hit is not None:
+            return hit
+        for slot in self._slots:
+            defs = slot.source.defs
+            if defs is not None and (tool := defs.get(name)) is not None:
+                effect = slot.source.effects.get(name, tool.effect)
+                if effect != tool.effect:
+                    tool = ToolDef(
+                        name=tool.name,
+                        description=tool.description,
+                        input_schema=tool.input_schema,
+                        output_schema=tool.output_schema,
+                        effect=effect,
+                    )
+                self._where[name] = (slot, tool)
+                return slot, tool
+        for slot in self._slots:
+            if slot.source.defs is not None:
+                continue
+            session = await self._session(slot, tool=name)
+            if name in session.tools:
+                self._where[name] = (slot, session.tools[name])
+                return self._where[name]
+        raise ToolError(
+            f"no tool source serves {name!r} (sources: "
+            f"{', '.join(s.name for s in self.sources) or 'none'})",
+            tool=name,
+            kind="unknown_tool",
+        )
+
+    # -- the call --------------------------------------------------------------------------
+
+    async def call(
+        self,
+        ctx: TaskContext,
+        index: int,
+        name: str,
+        arguments: Mapping[str, JSON],
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - a per-call deadline handed on
+    ) -> JSON:
+        """Call tool ``name`` as the ``index``-th call of ``ctx``'s task; see the module doc.
+
+        ``timeout`` overrides the tool's deadline (``ToolSource.timeouts``, else the
+        layer's ``default_timeout``) for this call.
+        """
+        if not self._open:
+            raise UsageError("the tool layer is not open; use `async with ToolLayer(...)`")
+        args = dict(arguments)
+        if (problem := json_problem(args)) is not None:
+            raise ToolError(
+                f"{name}: arguments are not JSON: {problem}", tool=name, kind="invalid_arguments"
+            )
+        run_id, key = ctx.run_id, idempotency_key(ctx.run_id, ctx.task_id, index)
+        prior = await self.store.get_effect(run_id, key)
+        if prior is not None:
+            _check_same(prior, name, args)
+            self._count(ctx, prior.effect)
+            if prior.status == "done":
+                return prior.result
+            if prior.status == "failed":
+                raise _error_from_journal(prior.error, name)
+        slot, tool = await self._resolve(name)
+        check_arguments(self._schemas, tool, args)
+        if prior is None:
+            seq = self._count(ctx, tool.effect)
+            await self._police(ctx, index, key, slot, tool, args, seq)
+            await self._session(slot, tool=name)  # a server that cannot start: nothing journaled
+            record = await self.store.intend_effect(
+                EffectRecord(
+                    run_id=run_id,
+                    key=key,
+                    task_id=ctx.task_id,
+                    call_index=index,
+                    tool=name,
+                    effect=tool.effect,
+                    arguments=args,
+                    status="intended",
+                )
+            )
+            if record.status == "done":  # another executor got there first
+                return record.result
+            if record.status == "failed":
+                raise _error_from_journal(record.error, name)
+        crashpoint("tool_sent")
+        limit = timeout or slot.source.timeouts.get(name) or self.default_timeout
+        try:
+            value = await self._send(slot, tool, args, key, limit, ctx)
+        except ToolError as err:
+            crashpoint("tool_returned")
+            await self.store.finish_effect(run_id, key, status="failed", error=err.verdict())
+            raise
+        crashpoint("tool_returned")
+        await self.store.finish_effect(run_id, key, status="done", result=value)
+        return value
+
+    def _count(self, ctx: TaskContext, effect: str) -> int:
+        if effect != "irreversible":
+            return 0
+        n = self._irreversible.get(ctx, 0) + 1
+        self._irreversible[ctx] = n
+        return n
+
+    async def _police(
+        self,
+        ctx: TaskContext,
+        index: int,
+        key: str,
+        slot: _Slot,
+        tool: ToolDef,
+        args: dict[str, JSON],
+        seq: int,
+    ) -> None:
+        request = ToolCallRequest(
+            run_id=ctx.run_id,
+            task_id=ctx.task_id,
+            attempt=ctx.attempt,
+            call_index=index,
+            key=key,
+            tool=tool.name,
+            source=slot.source.name,
+            effect=tool.effect,
+            arguments=args,
+            human_input=ctx.human_input,
+            wait_epoch=ctx.wait_epoch,
+            irreversible_seq=seq,
+        )
+        verdict = self.policy_hook(request)
+        if inspect.isawaitable(verdict):
+            await verdict
+
+    async def _send(
+        self,
+        slot: _Slot,
+        tool: ToolDef,
+        args: dict[str, JSON],
+        key: str,
+        limit: float,
+        ctx: TaskContext,
+    ) -> JSON:
+        while True:
+            session = await self._session(slot, tool=tool.name)
+            self.sent += 1
+            try:
+                return await session.call(tool.name, args, key=key, time_limit=limit)
+            except ToolUnavailable as err:
+                if err.attrs.get("kind") != "server_died":
+                    await self._fail(slot, session, err)
+                    raise
+                if not await self._restart(slot, session, err, ctx, tool.name):
+                    raise ToolUnavailable(
+                        f"{err.message} (it died again after {slot.restarts} restart(s))",
+                        **err.attrs,
+                    ) from None
+
+    # -- sessions --------------------------------------------------------------------------
+
+    async def _session(self, slot: _Slot, *, tool: str | None) -> SourceSession:
+        if slot.session is not None and slot.failed is None:
+            return slot.session
+        async with slot.lock:
+            if slot.failed is not None:
+                raise _again(slot.failed, tool)
+            if slot.session is None:
+                if not self._open:
+                    raise UsageError("the tool layer is closed")
+                session = SourceSession(slot.source, schemas=self._schemas)
+                self.spawns += 1
+                try:
+                    await session.open()
+                except ToolUnavailable as err:
+                    slot.failed = err
+                    raise _again(err, tool) from None
+                slot.session = session
+            return slot.session
+
+    async def _fail(self, slot: _Slot, session: SourceSession, err: ToolUnavailable) -> None:
+        """Mark a source gone for the rest of the layer's life (garbage on stdout ...)."""
+        async with slot.lock:
+            if slot.session is session:
+                slot.failed = err
+                slot.session = None
+        await session.close()
+
+    async def _restart(
+        self,
+        slot: _Slot,
+        dead: SourceSession,
+        err: ToolUnavailable,
+        ctx: TaskContext,
+        tool: str,
+    ) -> bool:
+        """Replace a dead session if the budget allows; whether the caller may re-send."""
+        async with slot.lock:
+            if slot.session is not dead:  # another call restarted it (or it failed for good)
+                return slot.failed is None
+            if slot.restarts >= slot.source.max_restarts:
+                slot.failed = err
+                slot.session = None
+                await dead.close()
+                return False
+            slot.restarts += 1
+            slot.session = None
+            await dead.close()
+            entry = ServerRestart(
+                source=slot.source.name,
+                reason=err.message,
+                run_id=ctx.run_id,
+                task_id=ctx.task_id,
+                tool=tool,
+                count=slot.restarts,
+            )
+            self._restart_log.append(entry)
+            if self.on_restart is not None:
+                done = self.on_restart(slot.source.name, err.message)
+                if inspect.isawaitable(done):
+                    await done
+        return True
+
+
+def _again(err: ToolUnavailable, tool: str | None) -> ToolUnavailable:
+    """A fresh copy of a source's failure, naming the tool this call wanted."""
+    attrs: dict[str, Any] = dict(err.attrs)
+    if tool is not None:
+        attrs["tool"] = tool
+    return ToolUnavailable(err.message, **attrs)
+
+
+def _canon(value: JSON) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _check_same(prior: EffectRecord, name: str, args: Mapping[str, JSON]) -> None:
+    if prior.tool != name or _canon(prior.arguments) != _canon(args):
+        raise ReplayDivergence(
+            f"call {prior.key} was journaled as {prior.tool}({_canon(prior.arguments)}) but now "
+            f"asks for {name}({_canon(args)}): the task does not make the same tool calls in "
+            "the same order on every execution",
+            key=prior.key,
+            tool=name,
+            journaled_tool=prior.tool,
+        )
+
+
+_ERRORS: dict[str, type[ToolError | ToolTimeout | ToolUnavailable]] = {
+    "ToolError": ToolError,
+    "ToolTimeout": ToolTimeout,
+    "ToolUnavailable": ToolUnavailable,
+}
+
+
+def _error_from_journal(error: JSON, tool: str) -> ToolError | ToolTimeout | ToolUnavailable:
+    """The error a journaled failure stands for, rebuilt so its verdict is the same."""
+    if not isinstance(error, dict):
+        return ToolError(f"{tool}: failed (journaled)", tool=tool, kind="handler_error")
+    cls = _ERRORS.get(str(error.get("type")), ToolError)
+    attrs = {k: v for k, v in error.items() if k not in ("type", "message")}
+    attrs.setdefault("tool", tool)
+    return cls(str(error.get("message", "")), **attrs)

@@ -1,0 +1,84 @@
+"""The fault tool set: every way a tool server can misbehave, on demand.
+
+Run it with ``python -m loopkernel.tools.testkit.faults [--refuse | --garbage-at-start]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from loopkernel.graph import JSON
+from loopkernel.tools._host import CallInfo, ToolHost
+
+__all__ = ["build_host", "main"]
+
+DEFS = Path(__file__).with_name("tool-defs.json")
+GARBAGE = b"this line is not JSON-RPC\n"
+
+
+def build_host(wire: int | None = None) -> ToolHost:
+    """The host with every fault registered; ``wire`` is a descriptor of the MCP stdout
+    (the SDK points fd 1 at stderr while it serves, so ``garbage`` needs its own copy)."""
+    host = ToolHost.from_file(DEFS)
+
+    @host.tool("echo")
+    async def echo(args: dict[str, JSON], call: CallInfo) -> JSON:
+        return {"text": args["text"]}
+
+    @host.tool("wrong_type")
+    async def wrong_type(args: dict[str, JSON], call: CallInfo) -> JSON:
+        return {"price": "0.40"}
+
+    @host.tool("slow")
+    async def slow(args: dict[str, JSON], call: CallInfo) -> JSON:
+        import anyio
+
+        await anyio.sleep(float(args["seconds"]))
+        return {"slept": args["seconds"]}
+
+    @host.tool("fail")
+    async def fail(args: dict[str, JSON], call: CallInfo) -> JSON:
+        raise RuntimeError(str(args.get("message", "the handler raised on purpose")))
+
+    @host.tool("crash")
+    async def crash(args: dict[str, JSON], call: CallInfo) -> JSON:
+        os._exit(17)
+
+    @host.tool("crash_once")
+    def crash_once(args: dict[str, JSON], call: CallInfo) -> JSON:
+        marker = Path(str(args["marker"]))
+        if not marker.exists():
+            marker.write_text(call.key or "", encoding="utf-8")
+            os._exit(17)
+        return {"survived": True}
+
+    @host.tool("garbage")
+    async def garbage(args: dict[str, JSON], call: CallInfo) -> JSON:
+        import anyio
+
+        os.write(wire if wire is not None else 1, GARBAGE)
+        await anyio.sleep(3600)
+        return {}
+
+    return host
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loopkernel.tools.testkit.faults")
+    parser.add_argument("--refuse", action="store_true", help="exit 3 without speaking MCP")
+    parser.add_argument(
+        "--garbage-at-start", action="store_true", help="print a banner on stdout, then serve"
+    )
+    args = parser.parse_args(argv)
+    if args.refuse:
+        print("faults: refusing to start (--refuse)", file=sys.stderr, flush=True)
+        return 3
+    if args.garbage_at_start:
+        os.write(1, b"faults server starting...\n")
+    host = build_host(wire=os.dup(1))
+    host.run()
+    return 0

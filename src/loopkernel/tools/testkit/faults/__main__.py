@@ -1,0 +1,5 @@
+import sys
+
+from loopkernel.tools.testkit.faults import main
+
+sys.exit(main())

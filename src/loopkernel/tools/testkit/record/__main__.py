@@ -1,0 +1,5 @@
+import sys
+
+from loopkernel.tools.testkit.record import main
+
+sys.exit(main())

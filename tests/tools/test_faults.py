@@ -1,0 +1,190 @@
+"""The six faults, each with a real MCP server in a real subprocess, through the whole layer.
+
+Each call raises the error kind a caller can act on, within its deadline plus a small
+margin: never a hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loopkernel import TaskContext, ToolError, ToolTimeout, ToolUnavailable
+from loopkernel.store import SQLiteStore
+from loopkernel.tools import ToolLayer, ToolSource, allow_all
+from loopkernel.tools.testkit import faults_source
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
+
+KEY = "run-1/t1/{}"
+MakeCtx = Callable[..., TaskContext]
+
+
+def layer(store: SQLiteStore, *sources: ToolSource, **kw: Any) -> ToolLayer:
+    return ToolLayer(store, sources or [faults_source()], policy_hook=allow_all, **kw)
+
+
+async def timed(coro: Any) -> tuple[float, BaseException | None, Any]:
+    start = time.monotonic()
+    try:
+        value = await coro
+    except Exception as exc:
+        return time.monotonic() - start, exc, None
+    return time.monotonic() - start, None, value
+
+
+def test_wrong_type_raise_and_timeout_keep_the_session(
+    store: SQLiteStore, make_ctx: MakeCtx
+) -> None:
+    async def scenario() -> None:
+        async with layer(store, faults_source(timeouts={"slow": 0.3})) as tools:
+            ctx = make_ctx(tools)
+            assert await ctx.call_tool("echo", {"text": "warm"}) == {"text": "warm"}
+
+            took, err, _ = await timed(ctx.call_tool("wrong_type"))
+            assert isinstance(err, ToolError) and err.attrs["kind"] == "invalid_output"
+            assert "'0.40' is not of type 'number'" in err.message and took < 1
+
+            took, err, _ = await timed(ctx.call_tool("fail", {"message": "no disk"}))
+            assert type(err) is ToolError and err.attrs["kind"] == "handler_error"
+            assert "RuntimeError: no disk" in err.message and took < 1
+
+            # the tool's deadline (ToolSource.timeouts) ...
+            took, err, _ = await timed(ctx.call_tool("slow", {"seconds": 30}))
+            assert isinstance(err, ToolTimeout) and err.attrs["kind"] == "timeout"
+            assert err.attrs["timeout"] == 0.3 and 0.3 <= took < 1.3
+            v = err.verdict()
+            assert (v["type"], v["kind"], v["tool"]) == ("ToolTimeout", "timeout", "slow")
+            # ... and one call's own deadline
+            took, err, _ = await timed(tools.call(ctx, 99, "slow", {"seconds": 30}, timeout=0.6))
+            assert isinstance(err, ToolTimeout) and err.attrs["timeout"] == 0.6
+            assert 0.6 <= took < 1.6
+
+            # the session survived them all: same process, next call answers at once
+            took, err, value = await timed(ctx.call_tool("echo", {"text": "still here"}))
+            assert err is None and value == {"text": "still here"} and took < 1
+            assert tools.spawns == 1
+
+        effects = {e.key: e for e in await store.effects("run-1")}
+        assert effects[KEY.format(0)].status == "done"
+        assert effects[KEY.format(1)].status == "failed"
+        assert effects[KEY.format(1)].error["kind"] == "invalid_output"
+        assert effects[KEY.format(2)].error["kind"] == "handler_error"
+        # a timeout leaves the call intended: nobody knows whether it had its effect
+        assert effects[KEY.format(3)].status == "intended"
+        assert effects[KEY.format(99)].status == "intended"
+
+    asyncio.run(scenario())
+
+
+def test_a_server_that_dies_is_restarted_once_and_the_call_resent(
+    store: SQLiteStore, make_ctx: MakeCtx, tmp_path: Path
+) -> None:
+    restarts: list[tuple[str, str]] = []
+
+    async def on_restart(source: str, reason: str) -> None:
+        restarts.append((source, reason))
+
+    async def scenario() -> None:
+        async with layer(store, on_restart=on_restart) as tools:
+            ctx = make_ctx(tools)
+            marker = tmp_path / "died-once"
+            took, err, value = await timed(ctx.call_tool("crash_once", {"marker": str(marker)}))
+            assert err is None and value == {"survived": True}
+            # the re-sent call carried the same idempotency key as the one that killed it
+            assert marker.read_text() == KEY.format(0)
+            assert tools.restarts == {"faults": 1} and tools.spawns == 2
+            assert [(r.source, r.tool, r.count) for r in tools.restart_log] == [
+                ("faults", "crash_once", 1)
+            ]
+
+            # the budget is spent: the next death is final, and says so
+            took, err, _ = await timed(ctx.call_tool("crash"))
+            assert isinstance(err, ToolUnavailable) and err.attrs["kind"] == "server_died"
+            assert "died again" in err.message and took < 5
+            # and the source stays gone, without spawning again
+            took, err, _ = await timed(ctx.call_tool("echo", {"text": "x"}))
+            assert isinstance(err, ToolUnavailable) and err.attrs["kind"] == "server_died"
+            assert err.attrs["tool"] == "echo" and took < 0.5 and tools.spawns == 2
+
+    asyncio.run(scenario())
+    assert len(restarts) == 1 and restarts[0][0] == "faults"
+    assert "server_died" in restarts[0][1] and "crash_once" in restarts[0][1]
+
+
+def test_crash_every_time_is_unavailable_after_one_restart(
+    store: SQLiteStore, make_ctx: MakeCtx
+) -> None:
+    async def scenario() -> None:
+        async with layer(store) as tools:
+            took, err, _ = await timed(make_ctx(tools).call_tool("crash"))
+            assert isinstance(err, ToolUnavailable) and err.attrs["kind"] == "server_died"
+            assert tools.restarts == {"faults": 1} and tools.spawns == 2
+            assert took < 15  # two spawns on a slow machine, never a hang
+        (effect,) = await store.effects("run-1")
+        assert effect.status == "intended"  # unknown outcome: a resumed run re-sends it
+
+    asyncio.run(scenario())
+
+
+def test_garbage_on_stdout_fails_the_call_at_once(store: SQLiteStore, make_ctx: MakeCtx) -> None:
+    async def scenario() -> None:
+        async with layer(store) as tools:
+            ctx = make_ctx(tools)
+            await ctx.call_tool("echo", {"text": "open the session first"})
+            took, err, _ = await timed(tools.call(ctx, 1, "garbage", {}, timeout=20))
+            assert isinstance(err, ToolUnavailable) and err.attrs["kind"] == "not_mcp"
+            assert "this line is not JSON-RPC" in err.message
+            assert took < 1  # not the 20 s deadline: the pump saw the line
+            assert tools.restarts == {"faults": 0}  # garbage is not restarted
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("source", "kind", "detail"),
+    [
+        (faults_source("--refuse"), "cannot_start", "refusing to start (--refuse)"),
+        (faults_source("--garbage-at-start"), "not_mcp", "faults server starting..."),
+        (ToolSource(name="faults", command=("no-such-server-xyz",)), "cannot_start", "not found"),
+        (
+            ToolSource(name="faults", command=("sleep", "30"), start_timeout=0.5),
+            "not_mcp",
+            "no MCP answer to initialize within 0.5 s",
+        ),
+    ],
+    ids=["refuse", "garbage-at-start", "missing-command", "silent"],
+)
+def test_a_server_that_will_not_start_is_unavailable(
+    store: SQLiteStore, make_ctx: MakeCtx, source: ToolSource, kind: str, detail: str
+) -> None:
+    async def scenario() -> None:
+        async with ToolLayer(store, [source], policy_hook=allow_all) as tools:
+            # no defs for the last two sources: resolving the tool needs the server
+            took, err, _ = await timed(make_ctx(tools).call_tool("echo", {"text": "x"}))
+            assert isinstance(err, ToolUnavailable), err
+            assert err.attrs["kind"] == kind and detail in err.message
+            assert err.attrs["tool"] == "echo"
+            assert took < source.start_timeout + 3
+            assert await store.effects("run-1") == []  # nothing was sent, nothing journaled
+
+    asyncio.run(scenario())
+
+
+def test_the_client_checks_output_a_third_party_server_lies_about(
+    store: SQLiteStore, make_ctx: MakeCtx, script_source: Callable[..., ToolSource]
+) -> None:
+    source = script_source("lying", "lying.py")
+
+    async def scenario() -> None:
+        async with ToolLayer(store, [source], policy_hook=allow_all) as tools:
+            _, err, _ = await timed(make_ctx(tools).call_tool("quote"))
+            assert isinstance(err, ToolError) and err.attrs["kind"] == "invalid_output"
+            assert "'0.40' is not of type 'number'" in err.message
+
+    asyncio.run(scenario())
