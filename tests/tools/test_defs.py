@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from loopkernel import UsageError
-from loopkernel.tools import load_tool_defs, parse_tool_defs
+from loopkernel.tools import ToolLayer, ToolSource, load_tool_defs, parse_tool_defs
 from loopkernel.tools._schema import SchemaCache, json_problem
 from loopkernel.tools.testkit import FAULTS_DEFS, RECORD_DEFS
 
@@ -117,3 +117,22 @@ def test_values_that_are_not_plain_json_are_named() -> None:
     assert json_problem({"a": float("nan")}) is not None
     assert json_problem({"a": {1: "x"}}) == "object key 1 is not a string"
     assert json_problem({"a": {1, 2}}) is not None
+
+
+def test_a_source_is_checked_when_configured() -> None:
+    src = ToolSource.from_command("k8s", "npx -y 'some server' --read-only", timeouts={"logs": 5})
+    assert src.command == ("npx", "-y", "some server", "--read-only")
+    assert ToolSource(name="x", command=["a", "b"]).command == ("a", "b")  # type: ignore[arg-type]
+    for bad, fault in [
+        ({"command": "npx server"}, "sequence of arguments"),
+        ({"command": ()}, "needs a command line"),
+        ({"command": ("x",), "effects": {"t": "dangerous"}}, "effect of 't'"),
+        ({"command": ("x",), "timeouts": {"t": 0}}, "timeout of 't' must be > 0"),
+        ({"command": ("x",), "max_restarts": -1}, "max_restarts"),
+    ]:
+        with pytest.raises(UsageError, match=fault):
+            ToolSource(name="x", **bad)
+    with pytest.raises(UsageError, match="cannot parse"):
+        ToolSource.from_command("x", "npx 'unclosed")
+    with pytest.raises(UsageError, match="unique"):
+        ToolLayer(None, [src, src])  # type: ignore[arg-type]

@@ -79,13 +79,14 @@ class ToolSource:
     def __post_init__(self) -> None:
         if not self.name:
             raise UsageError("a tool source needs a name")
-        if not self.command or not self.command[0]:
-            raise UsageError(f"tool source {self.name!r} needs a command line")
         if isinstance(self.command, str):
             raise UsageError(
                 f"tool source {self.name!r}: command must be a sequence of arguments; "
                 "use ToolSource.from_command(name, 'cmd --flag') for a command-line string"
             )
+        object.__setattr__(self, "command", tuple(self.command))
+        if not self.command or not self.command[0]:
+            raise UsageError(f"tool source {self.name!r} needs a command line")
         for tool, effect in self.effects.items():
             if effect not in EFFECTS:
                 raise UsageError(f"tool source {self.name!r}: effect of {tool!r} is {effect!r}")
