@@ -10,10 +10,10 @@ from loopkernel.client import Client
 
 # Fixed outcomes of the default-parameter runs (the digest covers params, tasks, effects).
 DIGESTS = {
-    "baseline": "d98bbacfc09e5aba25468fc5f9c666582ae55454b8f935087a009c3120c0d205",
-    "overspend": "aadc4ed5b0e21f97c502e632007583cda329f5e1837470e8c083e23dd9e7f5e4",
-    "verify_stuck": "2665bfa52d98b6a247c1e3f2df2028960bb9f9b2ea02288a0b064ed77e4e8ef8",
-    "irreversible": "c6ae46c06c493fb1f3433e871e1301ee4af7d6bd3a3087bc0c5eec6e3fdaf323",
+    "baseline": "6b02b22f6da538bbb48d2ca18dc45ba153666183c8046d42d71437d28ef6e0c9",
+    "overspend": "0ae2e9a0a76d981631b7e3143ec6b95c60840bc954646fe0762f80def2730b33",
+    "verify_stuck": "fba4172c0e55ddedf99f843e530549e22ffdf670eae98c65a4a69a16eeea1069",
+    "irreversible": "adb5ec82f4cc427792ea7f8e12a8cbf0086391afd6c2f0b48f1f29c570515033",
 }
 
 RECORDS = {

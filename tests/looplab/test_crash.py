@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 RUN = "lab"
 # baseline with --set act_delay=3.0 --set slow_step=2 (params enter the digest)
-SLOW_DIGEST = "6b1a595b5cc9a49bb6cb18c6fae5559a8558438e1d16fb1f490078f7035741d5"
+SLOW_DIGEST = "c222fc4d648af728b21f9d479622ebb7bb14d517d11d2db9ff6f091a0f15e153"
 
 
 def cli(db: Path, lab: Path, *args: str, crash_at: str | None = None) -> Any:

@@ -61,3 +61,27 @@ def test_a_tighter_policy_from_parameters_escalates_earlier(tmp_path: Path, lab:
     got = run_inprocess(tmp_path / "runs.db", "t", "baseline", policy=policy)
     assert got["status"] == "escalated"
     assert got["verdict"]["tripwire"] == "verify_stuck"  # transform fails verify once
+
+
+def test_an_exception_in_loop_code_fails_the_run_and_says_why(tmp_path: Path, lab: Path) -> None:
+    got = run_inprocess(tmp_path / "runs.db", "i", "baseline", inject="plan")
+    assert got["status"] == "failed"
+    v = got["verdict"]
+    assert (v["task_id"], v["type"], v["message"]) == (
+        "plan:2",
+        "RuntimeError",
+        "injected: plan of step 2 raised",
+    )
+
+
+@pytest.mark.parametrize(
+    ("fault", "error", "kind"),
+    [("wrong_type", "ToolError", "invalid_output"), ("raise", "ToolError", "handler_error")],
+)
+def test_a_fault_at_the_tool_boundary_fails_the_run_with_the_tool_error(
+    tmp_path: Path, lab: Path, fault: str, error: str, kind: str
+) -> None:
+    got = run_inprocess(tmp_path / "runs.db", "f", "baseline", fault=fault)
+    assert got["status"] == "failed"
+    assert (got["verdict"]["type"], got["verdict"]["kind"]) == (error, kind)
+    assert got["verdict"]["task_id"] == "act:1.1"

@@ -6,7 +6,8 @@ policy, is written by hand and on LangGraph in ``bench/`` for the scoreboard.
 
 Parameters (``--set KEY=VALUE``): ``policy`` (a ``Policy.to_json()`` object),
 ``act_delay`` (seconds the action of step ``slow_step`` takes), ``fault`` (``wrong_type``,
-``timeout`` or ``raise`` in that action), ``tool_timeout`` (seconds). The tool server keeps
+``timeout`` or ``raise`` in that action), ``tool_timeout`` (seconds), ``inject`` (a skill
+that raises at step 2, as a bug would). The tool server keeps
 the durable run record under ``$LOOPLAB_DIR`` (default ``.looplab``).
 """
 
@@ -82,6 +83,7 @@ app = App(
         "slow_step": 1,
         "fault": "",
         "tool_timeout": 30.0,
+        "inject": "",
     },
     scenarios={name: {} for name in SCENARIOS},
 )

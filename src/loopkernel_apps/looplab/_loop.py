@@ -133,6 +133,12 @@ def _policy(ctx: TaskContext) -> Policy:
     return Policy.from_json(ctx.params["policy"])
 
 
+def _inject(ctx: TaskContext, skill: str) -> None:
+    """``--set inject=SKILL``: that skill raises at step 2 (a bug in loop code)."""
+    if ctx.params["inject"] == skill and ctx.input["index"] == 2:
+        raise RuntimeError(f"injected: {skill} of step 2 raised")
+
+
 async def _escalate(ctx: TaskContext, where: str, exc: BudgetExceeded | TripwireFired) -> None:
     """Write the escalation to the durable run record before the run stops."""
     await ctx.call_tool("record", {"entry": f"escalated at {where}: {exc.message}"})
@@ -143,6 +149,7 @@ async def load(ctx: TaskContext) -> JSON:
 
 
 async def plan(ctx: TaskContext) -> JSON:
+    _inject(ctx, "plan")
     step = ctx.input["step"]
     return {
         "index": ctx.input["index"],
@@ -154,6 +161,7 @@ async def plan(ctx: TaskContext) -> JSON:
 
 async def guard(ctx: TaskContext) -> JSON:
     """The policy before the action: can the run afford it, does a human have to approve it."""
+    _inject(ctx, "guard")
     plan, spent_usd = ctx.input["plan"], float(ctx.input["spent_usd"])
     policy = _policy(ctx)
     call = ToolCall(
@@ -174,6 +182,7 @@ async def guard(ctx: TaskContext) -> JSON:
 
 async def act(ctx: TaskContext) -> JSON:
     """Carry out the step; an irreversible one parks here (the policy hook) until approved."""
+    _inject(ctx, "act")
     inp, params = ctx.input, ctx.params
     where = f"step {inp['index']} ({inp['step']})"
     if inp["approval"]:
@@ -198,6 +207,7 @@ async def act(ctx: TaskContext) -> JSON:
 
 
 async def verify(ctx: TaskContext) -> JSON:
+    _inject(ctx, "verify")
     inp = ctx.input
     k = int(inp["attempt"])
     result = await ctx.call_tool(
@@ -213,6 +223,7 @@ async def verify(ctx: TaskContext) -> JSON:
 
 
 async def record(ctx: TaskContext) -> JSON:
+    _inject(ctx, "record")
     inp = ctx.input
     entry = f"step {inp['index']} ({inp['step']}) done after {inp['attempt']} attempt(s)"
     return await ctx.call_tool("record", {"entry": entry})

@@ -8,8 +8,9 @@
     verify    read_only     check a step; passes from the scenario's passes_at attempt on
     record    idempotent    append to the run's durable record
 
-State lives in files under ``--dir``, one pair per run: ``RUN.record.jsonl`` (the durable
-run record) and ``RUN.world.jsonl`` (every action applied to the world). Both honour the
+State lives in files under ``--dir``, per run: ``RUN.record.jsonl`` (the durable run
+record), ``RUN.world.jsonl`` (every action applied to the world) and ``RUN.calls.jsonl``
+(every action request as it arrives, applied or not). The first two honour the
 idempotency key in the request's ``_meta``: a repeated key gets the first answer back and
 writes nothing. The run is named by ``--run``, else by the key's first part
 (``run/task/index``). A call without a key is applied every time it arrives, as any tool
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,7 +30,16 @@ from loopkernel import JSON
 from loopkernel.tools import CallInfo, KeyLedger, ToolHost, read_ledger
 from loopkernel_apps.looplab.scenarios import SCENARIOS
 
-__all__ = ["DEFS", "applied", "build_host", "main", "record_entries", "record_path", "world_path"]
+__all__ = [
+    "DEFS",
+    "applied",
+    "build_host",
+    "calls_path",
+    "main",
+    "record_entries",
+    "record_path",
+    "world_path",
+]
 
 DEFS = Path(__file__).with_name("tool-defs.json")
 
@@ -39,6 +50,10 @@ def record_path(directory: str | os.PathLike[str], run: str) -> Path:
 
 def world_path(directory: str | os.PathLike[str], run: str) -> Path:
     return Path(directory) / f"{run}.world.jsonl"
+
+
+def calls_path(directory: str | os.PathLike[str], run: str) -> Path:
+    return Path(directory) / f"{run}.calls.jsonl"
 
 
 def record_entries(directory: str | os.PathLike[str], run: str) -> list[str]:
@@ -61,8 +76,11 @@ def build_host(directory: str | os.PathLike[str], run: str | None = None) -> Too
     base.mkdir(parents=True, exist_ok=True)
     ledgers: dict[tuple[str, str], KeyLedger] = {}
 
+    def run_of(call: CallInfo) -> str:
+        return run or (call.key.split("/", 1)[0] if call.key else "default")
+
     def ledger(kind: str, call: CallInfo) -> KeyLedger:
-        name = run or (call.key.split("/", 1)[0] if call.key else "default")
+        name = run_of(call)
         if (kind, name) not in ledgers:
             path = record_path(base, name) if kind == "record" else world_path(base, name)
             ledgers[(kind, name)] = KeyLedger(path)
@@ -78,6 +96,13 @@ def build_host(directory: str | os.PathLike[str], run: str | None = None) -> Too
     async def action(args: dict[str, JSON], call: CallInfo) -> JSON:
         import anyio
 
+        arrived = {"tool": call.tool, "key": call.key, "step": args["step"], "at": args["attempt"]}
+        line = (json.dumps(arrived, sort_keys=True) + "\n").encode()
+        fd = os.open(calls_path(base, run_of(call)), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
         await anyio.sleep(float(args.get("delay_s", 0)))
         fault = args.get("fault")
         if fault == "timeout":
