@@ -1,0 +1,1 @@
+"""The looplab loop written by hand: ``python -m bench.handrolled``."""

@@ -1,0 +1,1 @@
+"""The looplab loop on LangGraph: ``python -m bench.langgraph_loop`` (needs the bench extra)."""
