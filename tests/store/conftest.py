@@ -27,8 +27,8 @@ from loopkernel.store import Store, open_store
 T = TypeVar("T")
 
 PG_ADMIN_URL = os.environ.get("LOOPKERNEL_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+"""The server the postgres tests use; the session makes its own database there."""
 
-_pg_skip_reason: list[str] = []
 _schemas = itertools.count(1)
 
 
@@ -41,50 +41,18 @@ def pg_url(base: str, *, dbname: str, schema: str | None = None) -> str:
     return urlunsplit(parts._replace(path=f"/{dbname}", query=urlencode(query)))
 
 
-def _redacted(url: str) -> str:
+def redacted(url: str) -> str:
     parts = urlsplit(url)
-    host = parts.hostname or ""
     user = f"{parts.username}@" if parts.username else ""
     port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{user}{host}{port}{parts.path}"
-
-
-@pytest.fixture(scope="session")
-def pg_database() -> Iterator[str]:
-    """The URL of this session's own database; skips when no server answers."""
-    try:
-        import psycopg
-        from psycopg import sql
-    except ImportError:
-        reason = "psycopg is not installed (pip install -e '.[dev]'): PostgreSQL tests SKIPPED"
-        _pg_skip_reason.append(reason)
-        pytest.skip(reason)
-    try:
-        admin = psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5)
-    except psycopg.OperationalError as exc:
-        reason = (
-            f"PostgreSQL NOT REACHABLE at {_redacted(PG_ADMIN_URL)} ({str(exc).strip()}): "
-            "PostgreSQL tests SKIPPED. Run .ci/start-postgres or set LOOPKERNEL_TEST_PG."
-        )
-        _pg_skip_reason.append(reason)
-        pytest.skip(reason)
-    name = f"loopkernel_test_{os.getpid()}"
-    drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-    with admin:
-        admin.execute(drop)
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield pg_url(PG_ADMIN_URL, dbname=name)
-    finally:
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
-            admin.execute(drop)
+    return f"{parts.scheme}://{user}{parts.hostname or ''}{port}{parts.path}"
 
 
 def fresh_pg_schema(database_url: str) -> str:
     """A new empty schema in the session's database; the URL of a store that lives in it."""
     import psycopg
 
-    schema = f"t{next(_schemas)}"
+    schema = f"t{os.getpid()}_{next(_schemas)}"
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
     return pg_url(database_url, dbname=urlsplit(database_url).path.lstrip("/"), schema=schema)
@@ -133,17 +101,66 @@ def sqlite_backend(tmp_path: Path, name: str = "runs.db") -> Backend:
     return Backend(kind="sqlite", url=str(tmp_path / name))
 
 
+_pg_skip_reason: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """The URL of this session's own database; skips when no server answers."""
+    try:
+        import psycopg
+        from psycopg import sql
+    except ImportError:
+        reason = "psycopg is not installed (pip install -e '.[dev]'): PostgreSQL tests SKIPPED"
+        _pg_skip_reason.append(reason)
+        pytest.skip(reason)
+    try:
+        admin = psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        reason = (
+            f"PostgreSQL NOT REACHABLE at {redacted(PG_ADMIN_URL)} ({' '.join(str(exc).split())}): "
+            "PostgreSQL tests SKIPPED. Run .ci/start-postgres or set LOOPKERNEL_TEST_PG."
+        )
+        _pg_skip_reason.append(reason)
+        pytest.skip(reason)
+    name = f"loopkernel_test_{os.getpid()}"
+    drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+    with admin:
+        admin.execute(drop)
+        try:
+            # A locale that does not sort by bytes, so that a missing COLLATE "C" shows.
+            admin.execute(
+                sql.SQL(
+                    "CREATE DATABASE {} TEMPLATE template0 LOCALE_PROVIDER icu "
+                    "ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'"
+                ).format(sql.Identifier(name))
+            )
+        except psycopg.Error:  # no ICU, or no C.UTF-8: the server's default will do
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield pg_url(PG_ADMIN_URL, dbname=name)
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+            admin.execute(drop)
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """An empty store location: a fresh SQLite file, or a fresh PostgreSQL schema."""
     if request.param == "sqlite":
         return sqlite_backend(tmp_path)
-    database = request.getfixturevalue("pg_database")
-    return Backend(kind="postgres", url=fresh_pg_schema(database))
+    return Backend(kind="postgres", url=fresh_pg_schema(request.getfixturevalue("pg_database")))
+
+
+@pytest.fixture
+def lite_backend(tmp_path: Path) -> Backend:
+    """A fresh SQLite store location alone, to compare with PostgreSQL."""
+    return sqlite_backend(tmp_path)
 
 
 @pytest.fixture
 def pg_backend(pg_database: str) -> Backend:
-    """A fresh PostgreSQL store location alone (for postgres-only tests)."""
+    """A fresh PostgreSQL store location alone, for postgres-only tests."""
     return Backend(kind="postgres", url=fresh_pg_schema(pg_database))
 
 

@@ -1,0 +1,573 @@
+"""The PostgreSQL store: SQLite's tables and rules, for many processes on many machines.
+
+Every method is one transaction on a connection from a psycopg ``AsyncConnectionPool``
+(autocommit connections; ``conn.transaction()`` is the transaction). Writes that touch a
+run first lock its row (``SELECT ... FOR UPDATE``): that serializes, per run, what
+SQLite's one writer serializes for the whole file -- seq allocation above all -- while
+different runs commit in parallel. Multi-statement reads (``load_run``, ``dump``) run in
+one ``REPEATABLE READ`` snapshot.
+
+Durability mirrors SQLite's: ``append_events`` commits with ``synchronous_commit = off``
+(the WAL is ordered, so the synchronous patch commit that follows flushes both); every
+other write waits for its WAL flush. A client crash loses nothing; a server crash may
+lose the last events, which is a crash just before them.
+
+Only this module imports psycopg: ``import loopkernel.store`` does not.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Literal
+
+import psycopg
+from psycopg.errors import UniqueViolation
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from loopkernel.errors import (
+    ApprovalRefused,
+    ReplayDivergence,
+    RunNotFound,
+    StoreError,
+    UsageError,
+)
+from loopkernel.graph import (
+    JSON,
+    TERMINAL_RUN,
+    Delta,
+    Event,
+    EventKind,
+    GraphState,
+    RunStatus,
+    Task,
+)
+from loopkernel.ids import RunId, TaskId
+from loopkernel.store._codec import (
+    DUMP_EFFECT_COLUMNS,
+    DUMP_TASK_COLUMNS,
+    EFFECT_COLUMNS,
+    PATCH_COLUMNS,
+    RUN_COLUMNS,
+    TASK_COLUMNS,
+    check_decision,
+    dump_of,
+    dumps,
+    effect_from_row,
+    event_from_row,
+    human_input_event,
+    loads,
+    patch_from_row,
+    run_info_from_row,
+    task_from_row,
+    task_params,
+    waiting_epoch,
+    with_done_seq,
+)
+from loopkernel.store._postgres_db import (
+    Conn,
+    configure,
+    execute_many,
+    fetch_each,
+    fetch_one,
+    fetch_rows,
+    redact,
+)
+from loopkernel.store._postgres_schema import migrate
+from loopkernel.store._protocol import EffectRecord, LoadedRun, NewEvent, PatchRecord, RunInfo
+
+__all__ = ["PostgresStore"]
+
+_UPSERT_TASK = (
+    f"INSERT INTO tasks (run_id, {TASK_COLUMNS}) "
+    "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) "
+    "ON CONFLICT (run_id, task_id) DO UPDATE SET state=excluded.state, "
+    "result=excluded.result, error=excluded.error, attempts=excluded.attempts, "
+    "wait_reason=excluded.wait_reason, human_input=excluded.human_input, "
+    "wait_epoch=excluded.wait_epoch, done_seq=excluded.done_seq"
+)
+_EDGES = "SELECT src, dst FROM edges WHERE run_id = %s ORDER BY src, dst"
+_EFFECT = f"SELECT {EFFECT_COLUMNS} FROM effects WHERE run_id = %s AND idem_key = %s"
+
+# The run row with its last seq and task counts, in one statement (one snapshot).
+_INFO = (
+    f"SELECT {', '.join('r.' + c for c in RUN_COLUMNS.split(', '))}, "
+    "(SELECT COALESCE(MAX(e.seq), 0) FROM events e WHERE e.run_id = r.run_id), "
+    "(SELECT json_object_agg(c.state, c.n) FROM (SELECT t.state, COUNT(*) AS n FROM tasks t "
+    "WHERE t.run_id = r.run_id GROUP BY t.state) c) "
+    "FROM runs r"
+)
+
+
+def _info(row: Any) -> RunInfo:
+    return run_info_from_row(row, last_seq=int(row[8]), task_counts=loads(row[9]) or {})
+
+
+class PostgresStore:
+    """A ``Store`` in a PostgreSQL database (``postgresql://user@host:port/dbname``).
+
+    ``min_size``/``max_size`` bound the connection pool; ``connect_timeout`` is how long
+    ``open()`` waits for the server. Put the tables in their own schema with
+    ``?options=-csearch_path%3Dloopkernel`` in the URL (the schema must exist).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        connect_timeout: float = 30.0,
+    ) -> None:
+        if not 1 <= min_size <= max_size:
+            raise UsageError(f"need 1 <= min_size <= max_size, got {min_size} and {max_size}")
+        self.url = url
+        """The URL as given (with its password, if any: workers reconnect with it)."""
+        self.where = redact(url)
+        """The URL without its password, as messages show it."""
+        self.min_size = min_size
+        self.max_size = max_size
+        self.connect_timeout = connect_timeout
+        self._pool: AsyncConnectionPool[Conn] | None = None
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.where!r})"
+
+    # -- connection ------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._pool is not None:
+            return
+        # Migrate on a connection of its own first: a wrong URL or a missing database fails
+        # here at once with the server's words, instead of as a pool timeout.
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                self.url, autocommit=True, connect_timeout=max(1, round(self.connect_timeout))
+            )
+        except psycopg.OperationalError as exc:
+            message = " ".join(str(exc).split())
+            raise StoreError(
+                f"cannot connect to PostgreSQL at {self.where}: {message}", url=self.where
+            ) from None
+        async with conn:
+            await configure(conn)
+            await migrate(conn, self.where)
+        pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
+            self.url,
+            min_size=self.min_size,
+            max_size=self.max_size,
+            kwargs={"autocommit": True},
+            configure=configure,
+            open=False,
+            name="loopkernel",
+        )
+        try:
+            await pool.open(wait=True, timeout=self.connect_timeout)
+        except BaseException as exc:
+            await pool.close()
+            if not isinstance(exc, PoolTimeout):
+                raise
+            raise StoreError(
+                f"PostgreSQL at {self.where} accepted one connection but not a pool of "
+                f"{self.min_size} within {self.connect_timeout}s (max_connections?)",
+                url=self.where,
+            ) from None
+        self._pool = pool
+
+    async def close(self) -> None:
+        if self._pool is None:
+            return
+        pool, self._pool = self._pool, None
+        await pool.close()
+
+    async def checkpoint(self) -> None:
+        """Nothing to do: the server's WAL is the server's business."""
+
+    @asynccontextmanager
+    async def _conn(self) -> AsyncIterator[Conn]:
+        """A pooled connection in autocommit: each statement its own transaction.
+
+        A lost server, an exhausted pool or a deadlock comes out as ``StoreError`` (the
+        transaction was rolled back; a broken connection leaves the pool).
+        """
+        if self._pool is None:
+            raise UsageError("the store is not open; call `await store.open()` first")
+        try:
+            async with self._pool.connection() as conn:
+                yield conn
+        except psycopg.OperationalError as exc:
+            message = " ".join(str(exc).split())
+            raise StoreError(f"PostgreSQL at {self.where}: {message}", url=self.where) from exc
+
+    @asynccontextmanager
+    async def _tx(self, *, sync: bool = True) -> AsyncIterator[Conn]:
+        """One read-write transaction; rolled back if the block raises. Callers map a
+        duplicate key to its meaning outside the block, by constraint name, so that only
+        the key that means "already done" becomes a LoopKernel error. ``sync=False``: see
+        the module docstring."""
+        async with self._conn() as conn, conn.transaction():
+            if not sync:
+                await conn.execute("SET LOCAL synchronous_commit = off")
+            yield conn
+
+    @asynccontextmanager
+    async def _snapshot(self) -> AsyncIterator[Conn]:
+        """One read-only transaction that sees a single snapshot across its statements."""
+        async with self._conn() as conn, conn.transaction():
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield conn
+
+    # -- runs ------------------------------------------------------------------------------
+
+    async def create_run(
+        self, *, run_id: RunId, app: str, params: JSON, max_events: int, token_hash: str
+    ) -> Event:
+        now = time.time()
+        started = NewEvent(kind=EventKind.RUN_STARTED, data={"app": app})
+        try:
+            async with self._tx() as conn:
+                await conn.execute(
+                    "INSERT INTO runs (run_id, app, params, status, verdict, max_events, "
+                    "token_hash, created_at, updated_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                    (
+                        run_id,
+                        app,
+                        dumps(params),
+                        RunStatus.RUNNING.value,
+                        dumps(None),
+                        max_events,
+                        token_hash,
+                        now,
+                        now,
+                    ),
+                )
+                # A new run has no events, and its row stays locked until we commit.
+                (event,) = await self._append(conn, run_id, 0, [started], now)
+        except UniqueViolation as exc:
+            if exc.diag.constraint_name != "runs_pkey":
+                raise
+            raise UsageError(
+                f"run {run_id} already exists in {self.where}; resume it or pick another id",
+                run_id=run_id,
+            ) from None
+        return event
+
+    def _not_found(self, run_id: RunId) -> RunNotFound:
+        return RunNotFound(f"no run {run_id} in {self.where}", run_id=run_id)
+
+    async def _lock_run(self, conn: Conn, run_id: RunId) -> tuple[RunStatus, int]:
+        """Lock the run's row until the transaction ends; its status and last seq.
+
+        Every write that touches a run's journal or graph takes this lock first (one lock
+        order: no deadlocks), so no one else appends until we commit. The MAX must be a
+        statement of its own, after the lock: under READ COMMITTED each statement takes a
+        fresh snapshot, so it sees what the previous holder of the lock committed (a
+        subquery of the locking SELECT would see the snapshot from before the wait).
+        """
+        lock = await conn.execute("SELECT status FROM runs WHERE run_id = %s FOR UPDATE", (run_id,))
+        last = await conn.execute(
+            "SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = %s", (run_id,)
+        )
+        row, seq = await lock.fetchone(), await last.fetchone()
+        if row is None or seq is None:
+            raise self._not_found(run_id)
+        return RunStatus(row[0]), int(seq[0])
+
+    async def get_run(self, run_id: RunId) -> RunInfo:
+        async with self._conn() as conn:
+            row = await fetch_one(conn, f"{_INFO} WHERE r.run_id = %s", (run_id,))
+        if row is None:
+            raise self._not_found(run_id)
+        return _info(row)
+
+    async def list_runs(self, limit: int = 100) -> list[RunInfo]:
+        async with self._conn() as conn:
+            rows = await fetch_rows(conn, f"{_INFO} ORDER BY r.created_at DESC LIMIT %s", (limit,))
+        return [_info(row) for row in rows]
+
+    async def token_hash(self, run_id: RunId) -> str:
+        async with self._conn() as conn:
+            row = await fetch_one(conn, "SELECT token_hash FROM runs WHERE run_id = %s", (run_id,))
+        if row is None:
+            raise self._not_found(run_id)
+        return str(row[0])
+
+    async def load_run(self, run_id: RunId) -> LoadedRun:
+        async with self._snapshot() as conn:
+            queries = [
+                f"{_INFO} WHERE r.run_id = %s",
+                f"SELECT {TASK_COLUMNS} FROM tasks WHERE run_id = %s ORDER BY task_id",
+                _EDGES,
+                "SELECT e.seq, e.kind, e.task_id, e.data FROM events e "
+                "LEFT JOIN patches p ON p.run_id = e.run_id AND p.event_seq = e.seq "
+                "WHERE e.run_id = %s AND p.event_seq IS NULL ORDER BY e.seq",
+            ]
+            run, tasks, edges, unplanned = await fetch_each(conn, queries, (run_id,))
+        if not run:
+            raise self._not_found(run_id)
+        info = _info(run[0])
+        state = GraphState(
+            run_id=run_id,
+            app=info.app,
+            params=info.params,
+            status=info.status,
+            verdict=info.verdict,
+        )
+        for row in tasks:
+            task = task_from_row(row)
+            state.tasks[task.task_id] = task
+        for src, dst in edges:
+            state.succs.setdefault(TaskId(src), []).append(TaskId(dst))
+            state.preds.setdefault(TaskId(dst), []).append(TaskId(src))
+        return LoadedRun(
+            info=info, state=state, unplanned=tuple(event_from_row(run_id, r) for r in unplanned)
+        )
+
+    async def set_status(self, run_id: RunId, status: RunStatus, verdict: JSON = None) -> None:
+        if status in TERMINAL_RUN:
+            raise UsageError("a run ends through a finish patch, not set_status")
+        async with self._tx() as conn:
+            await self._lock_run(conn, run_id)
+            await conn.execute(
+                "UPDATE runs SET status = %s, verdict = %s, updated_at = %s WHERE run_id = %s",
+                (status.value, dumps(verdict), time.time(), run_id),
+            )
+
+    # -- the journal -----------------------------------------------------------------------
+
+    @staticmethod
+    async def _append(
+        conn: Conn, run_id: RunId, seq: int, events: Sequence[NewEvent], now: float
+    ) -> list[Event]:
+        """Append ``events`` after ``seq``, the run's last, read under its row lock."""
+        out: list[Event] = []
+        rows = []
+        for ev in events:
+            seq += 1
+            rows.append((run_id, seq, ev.kind.value, ev.task_id, dumps(ev.data), now))
+            out.append(
+                Event(run_id=run_id, seq=seq, kind=ev.kind, task_id=ev.task_id, data=ev.data)
+            )
+        await execute_many(
+            conn,
+            "INSERT INTO events (run_id, seq, kind, task_id, data, created_at) "
+            "VALUES (%s,%s,%s,%s,%s,%s)",
+            rows,
+        )
+        return out
+
+    async def last_seq(self, run_id: RunId) -> int:
+        async with self._conn() as conn:
+            row = await fetch_one(
+                conn, "SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = %s", (run_id,)
+            )
+        return int(row[0]) if row else 0
+
+    async def append_events(
+        self, run_id: RunId, events: Sequence[NewEvent], tasks: Sequence[Task] = ()
+    ) -> list[Event]:
+        now = time.time()
+        async with self._tx(sync=False) as conn:
+            _, seq = await self._lock_run(conn, run_id)
+            out = await self._append(conn, run_id, seq, events, now)
+            rows = [task_params(run_id, t) for t in with_done_seq(tasks, out)]
+            await execute_many(conn, _UPSERT_TASK, rows)
+        return out
+
+    async def commit_patches(
+        self,
+        run_id: RunId,
+        records: Sequence[PatchRecord],
+        delta: Delta,
+        final: NewEvent | None = None,
+    ) -> Event | None:
+        now = time.time()
+        final_event: Event | None = None
+        try:
+            async with self._tx() as conn:
+                _, seq = await self._lock_run(conn, run_id)
+                await execute_many(
+                    conn,
+                    "INSERT INTO patches (run_id, event_seq, ops, outcome, reason, planner, "
+                    "created_at) VALUES (%s,%s,%s,%s,%s,%s,%s)",
+                    [
+                        (run_id, r.event_seq, dumps(r.ops), r.outcome, r.reason, r.planner, now)
+                        for r in records
+                    ],
+                )
+                await execute_many(
+                    conn, _UPSERT_TASK, [task_params(run_id, t) for t in delta.tasks]
+                )
+                await execute_many(
+                    conn,
+                    "INSERT INTO edges (run_id, src, dst) VALUES (%s,%s,%s)",
+                    [(run_id, src, dst) for src, dst in delta.edges],
+                )
+                if delta.finish is not None:
+                    status, verdict = delta.finish
+                    await conn.execute(
+                        "UPDATE runs SET status = %s, verdict = %s, updated_at = %s "
+                        "WHERE run_id = %s",
+                        (status.value, dumps(verdict), now, run_id),
+                    )
+                    if final is not None:
+                        (final_event,) = await self._append(conn, run_id, seq, [final], now)
+        except UniqueViolation as exc:
+            if exc.diag.constraint_name != "patches_pkey":
+                raise
+            raise ReplayDivergence(
+                f"run {run_id}: an event in seqs {[r.event_seq for r in records]} already "
+                "has a patch; another executor is planning this run",
+                run_id=run_id,
+            ) from None
+        return final_event
+
+    async def events(self, run_id: RunId, after: int = 0) -> list[Event]:
+        async with self._conn() as conn:
+            rows = await fetch_rows(
+                conn,
+                "SELECT seq, kind, task_id, data FROM events WHERE run_id = %s AND seq > %s "
+                "ORDER BY seq",
+                (run_id, after),
+            )
+        return [event_from_row(run_id, row) for row in rows]
+
+    async def patches(self, run_id: RunId) -> list[PatchRecord]:
+        async with self._conn() as conn:
+            rows = await fetch_rows(
+                conn,
+                f"SELECT {PATCH_COLUMNS} FROM patches WHERE run_id = %s ORDER BY event_seq",
+                (run_id,),
+            )
+        return [patch_from_row(row) for row in rows]
+
+    async def add_human_input(
+        self,
+        run_id: RunId,
+        task_id: TaskId,
+        *,
+        decision: Literal["approve", "reject"],
+        payload: JSON,
+    ) -> Event:
+        check_decision(decision)
+        epoch = 0
+        try:
+            async with self._tx() as conn:
+                status, seq = await self._lock_run(conn, run_id)
+                if status in TERMINAL_RUN:
+                    raise ApprovalRefused(f"run {run_id} is already {status}", run_id=run_id)
+                row = await fetch_one(
+                    conn,
+                    "SELECT state, wait_epoch FROM tasks WHERE run_id = %s AND task_id = %s",
+                    (run_id, task_id),
+                )
+                epoch = waiting_epoch(run_id, task_id, row)
+                answer = human_input_event(task_id, decision, payload, epoch)
+                (event,) = await self._append(conn, run_id, seq, [answer], time.time())
+                await conn.execute(
+                    "INSERT INTO approvals (run_id, task_id, wait_epoch, decision, event_seq) "
+                    "VALUES (%s,%s,%s,%s,%s)",
+                    (run_id, task_id, epoch, decision, event.seq),
+                )
+        except UniqueViolation as exc:
+            if exc.diag.constraint_name != "approvals_pkey":
+                raise
+            raise ApprovalRefused(
+                f"task {task_id!r} wait #{epoch} was already answered; a replayed approval "
+                "is refused",
+                run_id=run_id,
+                task_id=task_id,
+            ) from None
+        return event
+
+    async def request_cancel(self, run_id: RunId, reason: str) -> Event:
+        async with self._tx() as conn:
+            status, seq = await self._lock_run(conn, run_id)
+            if status in TERMINAL_RUN:
+                raise UsageError(f"run {run_id} is already {status}", run_id=run_id)
+            events = [NewEvent(kind=EventKind.CANCEL_REQUESTED, data={"reason": reason})]
+            (event,) = await self._append(conn, run_id, seq, events, time.time())
+        return event
+
+    # -- effects ---------------------------------------------------------------------------
+
+    async def get_effect(self, run_id: RunId, key: str) -> EffectRecord | None:
+        async with self._conn() as conn:
+            row = await fetch_one(conn, _EFFECT, (run_id, key))
+        return None if row is None else effect_from_row(row)
+
+    async def intend_effect(self, record: EffectRecord) -> EffectRecord:
+        now = time.time()
+        async with self._tx() as conn:
+            # ON CONFLICT waits for a concurrent insert of the same key to commit; the
+            # SELECT after it (a new snapshot) then sees whichever row won.
+            await conn.execute(
+                f"INSERT INTO effects ({EFFECT_COLUMNS}, created_at, updated_at) "
+                "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) "
+                "ON CONFLICT (run_id, idem_key) DO NOTHING",
+                (
+                    record.run_id,
+                    record.key,
+                    record.task_id,
+                    record.call_index,
+                    record.tool,
+                    record.effect,
+                    dumps(record.arguments),
+                    "intended",
+                    dumps(None),
+                    dumps(None),
+                    now,
+                    now,
+                ),
+            )
+            row = await fetch_one(conn, _EFFECT, (record.run_id, record.key))
+        return effect_from_row(row)
+
+    async def finish_effect(
+        self,
+        run_id: RunId,
+        key: str,
+        *,
+        status: Literal["done", "failed"],
+        result: JSON = None,
+        error: JSON = None,
+    ) -> None:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "UPDATE effects SET status = %s, result = %s, error = %s, updated_at = %s "
+                "WHERE run_id = %s AND idem_key = %s AND status = 'intended'",
+                (status, dumps(result), dumps(error), time.time(), run_id, key),
+            )
+            if cur.rowcount != 1:
+                raise ReplayDivergence(
+                    f"effect {key} of run {run_id} is not intended (missing or already finished)",
+                    run_id=run_id,
+                    key=key,
+                )
+
+    async def effects(self, run_id: RunId) -> list[EffectRecord]:
+        async with self._conn() as conn:
+            rows = await fetch_rows(
+                conn,
+                f"SELECT {EFFECT_COLUMNS} FROM effects WHERE run_id = %s "
+                "ORDER BY task_id, call_index",
+                (run_id,),
+            )
+        return [effect_from_row(row) for row in rows]
+
+    # -- whole-run views -------------------------------------------------------------------
+
+    async def dump(self, run_id: RunId) -> dict[str, JSON]:
+        async with self._snapshot() as conn:
+            queries = [
+                f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = %s",
+                f"SELECT {DUMP_TASK_COLUMNS} FROM tasks WHERE run_id = %s ORDER BY task_id",
+                _EDGES,
+                f"SELECT {DUMP_EFFECT_COLUMNS} FROM effects WHERE run_id = %s "
+                "ORDER BY task_id, call_index",
+            ]
+            run, tasks, edges, effects = await fetch_each(conn, queries, (run_id,))
+        if not run:
+            raise self._not_found(run_id)
+        return dump_of(run[0], tasks, edges, effects)
