@@ -65,6 +65,10 @@ def test_wrong_type_raise_and_timeout_keep_the_session(
             assert isinstance(err, ToolTimeout) and err.attrs["timeout"] == 0.6
             assert 0.6 <= took < 1.6
 
+            # the caller gives up (the kernel cancels a task in flight): same outcome
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(tools.call(ctx, 98, "slow", {"seconds": 30}), 0.3)
+
             # the session survived them all: same process, next call answers at once
             took, err, value = await timed(ctx.call_tool("echo", {"text": "still here"}))
             assert err is None and value == {"text": "still here"} and took < 1
@@ -78,6 +82,7 @@ def test_wrong_type_raise_and_timeout_keep_the_session(
         # a timeout leaves the call intended: nobody knows whether it had its effect
         assert effects[KEY.format(3)].status == "intended"
         assert effects[KEY.format(99)].status == "intended"
+        assert effects[KEY.format(98)].status == "intended"
 
     asyncio.run(scenario())
 

@@ -28,7 +28,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypeAlias, get_args
+from typing import Literal, TypeAlias, cast, get_args
 
 from loopkernel.errors import UsageError
 from loopkernel.graph import JSON
@@ -191,20 +191,4 @@ def object_schema_problem(schema: JSON) -> str | None:
 
 def effect_of(value: JSON) -> Effect | None:
     """``value`` as an effect class, or ``None`` when it is not one."""
-    for effect in get_args(Effect):
-        if value == effect:
-            return effect  # type: ignore[no-any-return]
-    return None
-
-
-def same_schemas(a: ToolDef, b: ToolDef) -> bool:
-    """Whether two definitions of one tool publish the same schemas and effect."""
-    return (
-        _canon(a.input_schema) == _canon(b.input_schema)
-        and _canon(a.output_schema) == _canon(b.output_schema)
-        and a.effect == b.effect
-    )
-
-
-def _canon(value: JSON) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return cast(Effect, value) if isinstance(value, str) and value in EFFECTS else None

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,7 +44,7 @@ from loopkernel.graph import JSON
 from loopkernel.ids import RunId, TaskId
 from loopkernel.store import EffectRecord, Store
 from loopkernel.tools._defs import Effect, ToolDef
-from loopkernel.tools._schema import SchemaCache, json_problem
+from loopkernel.tools._schema import SchemaCache, canonical_json, json_problem
 from loopkernel.tools._source import SourceSession, ToolSource, check_arguments
 
 __all__ = [
@@ -471,16 +470,13 @@ def _again(err: ToolUnavailable, tool: str | None) -> ToolUnavailable:
     return ToolUnavailable(err.message, **attrs)
 
 
-def _canon(value: JSON) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
 def _check_same(prior: EffectRecord, name: str, args: Mapping[str, JSON]) -> None:
-    if prior.tool != name or _canon(prior.arguments) != _canon(args):
+    was, now = canonical_json(prior.arguments), canonical_json(args)
+    if prior.tool != name or was != now:
         raise ReplayDivergence(
-            f"call {prior.key} was journaled as {prior.tool}({_canon(prior.arguments)}) but now "
-            f"asks for {name}({_canon(args)}): the task does not make the same tool calls in "
-            "the same order on every execution",
+            f"call {prior.key} was journaled as {prior.tool}({was}) but now asks for "
+            f"{name}({now}): the task does not make the same tool calls in the same order "
+            "on every execution",
             key=prior.key,
             tool=name,
             journaled_tool=prior.tool,

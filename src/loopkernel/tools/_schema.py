@@ -18,6 +18,7 @@ from loopkernel.graph import JSON
 __all__ = [
     "SchemaCache",
     "Validator",
+    "canonical_json",
     "check_schema",
     "compile_schema",
     "first_error",
@@ -125,3 +126,8 @@ def _keys_problem(value: JSON) -> str | None:
             if (p := _keys_problem(v)) is not None:
                 return p
     return None
+
+
+def canonical_json(value: JSON) -> str:
+    """One spelling of a JSON value (sorted keys, no spaces), for comparing values."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))

@@ -37,7 +37,7 @@ from loopkernel.errors import ToolError, ToolTimeout, ToolUnavailable, UsageErro
 from loopkernel.graph import JSON
 from loopkernel.tools._defs import EFFECTS, Effect, ToolDef, ToolDefs, effect_of
 from loopkernel.tools._host import EFFECT_META_KEY, ERROR_META_KEY, IDEMPOTENCY_META_KEY
-from loopkernel.tools._schema import SchemaCache
+from loopkernel.tools._schema import SchemaCache, canonical_json
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectSendStream
@@ -197,6 +197,9 @@ class SourceSession:
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        ready = self._ready
+        if ready is not None and ready.done() and not ready.cancelled():
+            ready.exception()  # retrieved: an open() that gave up must not log it as lost
         self._session = None
         if self._errlog is not None:
             self._errlog.close()
@@ -260,6 +263,10 @@ class SourceSession:
         finally:
             self._session = None
             self._eof = True
+            if not self._ready.done():  # left without an error: never leave open() waiting
+                self._ready.set_exception(
+                    _unavailable(src, "cannot_start", "the session ended before it was ready")
+                )
 
     async def _pump(
         self, read: Any, send: MemoryObjectSendStream[SessionMessage | Exception]
@@ -300,9 +307,8 @@ class SourceSession:
             if got is None:
                 msg = f"the server does not serve {want.name!r}, which its defs declare"
                 raise _SchemaMismatch(msg)
-            if _canon(got.input_schema) != _canon(want.input_schema) or _canon(
-                got.output_schema
-            ) != _canon(want.output_schema):
+            got_schemas = canonical_json([got.input_schema, got.output_schema])
+            if got_schemas != canonical_json([want.input_schema, want.output_schema]):
                 msg = f"the server advertises other schemas for {want.name!r} than its defs"
                 raise _SchemaMismatch(msg)
             tools[want.name] = ToolDef(
@@ -319,7 +325,7 @@ class SourceSession:
 
         src, cmd = self.source, self.source.command[0]
         stderr = self.stderr_tail()
-        tail = f"; its stderr: {stderr}" if stderr else ""
+        tail = f"; the end of its stderr: {stderr}" if stderr else ""
         if isinstance(exc, ToolUnavailable):
             return exc
         if isinstance(exc, _SchemaMismatch):
@@ -449,7 +455,7 @@ class SourceSession:
             self.source,
             "server_died",
             f"the server process ended during or before {name!r}"
-            + (f"; its stderr: {stderr}" if stderr else ""),
+            + (f"; the end of its stderr: {stderr}" if stderr else ""),
             tool=name,
         )
 
@@ -510,9 +516,3 @@ def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     first = text[0] if text else type(exc).__name__
     return first[:300]
-
-
-def _canon(value: JSON) -> str:
-    import json
-
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
