@@ -54,3 +54,36 @@ def _gate(params: Mapping[str, Any]) -> AppParts:
 
 
 gate = App(name="lk_testapps:gate", description="a run that waits for a human", build=_gate)
+
+
+class OneCall(BasePlanner):
+    """One task that calls ``crash_once`` on the fault tool set; finish with its result."""
+
+    def on_start(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+        return GraphPatch().add(TaskSpec(task_id="call", skill="call"))
+
+    def on_completed(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+        return GraphPatch().finish("succeeded", snapshot.task("call").result)
+
+
+async def call_crash_once(ctx: TaskContext) -> Any:
+    return await ctx.call_tool("crash_once", {"marker": str(ctx.params["marker"])})
+
+
+def _restart(params: Mapping[str, Any]) -> AppParts:
+    from loopkernel.tools import ToolLayer
+    from loopkernel.tools.testkit import faults_source
+
+    return AppParts(
+        planner=OneCall(),
+        workers={"call": call_crash_once},
+        tool_layer=lambda store: ToolLayer(store, [faults_source()]),
+    )
+
+
+restart = App(
+    name="lk_testapps:restart",
+    description="a tool server that dies once, mid-call",
+    build=_restart,
+    defaults={"marker": ""},
+)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hmac
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -19,9 +19,17 @@ from loopkernel._app import App, load_app
 from loopkernel.errors import ApprovalRefused, UsageError
 from loopkernel.executor import DEFAULT_MAX_EVENTS, Kernel, RunOutcome, StartedRun, hash_token
 from loopkernel.executor._kernel import Observer
-from loopkernel.graph import JSON, Event, RunStatus
+from loopkernel.graph import JSON, Event, EventKind, RunStatus
 from loopkernel.ids import RunId, TaskId
-from loopkernel.store import PatchRecord, RunInfo, SQLiteStore, Store, digest_of, open_store
+from loopkernel.store import (
+    NewEvent,
+    PatchRecord,
+    RunInfo,
+    SQLiteStore,
+    Store,
+    digest_of,
+    open_store,
+)
 
 __all__ = ["Client", "Inspection"]
 
@@ -115,10 +123,24 @@ class Client:
         app = load_app(info.app)
         kernel = self.kernel(app, info.params, observer=observer, max_concurrency=max_concurrency)
         tools = kernel.tools
+        if tools is not None and getattr(tools, "on_restart", False) is None:
+            tools.on_restart = self._journal_restart(RunId(run_id))  # type: ignore[attr-defined]
         if tools is not None and hasattr(tools, "__aenter__"):
             async with tools:  # type: ignore[attr-defined]
                 return await kernel.run(run_id)
         return await kernel.run(run_id)
+
+    def _journal_restart(self, run_id: RunId) -> Callable[[str, str], Awaitable[None]]:
+        """A tool server restart becomes a ``tool_restarted`` event of the run; the executor
+        sees it as an event another writer slipped in, and plans it like any other."""
+
+        async def on_restart(source: str, reason: str) -> None:
+            event = NewEvent(
+                kind=EventKind.TOOL_RESTARTED, data={"source": source, "reason": reason}
+            )
+            await self.store.append_events(run_id, [event])
+
+        return on_restart
 
     async def info(self, run_id: str) -> RunInfo:
         return await self.store.get_run(RunId(run_id))

@@ -29,7 +29,13 @@ class ToolCaller(Protocol):
     """The tool layer as the kernel sees it: one call, journaled, validated, policed."""
 
     async def call(
-        self, ctx: TaskContext, index: int, name: str, arguments: Mapping[str, JSON]
+        self,
+        ctx: TaskContext,
+        index: int,
+        name: str,
+        arguments: Mapping[str, JSON],
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - a per-call deadline handed on
     ) -> JSON: ...
 
 
@@ -94,8 +100,17 @@ class TaskContext:
         self._tools = tools
         self._calls = 0
 
-    async def call_tool(self, name: str, arguments: Mapping[str, JSON] | None = None) -> JSON:
-        """Call a tool through the tool layer; the n-th call of a task has a stable key."""
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, JSON] | None = None,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - a per-call deadline handed on
+    ) -> JSON:
+        """Call a tool through the tool layer; the n-th call of a task has a stable key.
+
+        ``timeout`` overrides the tool's deadline for this call (``ToolTimeout`` past it).
+        """
         if self._tools is None:
             from loopkernel.errors import UsageError
 
@@ -105,7 +120,7 @@ class TaskContext:
             )
         index = self._calls
         self._calls += 1
-        return await self._tools.call(self, index, name, dict(arguments or {}))
+        return await self._tools.call(self, index, name, dict(arguments or {}), timeout=timeout)
 
 
 Worker = Callable[[TaskContext], Awaitable[Any]]

@@ -94,8 +94,8 @@ class EventKind(StrEnum):
     RUN_FINISHED = "run_finished"
 
 
-UNPLANNED_EVENTS = frozenset({EventKind.RUN_FINISHED, EventKind.TOOL_RESTARTED})
-"""Events that close or annotate the journal; no planner sees them."""
+UNPLANNED_EVENTS = frozenset({EventKind.RUN_FINISHED})
+"""Events no planner sees: ``run_finished`` closes the journal."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
