@@ -33,8 +33,15 @@ from loopkernel.errors import (
     TripwireFired,
     UsageError,
 )
-from loopkernel.executor._context import NeedsApproval, TaskContext, ToolCaller, Worker
+from loopkernel.executor._context import TaskContext, ToolCaller, Worker
 from loopkernel.executor._crash import crashpoint
+from loopkernel.executor._outcomes import (
+    event_data,
+    late_result,
+    latest,
+    merge_deltas,
+    outcome_of,
+)
 from loopkernel.graph import (
     JSON,
     TERMINAL_TASK,
@@ -296,7 +303,7 @@ class _RunLoop:
         for fut in sorted(done, key=lambda f: (self.running.get(f) or self.cancelled.get(f)) or ""):
             if fut in self.cancelled:
                 tid = self.cancelled.pop(fut)
-                late = _late_result(fut)
+                late = late_result(fut)
                 if late is not None:
                     new_events.append(
                         NewEvent(kind=EventKind.LATE_RESULT_DISCARDED, task_id=tid, data=late)
@@ -305,9 +312,9 @@ class _RunLoop:
             tid = self.running.pop(fut)
             task = self.state.tasks[tid]
             crashpoint("task_returned")
-            kind, task = _outcome_of(fut, task)
+            kind, task = outcome_of(fut, task)
             changed[tid] = task
-            new_events.append(NewEvent(kind=kind, task_id=tid, data=_event_data(kind, task)))
+            new_events.append(NewEvent(kind=kind, task_id=tid, data=event_data(kind, task)))
         if not new_events:
             return []
         succeeded = [t.task_id for t in changed.values() if t.state is TaskState.SUCCEEDED]
@@ -371,11 +378,11 @@ class _RunLoop:
             deltas.append(delta)
             if self.k.observer is not None:
                 self.k.observer(event, self.state, record)
-        merged = _merge(deltas)
+        merged = merge_deltas(deltas)
         # Tasks the patches made startable are marked running in the same transaction.
         picked = [] if self.state.finished else self._pick()
         if picked:
-            merged = replace(merged, tasks=_latest([*merged.tasks, *picked]))
+            merged = replace(merged, tasks=latest([*merged.tasks, *picked]))
         crashpoint("before_patch")
         final = None
         if merged.finish is not None:
@@ -481,7 +488,7 @@ class _RunLoop:
         events = [
             NewEvent(kind=EventKind.LATE_RESULT_DISCARDED, task_id=self.cancelled[f], data=late)
             for f in sorted(done, key=lambda f: self.cancelled[f])
-            if (late := _late_result(f)) is not None
+            if (late := late_result(f)) is not None
         ]
         if events:
             journaled = await self.store.append_events(self.run_id, events)
@@ -520,83 +527,3 @@ class _RunLoop:
 
 async def _call(worker: Worker, ctx: TaskContext) -> JSON:
     return await worker(ctx)
-
-
-def _outcome_of(fut: asyncio.Task[JSON], task: Task) -> tuple[EventKind, Task]:
-    """The task's new value after its worker ended: results and errors come back as values."""
-    if fut.cancelled():
-        error = {"type": "CancelledError", "message": "the worker was cancelled from outside"}
-        return EventKind.TASK_FAILED, replace(task, state=TaskState.FAILED, error=error)
-    exc = fut.exception()
-    if isinstance(exc, NeedsApproval):
-        return EventKind.APPROVAL_REQUIRED, replace(
-            task, state=TaskState.WAITING, wait_reason=exc.reason, wait_epoch=task.wait_epoch + 1
-        )
-    if isinstance(exc, TripwireFired | BudgetExceeded):
-        # A policy stopped the work inside the task: the run escalates, not the planner's call.
-        return EventKind.TRIPWIRE, replace(task, state=TaskState.FAILED, error=exc.verdict())
-    if exc is not None:
-        if isinstance(exc, LoopKernelError):
-            error = exc.verdict()
-        else:
-            error = {"type": type(exc).__name__, "message": str(exc)}
-        return EventKind.TASK_FAILED, replace(task, state=TaskState.FAILED, error=error)
-    result = fut.result()
-    try:
-        json.dumps(result, allow_nan=False)
-    except (TypeError, ValueError) as err:
-        error = {"type": "TypeError", "message": f"worker returned a non-JSON value: {err}"}
-        return EventKind.TASK_FAILED, replace(task, state=TaskState.FAILED, error=error)
-    return EventKind.TASK_COMPLETED, replace(task, state=TaskState.SUCCEEDED, result=result)
-
-
-def _event_data(kind: EventKind, task: Task) -> JSON:
-    if kind in (EventKind.TASK_FAILED, EventKind.TRIPWIRE):
-        return {"error": task.error, "attempt": task.attempts}
-    if kind is EventKind.APPROVAL_REQUIRED:
-        return {"reason": task.wait_reason, "wait_epoch": task.wait_epoch}
-    return {"attempt": task.attempts}
-
-
-def _late_result(fut: asyncio.Task[JSON]) -> JSON:
-    """What a cancelled task still produced, as the journal keeps it: never the value."""
-    if fut.cancelled():
-        return None
-    exc = fut.exception()
-    if exc is not None:
-        return {"outcome": "error", "type": type(exc).__name__}
-    text = json.dumps(fut.result(), sort_keys=True, default=repr)
-    return {
-        "outcome": "result",
-        "sha256": hashlib.sha256(text.encode()).hexdigest(),
-        "bytes": len(text),
-    }
-
-
-def _latest(tasks: Iterable[Task]) -> tuple[Task, ...]:
-    """One value per task id, the last one given."""
-    return tuple({t.task_id: t for t in tasks}.values())
-
-
-def _merge(deltas: Sequence[Delta]) -> Delta:
-    if len(deltas) == 1:
-        return deltas[0]
-    tasks: dict[TaskId, Task] = {}
-    new_ids: set[TaskId] = set()
-    edges: list[tuple[TaskId, TaskId]] = []
-    cancelled: list[TaskId] = []
-    finish = None
-    for d in deltas:
-        for t in d.tasks:
-            tasks[t.task_id] = t
-        new_ids |= d.new_task_ids
-        edges.extend(d.edges)
-        cancelled.extend(d.cancelled_running)
-        finish = d.finish or finish
-    return Delta(
-        tasks=tuple(tasks.values()),
-        new_task_ids=frozenset(new_ids),
-        edges=tuple(edges),
-        finish=finish,
-        cancelled_running=tuple(cancelled),
-    )
