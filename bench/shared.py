@@ -25,8 +25,8 @@ from loopkernel.policy import Policy, ToolCall, Usage
 from loopkernel.tools import SourceSession
 from loopkernel.tools._schema import SchemaCache
 from loopkernel.tools._source import check_arguments
-from loopkernel_apps.looplab import POLICY, SCENARIOS, tool_source
-from loopkernel_apps.looplab.tools import applied, record_entries
+from loopkernel_apps.looplab.scenarios import POLICY, SCENARIOS
+from loopkernel_apps.looplab.tools import applied, record_entries, tool_source
 
 __all__ = [
     "DEFAULTS",

@@ -212,6 +212,7 @@ async def main(argv: list[str] | None = None) -> int:
                 v.get("steps_done", 0),
             )
             seen["errors"] = [str(t.error) for t in snap.tasks if t.error]
+            seen["checkpoint"] = bool(v)
             print(json.dumps(seen))
             return 0
         existing = await saver.aget_tuple(config)
@@ -243,8 +244,7 @@ async def main(argv: list[str] | None = None) -> int:
             try:
                 await graph.ainvoke(inp, config, durability="sync")
             except GraphRecursionError as exc:
-                snap = await graph.aget_state(config)
-                return finish("failed", {"kind": "runaway", **error_verdict(exc)})
+                return finish("failed", {**error_verdict(exc), "kind": "runaway"})
             except Exception as exc:
                 return finish("failed", error_verdict(exc))
             snap = await graph.aget_state(config)

@@ -13,44 +13,27 @@ the durable run record under ``$LOOPLAB_DIR`` (default ``.looplab``).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
-from pathlib import Path
 
 from loopkernel import JSON, App, AppParts, Store, UsageError
 from loopkernel.policy import Policy
-from loopkernel.tools import ToolLayer, ToolSource, load_tool_defs
+from loopkernel.tools import ToolLayer
 from loopkernel_apps.looplab._loop import WORKERS, LooplabPlanner, policy_hook
 from loopkernel_apps.looplab.scenarios import EXPECTED, POLICY, SCENARIOS
-from loopkernel_apps.looplab.tools import DEFS
+from loopkernel_apps.looplab.tools import data_dir, tool_source
 
-__all__ = ["EXPECTED", "POLICY", "SCENARIOS", "WORKERS", "LooplabPlanner", "app", "tool_source"]
+__all__ = [
+    "EXPECTED",
+    "POLICY",
+    "SCENARIOS",
+    "WORKERS",
+    "LooplabPlanner",
+    "app",
+    "data_dir",
+    "tool_source",
+]
 
 FAULTS = ("", "wrong_type", "timeout", "raise")
-
-
-def data_dir() -> Path:
-    """Where the tool server keeps the durable run records: ``$LOOPLAB_DIR`` or ``.looplab``."""
-    return Path(os.environ.get("LOOPLAB_DIR") or ".looplab").resolve()
-
-
-def tool_source(
-    directory: str | os.PathLike[str] | None = None,
-    *,
-    run: str | None = None,
-    timeout: float = 30.0,
-) -> ToolSource:
-    """The looplab tool server as a stdio source (``run`` pins the record file's name)."""
-    args = ["--dir", os.fspath(directory or data_dir())]
-    if run is not None:
-        args += ["--run", run]
-    return ToolSource.python_module(
-        "looplab",
-        "loopkernel_apps.looplab.tools",
-        *args,
-        defs=load_tool_defs(DEFS),
-        timeouts={"act": timeout, "publish": timeout},
-    )
 
 
 def build(params: Mapping[str, JSON]) -> AppParts:

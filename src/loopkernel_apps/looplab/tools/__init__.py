@@ -20,6 +20,7 @@ without such a check would.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -27,7 +28,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from loopkernel import JSON
-from loopkernel.tools import CallInfo, KeyLedger, ToolHost, read_ledger
+from loopkernel.tools import (
+    CallInfo,
+    KeyLedger,
+    ToolDefs,
+    ToolHost,
+    ToolSource,
+    load_tool_defs,
+    read_ledger,
+)
 from loopkernel_apps.looplab.scenarios import SCENARIOS
 
 __all__ = [
@@ -35,9 +44,11 @@ __all__ = [
     "applied",
     "build_host",
     "calls_path",
+    "data_dir",
     "main",
     "record_entries",
     "record_path",
+    "tool_source",
     "world_path",
 ]
 
@@ -67,6 +78,35 @@ def applied(directory: str | os.PathLike[str], run: str) -> list[str]:
         f"{e['result']['step']}#{e['result']['attempt']}"
         for e in read_ledger(world_path(directory, run))
     ]
+
+
+@functools.cache
+def _defs() -> ToolDefs:
+    return load_tool_defs(DEFS)
+
+
+def data_dir() -> Path:
+    """Where the tool server keeps the durable run records: ``$LOOPLAB_DIR`` or ``.looplab``."""
+    return Path(os.environ.get("LOOPLAB_DIR") or ".looplab").resolve()
+
+
+def tool_source(
+    directory: str | os.PathLike[str] | None = None,
+    *,
+    run: str | None = None,
+    timeout: float = 30.0,
+) -> ToolSource:
+    """The looplab tool server as a stdio source (``run`` pins the record file's name)."""
+    args = ["--dir", os.fspath(directory or data_dir())]
+    if run is not None:
+        args += ["--run", run]
+    return ToolSource.python_module(
+        "looplab",
+        "loopkernel_apps.looplab.tools",
+        *args,
+        defs=_defs(),
+        timeouts={"act": timeout, "publish": timeout},
+    )
 
 
 def build_host(directory: str | os.PathLike[str], run: str | None = None) -> ToolHost:
