@@ -19,7 +19,7 @@ from loopkernel.store import EffectRecord, NewEvent, PatchRecord, Store, digest_
 from loopkernel.store._codec import dumps
 
 if TYPE_CHECKING:
-    from store.conftest import Backend
+    from lk_stores import Backend
 
 RUN = RunId("run-golden")
 SKILLS = frozenset({"fetch", "pay", "think"})
