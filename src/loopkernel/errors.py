@@ -10,7 +10,8 @@
     ├── StoreError                  the store cannot serve the request
     │   ├── SchemaTooNew            the database was written by a newer LoopKernel
     │   ├── ReplayDivergence        a replayed step does not match the journal
-    │   └── LeaseLost               another worker owns the run now (fencing)
+    │   ├── LeaseLost               another worker owns the run now (fencing)
+    │   └── StoreUnavailable        the database could not be reached; retry
     └── RunError                    something stopped a run; ``verdict()`` is what the store keeps
         ├── ToolError               bad arguments, bad output, or the tool's handler raised
         ├── ToolTimeout             the client deadline passed; the request was cancelled
@@ -39,6 +40,7 @@ __all__ = [
     "RunawayRun",
     "SchemaTooNew",
     "StoreError",
+    "StoreUnavailable",
     "ToolError",
     "ToolTimeout",
     "ToolUnavailable",
@@ -108,7 +110,18 @@ class ReplayDivergence(StoreError):
 
 
 class LeaseLost(StoreError):
+    """The run's lease epoch moved on: another worker took the run over. The write that
+    raised was not made; the worker must stop the run and write nothing more for it."""
+
     code = "lease_lost"
+    retryable = True
+
+
+class StoreUnavailable(StoreError):
+    """The database did not answer (connection lost, server down, pool exhausted); the
+    transaction was rolled back, so retrying later is safe."""
+
+    code = "store_unavailable"
     retryable = True
 
 

@@ -40,9 +40,10 @@ from loopkernel.graph import (
 from loopkernel.ids import RunId, TaskId
 from loopkernel.store import EffectRecord, NewEvent, PatchRecord, Store
 from loopkernel.store._codec import dumps
+from loopkernel.store._sqlite_schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:
-    from store.conftest import Backend
+    from lk_stores import Backend
 
 RUN = RunId("run-1")
 SKILLS = frozenset({"fetch", "think"})
@@ -527,7 +528,8 @@ def test_concurrent_opens_migrate_once(backend: Backend) -> None:
             await asyncio.gather(*(s.close() for s in stores))
 
     asyncio.run(main())
-    assert backend.sql("SELECT value FROM meta WHERE key = 'schema_version'") == [("1",)]
+    version = str(SCHEMA_VERSION)  # the same numbered migrations on both stores
+    assert backend.sql("SELECT value FROM meta WHERE key = 'schema_version'") == [(version,)]
 
 
 def test_concurrent_appends_from_two_connections_never_share_a_seq(backend: Backend) -> None:

@@ -7,6 +7,7 @@ import os
 from loopkernel.errors import UsageError
 from loopkernel.store._codec import digest_of
 from loopkernel.store._protocol import (
+    Claim,
     EffectRecord,
     LoadedRun,
     NewEvent,
@@ -18,6 +19,7 @@ from loopkernel.store._sqlite import SQLiteStore
 
 __all__ = [
     "DEFAULT_DB",
+    "Claim",
     "EffectRecord",
     "LoadedRun",
     "NewEvent",
@@ -52,5 +54,7 @@ def open_store(url: str | None = None) -> Store:
     if url.startswith("sqlite:///"):
         url = url.removeprefix("sqlite:///")
     elif "://" in url:
-        raise UsageError(f"unknown database URL {url!r}: use a file path, sqlite:///, postgresql://")
+        raise UsageError(
+            f"unknown database URL {url!r}: use a file path, sqlite:///, postgresql://"
+        )
     return SQLiteStore(url)

@@ -31,11 +31,13 @@ __all__ = [
     "dump_of",
     "dumps",
     "effect_from_row",
+    "effect_params",
     "event_from_row",
     "human_input_event",
     "loads",
     "patch_from_row",
     "run_info_from_row",
+    "run_params",
     "task_from_row",
     "waiting_epoch",
     "with_done_seq",
@@ -114,6 +116,15 @@ def event_from_row(run_id: RunId, row: Any) -> Event:
 RUN_COLUMNS = "run_id, app, params, status, verdict, max_events, created_at, updated_at"
 
 
+def run_params(
+    run_id: RunId, app: str, params: JSON, max_events: int, token_hash: str, now: float
+) -> tuple[Any, ...]:
+    """A new ``running`` run: run_id, app, params, status, verdict, max_events,
+    token_hash, created_at, updated_at."""
+    status = RunStatus.RUNNING.value
+    return (run_id, app, dumps(params), status, dumps(None), max_events, token_hash, now, now)
+
+
 def run_info_from_row(row: Any, *, last_seq: int, task_counts: dict[str, int]) -> RunInfo:
     """Row order: ``RUN_COLUMNS``."""
     return RunInfo(
@@ -143,6 +154,13 @@ def patch_from_row(row: Any) -> PatchRecord:
 EFFECT_COLUMNS = (
     "run_id, idem_key, task_id, call_index, tool, effect, arguments, status, result, error"
 )
+
+
+def effect_params(record: EffectRecord, now: float) -> tuple[Any, ...]:
+    """A new ``intended`` effect: ``EFFECT_COLUMNS``, then created_at, updated_at."""
+    args = dumps(record.arguments)
+    head = (record.run_id, record.key, record.task_id, record.call_index, record.tool)
+    return (*head, record.effect, args, "intended", dumps(None), dumps(None), now, now)
 
 
 def effect_from_row(row: Any) -> EffectRecord:

@@ -12,25 +12,30 @@ Durability mirrors SQLite's: ``append_events`` commits with ``synchronous_commit
 other write waits for its WAL flush. A client crash loses nothing; a server crash may
 lose the last events, which is a crash just before them.
 
-Only this module imports psycopg: ``import loopkernel.store`` does not.
+Workers: ``_postgres_lease`` holds the lease statements; a fenced view
+(``fenced(run_id, epoch)``) compares the run's lease epoch while it holds the row lock.
+
+Only this module (and its ``_postgres_*`` helpers) imports psycopg: ``import
+loopkernel.store`` does not.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
 import psycopg
-from psycopg.errors import UniqueViolation
+from psycopg.errors import IdleInTransactionSessionTimeout, UniqueViolation
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from loopkernel.errors import (
     ApprovalRefused,
     ReplayDivergence,
     RunNotFound,
-    StoreError,
+    StoreUnavailable,
     UsageError,
 )
 from loopkernel.graph import (
@@ -44,6 +49,7 @@ from loopkernel.graph import (
     Task,
 )
 from loopkernel.ids import RunId, TaskId
+from loopkernel.store import _postgres_lease as _lease
 from loopkernel.store._codec import (
     DUMP_EFFECT_COLUMNS,
     DUMP_TASK_COLUMNS,
@@ -55,27 +61,40 @@ from loopkernel.store._codec import (
     dump_of,
     dumps,
     effect_from_row,
+    effect_params,
     event_from_row,
     human_input_event,
     loads,
     patch_from_row,
     run_info_from_row,
+    run_params,
     task_from_row,
     task_params,
     waiting_epoch,
     with_done_seq,
 )
+from loopkernel.store._lease import Fence, check_lease_seconds
 from loopkernel.store._postgres_db import (
     Conn,
     configure,
+    connect,
     execute_many,
     fetch_each,
     fetch_one,
     fetch_rows,
+    open_pool,
     redact,
 )
+from loopkernel.store._postgres_lease import Listener
 from loopkernel.store._postgres_schema import migrate
-from loopkernel.store._protocol import EffectRecord, LoadedRun, NewEvent, PatchRecord, RunInfo
+from loopkernel.store._protocol import (
+    Claim,
+    EffectRecord,
+    LoadedRun,
+    NewEvent,
+    PatchRecord,
+    RunInfo,
+)
 
 __all__ = ["PostgresStore"]
 
@@ -130,6 +149,8 @@ class PostgresStore:
         self.max_size = max_size
         self.connect_timeout = connect_timeout
         self._pool: AsyncConnectionPool[Conn] | None = None
+        self._fence: Fence | None = None
+        self._listener = Listener(url)
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.where!r})"
@@ -141,44 +162,18 @@ class PostgresStore:
             return
         # Migrate on a connection of its own first: a wrong URL or a missing database fails
         # here at once with the server's words, instead of as a pool timeout.
-        try:
-            conn = await psycopg.AsyncConnection.connect(
-                self.url, autocommit=True, connect_timeout=max(1, round(self.connect_timeout))
-            )
-        except psycopg.OperationalError as exc:
-            message = " ".join(str(exc).split())
-            raise StoreError(
-                f"cannot connect to PostgreSQL at {self.where}: {message}", url=self.where
-            ) from None
-        async with conn:
+        async with await connect(self.url, self.where, self.connect_timeout) as conn:
             await configure(conn)
             await migrate(conn, self.where)
-        pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
-            self.url,
-            min_size=self.min_size,
-            max_size=self.max_size,
-            kwargs={"autocommit": True},
-            configure=configure,
-            open=False,
-            name="loopkernel",
+        self._pool = await open_pool(
+            self.url, self.where, self.min_size, self.max_size, self.connect_timeout
         )
-        try:
-            await pool.open(wait=True, timeout=self.connect_timeout)
-        except BaseException as exc:
-            await pool.close()
-            if not isinstance(exc, PoolTimeout):
-                raise
-            raise StoreError(
-                f"PostgreSQL at {self.where} accepted one connection but not a pool of "
-                f"{self.min_size} within {self.connect_timeout}s (max_connections?)",
-                url=self.where,
-            ) from None
-        self._pool = pool
 
     async def close(self) -> None:
-        if self._pool is None:
+        if self._pool is None or self._fence is not None:  # a view leaves it to its store
             return
         pool, self._pool = self._pool, None
+        await self._listener.close()
         await pool.close()
 
     async def checkpoint(self) -> None:
@@ -188,17 +183,19 @@ class PostgresStore:
     async def _conn(self) -> AsyncIterator[Conn]:
         """A pooled connection in autocommit: each statement its own transaction.
 
-        A lost server, an exhausted pool or a deadlock comes out as ``StoreError`` (the
-        transaction was rolled back; a broken connection leaves the pool).
+        A lost server, an exhausted pool or a deadlock comes out as ``StoreUnavailable``
+        (the transaction was rolled back; a broken connection leaves the pool).
         """
         if self._pool is None:
             raise UsageError("the store is not open; call `await store.open()` first")
         try:
             async with self._pool.connection() as conn:
                 yield conn
-        except psycopg.OperationalError as exc:
+        except (psycopg.OperationalError, IdleInTransactionSessionTimeout, PoolTimeout) as exc:
             message = " ".join(str(exc).split())
-            raise StoreError(f"PostgreSQL at {self.where}: {message}", url=self.where) from exc
+            raise StoreUnavailable(
+                f"PostgreSQL at {self.where}: {message}", url=self.where
+            ) from exc
 
     @asynccontextmanager
     async def _tx(self, *, sync: bool = True) -> AsyncIterator[Conn]:
@@ -225,22 +222,14 @@ class PostgresStore:
     ) -> Event:
         now = time.time()
         started = NewEvent(kind=EventKind.RUN_STARTED, data={"app": app})
+        if self._fence is not None:
+            raise UsageError(f"a store view fenced to run {self._fence.run_id} creates no run")
         try:
             async with self._tx() as conn:
                 await conn.execute(
                     "INSERT INTO runs (run_id, app, params, status, verdict, max_events, "
                     "token_hash, created_at, updated_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-                    (
-                        run_id,
-                        app,
-                        dumps(params),
-                        RunStatus.RUNNING.value,
-                        dumps(None),
-                        max_events,
-                        token_hash,
-                        now,
-                        now,
-                    ),
+                    run_params(run_id, app, params, max_events, token_hash, now),
                 )
                 # A new run has no events, and its row stays locked until we commit.
                 (event,) = await self._append(conn, run_id, 0, [started], now)
@@ -256,8 +245,11 @@ class PostgresStore:
     def _not_found(self, run_id: RunId) -> RunNotFound:
         return RunNotFound(f"no run {run_id} in {self.where}", run_id=run_id)
 
-    async def _lock_run(self, conn: Conn, run_id: RunId) -> tuple[RunStatus, int]:
-        """Lock the run's row until the transaction ends; its status and last seq.
+    async def _lock_run(
+        self, conn: Conn, run_id: RunId, *, seq: bool = True, fence: Fence | None = None
+    ) -> tuple[RunStatus, int]:
+        """Lock the run's row until the transaction ends; its status and last seq (0
+        without ``seq``). A fenced view (or ``fence``) compares the lease epoch here.
 
         Every write that touches a run's journal or graph takes this lock first (one lock
         order: no deadlocks), so no one else appends until we commit. The MAX must be a
@@ -265,14 +257,21 @@ class PostgresStore:
         fresh snapshot, so it sees what the previous holder of the lock committed (a
         subquery of the locking SELECT would see the snapshot from before the wait).
         """
-        lock = await conn.execute("SELECT status FROM runs WHERE run_id = %s FOR UPDATE", (run_id,))
-        last = await conn.execute(
+        fence = fence or self._fence
+        if fence is not None:
+            fence.check_run(run_id)
+        lock = await conn.execute(
+            "SELECT status, lease_epoch, owner FROM runs WHERE run_id = %s FOR UPDATE", (run_id,)
+        )
+        last = seq and await conn.execute(
             "SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = %s", (run_id,)
         )
-        row, seq = await lock.fetchone(), await last.fetchone()
-        if row is None or seq is None:
+        row, top = await lock.fetchone(), (await last.fetchone() if last else (0,))
+        if row is None or top is None:
             raise self._not_found(run_id)
-        return RunStatus(row[0]), int(seq[0])
+        if fence is not None:
+            fence.check_epoch(row[1], row[2])
+        return RunStatus(row[0]), int(top[0])
 
     async def get_run(self, run_id: RunId) -> RunInfo:
         async with self._conn() as conn:
@@ -470,6 +469,8 @@ class PostgresStore:
                     "VALUES (%s,%s,%s,%s,%s)",
                     (run_id, task_id, epoch, decision, event.seq),
                 )
+                if status is RunStatus.WAITING:
+                    await _lease.wake(conn, run_id, time.time())
         except UniqueViolation as exc:
             if exc.diag.constraint_name != "approvals_pkey":
                 raise
@@ -488,6 +489,8 @@ class PostgresStore:
                 raise UsageError(f"run {run_id} is already {status}", run_id=run_id)
             events = [NewEvent(kind=EventKind.CANCEL_REQUESTED, data={"reason": reason})]
             (event,) = await self._append(conn, run_id, seq, events, time.time())
+            if status is RunStatus.WAITING:
+                await _lease.wake(conn, run_id, time.time())
         return event
 
     # -- effects ---------------------------------------------------------------------------
@@ -500,26 +503,15 @@ class PostgresStore:
     async def intend_effect(self, record: EffectRecord) -> EffectRecord:
         now = time.time()
         async with self._tx() as conn:
+            if self._fence is not None:
+                await self._lock_run(conn, record.run_id, seq=False)
             # ON CONFLICT waits for a concurrent insert of the same key to commit; the
             # SELECT after it (a new snapshot) then sees whichever row won.
             await conn.execute(
                 f"INSERT INTO effects ({EFFECT_COLUMNS}, created_at, updated_at) "
                 "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) "
                 "ON CONFLICT (run_id, idem_key) DO NOTHING",
-                (
-                    record.run_id,
-                    record.key,
-                    record.task_id,
-                    record.call_index,
-                    record.tool,
-                    record.effect,
-                    dumps(record.arguments),
-                    "intended",
-                    dumps(None),
-                    dumps(None),
-                    now,
-                    now,
-                ),
+                effect_params(record, now),
             )
             row = await fetch_one(conn, _EFFECT, (record.run_id, record.key))
         return effect_from_row(row)
@@ -533,7 +525,9 @@ class PostgresStore:
         result: JSON = None,
         error: JSON = None,
     ) -> None:
-        async with self._conn() as conn:
+        async with self._tx() if self._fence else self._conn() as conn:
+            if self._fence is not None:
+                await self._lock_run(conn, run_id, seq=False)
             cur = await conn.execute(
                 "UPDATE effects SET status = %s, result = %s, error = %s, updated_at = %s "
                 "WHERE run_id = %s AND idem_key = %s AND status = 'intended'",
@@ -571,3 +565,47 @@ class PostgresStore:
         if not run:
             raise self._not_found(run_id)
         return dump_of(run[0], tasks, edges, effects)
+
+    # -- workers: leases and fencing (docs/workers.md) --------------------------------------
+
+    def fenced(self, run_id: RunId, epoch: int) -> PostgresStore:
+        view = copy.copy(self)
+        view._fence = Fence(run_id=run_id, epoch=epoch)
+        view._listener = Listener(self.url)
+        return view
+
+    async def enqueue(self, run_id: RunId) -> None:
+        async with self._tx() as conn:
+            status, _ = await self._lock_run(conn, run_id)
+            if status in TERMINAL_RUN:
+                raise UsageError(f"run {run_id} is already {status}; nothing is left to run")
+            await _lease.enqueue(conn, run_id, time.time())
+
+    async def claim_run(self, worker_id: str, lease_seconds: float) -> Claim | None:
+        check_lease_seconds(lease_seconds)
+        self._unfenced("claim runs")
+        async with self._conn() as conn:
+            return await _lease.claim(conn, worker_id, lease_seconds)
+
+    async def heartbeat(self, run_id: RunId, epoch: int, lease_seconds: float) -> None:
+        check_lease_seconds(lease_seconds)
+        self._unfenced("heartbeat")
+        # Not waiting for the WAL flush: a heartbeat lost to a server crash only
+        # shortens the lease.
+        async with self._tx(sync=False) as conn:
+            if not await _lease.extend(conn, run_id, epoch, lease_seconds):
+                await self._lock_run(
+                    conn, run_id, seq=False, fence=Fence(run_id=run_id, epoch=epoch)
+                )
+
+    async def release(self, run_id: RunId, epoch: int) -> None:
+        self._unfenced("release leases")
+        async with self._tx() as conn:
+            await _lease.release(conn, run_id, epoch, time.time())
+
+    def _unfenced(self, what: str) -> None:
+        if self._fence is not None:
+            raise UsageError(f"a store view fenced to run {self._fence.run_id} cannot {what}")
+
+    async def wait_for_work(self, seconds: float) -> None:
+        await self._listener.wait(seconds)

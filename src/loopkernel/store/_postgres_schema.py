@@ -105,6 +105,15 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (run_id, idem_key)
         )""",
     ],
+    # 2: leases for workers (docs/workers.md). lease_until NULL: not enqueued, no lease;
+    # times are the server's clock, in seconds since the epoch.
+    [
+        "ALTER TABLE runs ADD COLUMN owner text",
+        "ALTER TABLE runs ADD COLUMN lease_epoch bigint NOT NULL DEFAULT 0",
+        "ALTER TABLE runs ADD COLUMN lease_until double precision",
+        "CREATE INDEX runs_claimable ON runs (created_at) "
+        "WHERE status = 'running' AND lease_until IS NOT NULL",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,7 +1,14 @@
 """The store interface: what the executor, the CLI and the tool layer need of a database.
 
 Two implementations, SQLite and PostgreSQL, pass one conformance suite
-(``tests/store/test_conformance.py``). Every method is one transaction.
+(``tests/store/test_conformance.py``, ``tests/store/test_leases.py``). Every method is one
+transaction.
+
+Workers (``docs/workers.md``): a run handed to them with ``enqueue`` is claimed by one
+worker at a time under a lease (``claim_run``, ``heartbeat``, ``release``), and the worker
+writes through ``fenced(run_id, epoch)``, a view of the store whose every write for the
+run checks, in its own transaction, that the lease epoch is still the worker's. A run
+never enqueued (``loopkernel run``) has no lease, and its writes check nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from loopkernel.graph import JSON, Delta, Event, EventKind, GraphState, RunStatu
 from loopkernel.ids import RunId, TaskId
 
 __all__ = [
+    "Claim",
     "EffectRecord",
     "LoadedRun",
     "NewEvent",
@@ -97,6 +105,18 @@ class EffectRecord:
     error: JSON = None
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Claim:
+    """A run a worker now owns: write through ``store.fenced(run_id, epoch)``."""
+
+    run_id: RunId
+    """The run."""
+    epoch: int
+    """The lease epoch: bumped by every claim and release, so an older one is dead."""
+    owner: str
+    """The worker that claimed it."""
+
+
 @runtime_checkable
 class Store(Protocol):
     """A durable home for runs. Implementations: ``SQLiteStore``, ``PostgresStore``."""
@@ -173,10 +193,16 @@ class Store(Protocol):
         decision: Literal["approve", "reject"],
         payload: JSON,
     ) -> Event:
-        """Journal a human's answer to a waiting task; refuse a replay (``ApprovalRefused``)."""
+        """Journal a human's answer to a waiting task; refuse a replay (``ApprovalRefused``).
+
+        An enqueued run that was ``waiting`` becomes ``running`` again: claimable.
+        """
 
     async def request_cancel(self, run_id: RunId, reason: str) -> Event:
-        """Journal ``cancel_requested``; the executor (now or at resume) finishes the run."""
+        """Journal ``cancel_requested``; the executor (now or at resume) finishes the run.
+
+        An enqueued run that was ``waiting`` becomes ``running`` again: claimable.
+        """
 
     # -- effects ---------------------------------------------------------------------------
 
@@ -204,3 +230,33 @@ class Store(Protocol):
 
     async def checkpoint(self) -> None:
         """Make the main database file complete on its own (SQLite); a no-op elsewhere."""
+
+    # -- workers: leases and fencing -------------------------------------------------------
+
+    async def enqueue(self, run_id: RunId) -> None:
+        """Hand the run to the workers: from now on ``claim_run`` may give it out whenever
+        it is ``running`` and nobody holds its lease. Idempotent; a finished run is refused.
+        """
+
+    async def claim_run(self, worker_id: str, lease_seconds: float) -> Claim | None:
+        """Take the oldest enqueued run that is ``running`` and whose lease is free or has
+        expired: set its owner, bump its epoch, hold it for ``lease_seconds``. ``None``
+        when there is none. Two workers never get the same run at once."""
+
+    async def heartbeat(self, run_id: RunId, epoch: int, lease_seconds: float) -> None:
+        """Extend the lease to ``lease_seconds`` from now; ``LeaseLost`` if the epoch moved."""
+
+    async def release(self, run_id: RunId, epoch: int) -> None:
+        """Give the lease back (bumping the epoch, so the old one is dead). A released run
+        that is waiting but was answered meanwhile becomes ``running``, i.e. claimable.
+        Nothing happens if ``epoch`` is no longer the run's."""
+
+    def fenced(self, run_id: RunId, epoch: int) -> Store:
+        """A view of this store (same connection) whose every write for ``run_id`` first
+        checks, inside its transaction, that the run's lease epoch is still ``epoch``, and
+        otherwise raises ``LeaseLost`` having written nothing. It writes no other run;
+        closing it leaves the connection to this store."""
+
+    async def wait_for_work(self, seconds: float) -> None:
+        """Return when a run may have become claimable (enqueued, answered, cancelled,
+        released: PostgreSQL's LISTEN/NOTIFY), or after ``seconds`` (polling)."""

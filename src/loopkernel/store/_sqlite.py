@@ -9,6 +9,8 @@ runs again, its tool calls replayed from the effect journal).
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import os
 import sqlite3
 import time
@@ -35,6 +37,7 @@ from loopkernel.graph import (
     Task,
 )
 from loopkernel.ids import RunId, TaskId
+from loopkernel.store import _sqlite_lease as _lease
 from loopkernel.store._codec import (
     DUMP_EFFECT_COLUMNS,
     DUMP_TASK_COLUMNS,
@@ -46,16 +49,26 @@ from loopkernel.store._codec import (
     dump_of,
     dumps,
     effect_from_row,
+    effect_params,
     event_from_row,
     human_input_event,
     patch_from_row,
     run_info_from_row,
+    run_params,
     task_from_row,
     task_params,
     waiting_epoch,
     with_done_seq,
 )
-from loopkernel.store._protocol import EffectRecord, LoadedRun, NewEvent, PatchRecord, RunInfo
+from loopkernel.store._lease import Fence, check_lease_seconds
+from loopkernel.store._protocol import (
+    Claim,
+    EffectRecord,
+    LoadedRun,
+    NewEvent,
+    PatchRecord,
+    RunInfo,
+)
 from loopkernel.store._sqlite_schema import MIGRATIONS, SCHEMA_VERSION
 
 __all__ = ["SQLiteStore"]
@@ -83,6 +96,7 @@ class SQLiteStore:
         self.url = f"sqlite:///{self.path}"
         self.synchronous = synchronous
         self._db: sqlite3.Connection | None = None
+        self._fence: Fence | None = None
 
     # -- connection ------------------------------------------------------------------------
 
@@ -127,7 +141,7 @@ class SQLiteStore:
                 )
 
     async def close(self) -> None:
-        if self._db is None:
+        if self._db is None or self._fence is not None:  # a view leaves it to its store
             return
         self.checkpoint_sync()
         self._db.close()
@@ -140,14 +154,20 @@ class SQLiteStore:
         return self._db
 
     @contextmanager
-    def _tx(self, *, sync: bool = True) -> Iterator[sqlite3.Connection]:
-        """One write transaction. ``sync=False`` skips this commit's fsync (see module doc)."""
+    def _tx(
+        self, run_id: RunId | None = None, *, sync: bool = True
+    ) -> Iterator[sqlite3.Connection]:
+        """One write transaction, for ``run_id`` when it writes a run (a fenced view checks
+        its lease epoch first, under the write lock). ``sync=False`` skips this commit's
+        fsync (see module doc)."""
         db = self._conn
         deferred = not sync and self.synchronous == "full"
         if deferred:
             db.execute("PRAGMA synchronous = NORMAL")
         db.execute("BEGIN IMMEDIATE")
         try:
+            if self._fence is not None:
+                self._check_fence(db, self._fence, run_id)
             yield db
         except BaseException:
             db.execute("ROLLBACK")
@@ -171,22 +191,12 @@ class SQLiteStore:
         self, *, run_id: RunId, app: str, params: JSON, max_events: int, token_hash: str
     ) -> Event:
         now = time.time()
-        with self._tx() as db:
+        with self._tx(run_id) as db:
             try:
                 db.execute(
                     "INSERT INTO runs (run_id, app, params, status, verdict, max_events, "
                     "token_hash, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?)",
-                    (
-                        run_id,
-                        app,
-                        dumps(params),
-                        RunStatus.RUNNING.value,
-                        dumps(None),
-                        max_events,
-                        token_hash,
-                        now,
-                        now,
-                    ),
+                    run_params(run_id, app, params, max_events, token_hash, now),
                 )
             except sqlite3.IntegrityError:
                 raise UsageError(
@@ -273,7 +283,7 @@ class SQLiteStore:
     async def set_status(self, run_id: RunId, status: RunStatus, verdict: JSON = None) -> None:
         if status in TERMINAL_RUN:
             raise UsageError("a run ends through a finish patch, not set_status")
-        with self._tx() as db:
+        with self._tx(run_id) as db:
             self._run_row(db, run_id)
             db.execute(
                 "UPDATE runs SET status = ?, verdict = ?, updated_at = ? WHERE run_id = ?",
@@ -314,7 +324,7 @@ class SQLiteStore:
         self, run_id: RunId, events: Sequence[NewEvent], tasks: Sequence[Task] = ()
     ) -> list[Event]:
         now = time.time()
-        with self._tx(sync=False) as db:
+        with self._tx(run_id, sync=False) as db:
             out = self._append(db, run_id, events, now)
             db.executemany(
                 _UPSERT_TASK, [task_params(run_id, t) for t in with_done_seq(tasks, out)]
@@ -330,7 +340,7 @@ class SQLiteStore:
     ) -> Event | None:
         now = time.time()
         final_event: Event | None = None
-        with self._tx() as db:
+        with self._tx(run_id) as db:
             try:
                 db.executemany(
                     "INSERT INTO patches (run_id, event_seq, ops, outcome, reason, planner, "
@@ -393,7 +403,7 @@ class SQLiteStore:
         payload: JSON,
     ) -> Event:
         check_decision(decision)
-        with self._tx() as db:
+        with self._tx(run_id) as db:
             run = self._run_row(db, run_id)
             if RunStatus(run[3]) in TERMINAL_RUN:
                 raise ApprovalRefused(f"run {run_id} is already {run[3]}", run_id=run_id)
@@ -418,19 +428,22 @@ class SQLiteStore:
                     run_id=run_id,
                     task_id=task_id,
                 ) from None
+            _lease.wake(db, run_id)
         return event
 
     async def request_cancel(self, run_id: RunId, reason: str) -> Event:
-        with self._tx() as db:
+        with self._tx(run_id) as db:
             run = self._run_row(db, run_id)
             if RunStatus(run[3]) in TERMINAL_RUN:
                 raise UsageError(f"run {run_id} is already {run[3]}", run_id=run_id)
-            return self._append(
+            event = self._append(
                 db,
                 run_id,
                 [NewEvent(kind=EventKind.CANCEL_REQUESTED, data={"reason": reason})],
                 time.time(),
             )[0]
+            _lease.wake(db, run_id)
+        return event
 
     # -- effects ---------------------------------------------------------------------------
 
@@ -443,24 +456,11 @@ class SQLiteStore:
 
     async def intend_effect(self, record: EffectRecord) -> EffectRecord:
         now = time.time()
-        with self._tx() as db:
+        with self._tx(record.run_id) as db:
             db.execute(
                 f"INSERT INTO effects ({EFFECT_COLUMNS}, created_at, updated_at) "
                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (run_id, idem_key) DO NOTHING",
-                (
-                    record.run_id,
-                    record.key,
-                    record.task_id,
-                    record.call_index,
-                    record.tool,
-                    record.effect,
-                    dumps(record.arguments),
-                    "intended",
-                    dumps(None),
-                    dumps(None),
-                    now,
-                    now,
-                ),
+                effect_params(record, now),
             )
             row = db.execute(
                 f"SELECT {EFFECT_COLUMNS} FROM effects WHERE run_id = ? AND idem_key = ?",
@@ -477,7 +477,7 @@ class SQLiteStore:
         result: JSON = None,
         error: JSON = None,
     ) -> None:
-        with self._tx() as db:
+        with self._tx(run_id) as db:
             cur = db.execute(
                 "UPDATE effects SET status = ?, result = ?, error = ?, updated_at = ? "
                 "WHERE run_id = ? AND idem_key = ? AND status = 'intended'",
@@ -522,6 +522,49 @@ class SQLiteStore:
         finally:
             db.execute("COMMIT")
         return dump_of(run, tasks, edges, effects)
+
+    # -- workers: leases and fencing (docs/workers.md) --------------------------------------
+
+    def fenced(self, run_id: RunId, epoch: int) -> SQLiteStore:
+        view = copy.copy(self)
+        view._fence = Fence(run_id=run_id, epoch=epoch)
+        return view
+
+    def _check_fence(self, db: sqlite3.Connection, fence: Fence, run_id: RunId | None) -> None:
+        if run_id is None:
+            raise UsageError(f"a store view fenced to run {fence.run_id} writes that run only")
+        fence.check_run(run_id)
+        found = _lease.lease_of(db, run_id)
+        if found is None:
+            raise RunNotFound(f"no run {run_id} in {self.path}", run_id=run_id)
+        fence.check_epoch(*found)
+
+    async def enqueue(self, run_id: RunId) -> None:
+        with self._tx(run_id) as db:
+            status = RunStatus(self._run_row(db, run_id)[3])
+            if status in TERMINAL_RUN:
+                raise UsageError(f"run {run_id} is already {status}; nothing is left to run")
+            _lease.enqueue(db, run_id)
+
+    async def claim_run(self, worker_id: str, lease_seconds: float) -> Claim | None:
+        check_lease_seconds(lease_seconds)
+        with self._tx() as db:
+            return _lease.claim(db, worker_id, lease_seconds)
+
+    async def heartbeat(self, run_id: RunId, epoch: int, lease_seconds: float) -> None:
+        check_lease_seconds(lease_seconds)
+        # Not fsynced: a heartbeat lost to a power cut only shortens the lease.
+        with self._tx(sync=False) as db:
+            if not _lease.extend(db, run_id, epoch, lease_seconds):
+                self._check_fence(db, Fence(run_id=run_id, epoch=epoch), run_id)
+
+    async def release(self, run_id: RunId, epoch: int) -> None:
+        with self._tx() as db:
+            _lease.release(db, run_id, epoch)
+
+    async def wait_for_work(self, seconds: float) -> None:
+        """SQLite has no notifications: this is the polling interval."""
+        await asyncio.sleep(seconds)
 
     def export_sync(self, run_id: RunId, to: str | os.PathLike[str]) -> None:
         """Write a consistent copy holding ``run_id`` alone, with the SQLite backup API."""

@@ -81,6 +81,14 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (run_id, idem_key)
         ) WITHOUT ROWID""",
     ],
+    # 2: leases for workers (docs/workers.md). lease_until NULL: not enqueued, no lease.
+    [
+        "ALTER TABLE runs ADD COLUMN owner TEXT",
+        "ALTER TABLE runs ADD COLUMN lease_epoch INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE runs ADD COLUMN lease_until REAL",
+        "CREATE INDEX runs_claimable ON runs (created_at) "
+        "WHERE status = 'running' AND lease_until IS NOT NULL",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

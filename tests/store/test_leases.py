@@ -1,0 +1,355 @@
+"""The lease contract workers rely on, checked on both stores through ``backend``.
+
+Enqueue, claim, heartbeat, release; a fenced view refused, writing nothing, once its epoch
+is over; a waiting run woken by an answer from anyone; claimers that never share a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import pytest
+
+from loopkernel.errors import LeaseLost, RunNotFound, UsageError
+from loopkernel.graph import JSON, Delta, EventKind, GraphPatch, RunStatus, TaskSpec, validate
+from loopkernel.ids import RunId, TaskId
+from loopkernel.store import Claim, EffectRecord, NewEvent, PatchRecord, Store, open_store
+from loopkernel.store._postgres_schema import SCHEMA_VERSION as PG_VERSION
+from loopkernel.store._sqlite_schema import SCHEMA_VERSION as SQLITE_VERSION
+
+if TYPE_CHECKING:
+    from lk_stores import Backend
+
+RUN = RunId("run-1")
+SKILLS = frozenset({"fetch"})
+SHORT = 0.05
+"""A lease that is over by the time a test has slept ``2 * SHORT``."""
+
+
+async def new_run(store: Store, run_id: RunId = RUN, *, enqueue: bool = True) -> None:
+    await store.create_run(run_id=run_id, app="demo", params={}, max_events=100, token_hash="h")
+    if enqueue:
+        await store.enqueue(run_id)
+
+
+async def plan(store: Store, seq: int, patch: GraphPatch, run_id: RunId = RUN) -> None:
+    delta = validate((await store.load_run(run_id)).state, patch, SKILLS)
+    await store.commit_patches(run_id, [PatchRecord(event_seq=seq, ops=patch.to_json())], delta)
+
+
+async def waiting_run(store: Store, run_id: RunId = RUN, *, enqueue: bool = True) -> None:
+    """A run whose task ``gate`` waits for a human, every event planned, status waiting."""
+    await new_run(store, run_id, enqueue=enqueue)
+    await plan(
+        store,
+        1,
+        GraphPatch().add(TaskSpec(task_id="gate", skill="fetch")).wait("gate", "ok?"),
+        run_id,
+    )
+    await store.set_status(run_id, RunStatus.WAITING)
+
+
+def effect(key: str) -> EffectRecord:
+    return EffectRecord(
+        run_id=RUN,
+        key=key,
+        task_id=TaskId("a"),
+        call_index=0,
+        tool="t",
+        effect="idempotent",
+        arguments={},
+        status="intended",
+    )
+
+
+async def snapshot(store: Store, run_id: RunId = RUN) -> tuple[JSON, ...]:
+    """Everything a write could change, but the lease columns."""
+    info = await store.get_run(run_id)
+    return (
+        await store.dump(run_id),
+        [(e.seq, e.kind.value, e.data) for e in await store.events(run_id)],
+        [p.event_seq for p in await store.patches(run_id)],
+        [(e.key, e.status) for e in await store.effects(run_id)],
+        info.status.value,
+    )
+
+
+def test_both_stores_have_the_same_schema_version() -> None:
+    assert SQLITE_VERSION == PG_VERSION == 2
+
+
+def test_only_enqueued_running_runs_are_claimed_once_each(backend: Backend) -> None:
+    async def body(store: Store) -> None:
+        await new_run(store, RunId("local"), enqueue=False)  # `loopkernel run`: never claimed
+        assert await store.claim_run("w1", 30) is None
+        await new_run(store, RunId("a"))
+        await new_run(store, RunId("b"))
+        await store.enqueue(RunId("a"))  # idempotent
+        first = await store.claim_run("w1", 30)
+        second = await store.claim_run("w2", 30)
+        assert first == Claim(run_id=RunId("a"), epoch=1, owner="w1")  # oldest first
+        assert second == Claim(run_id=RunId("b"), epoch=1, owner="w2")
+        assert await store.claim_run("w3", 30) is None  # both held
+        with pytest.raises(RunNotFound):
+            await store.enqueue(RunId("ghost"))
+        with pytest.raises(UsageError, match="positive"):
+            await store.claim_run("w1", 0)
+
+    backend.run(body)
+
+
+def test_an_expired_lease_is_taken_over_with_a_new_epoch(backend: Backend) -> None:
+    async def body(store: Store) -> None:
+        await new_run(store)
+        a = await store.claim_run("a", SHORT)
+        assert a is not None and a.epoch == 1
+        await asyncio.sleep(2 * SHORT)
+        b = await store.claim_run("b", 30)
+        assert b == Claim(run_id=RUN, epoch=2, owner="b")
+        with pytest.raises(LeaseLost, match="epoch 1 is over") as err:
+            await store.heartbeat(RUN, a.epoch, 30)
+        assert (err.value.epoch, err.value.current, err.value.retryable) == (1, 2, True)  # type: ignore[attr-defined]
+        await store.heartbeat(RUN, b.epoch, 30)
+
+    backend.run(body)
+
+
+def test_a_heartbeat_keeps_the_lease(backend: Backend) -> None:
+    async def body(store: Store) -> None:
+        await new_run(store)
+        a = await store.claim_run("a", 4 * SHORT)
+        assert a is not None
+        for _ in range(4):
+            await asyncio.sleep(SHORT)
+            await store.heartbeat(RUN, a.epoch, 4 * SHORT)
+        assert await store.claim_run("b", 30) is None
+        with pytest.raises(RunNotFound):
+            await store.heartbeat(RunId("ghost"), 1, 30)
+
+    backend.run(body)
+
+
+def test_a_fenced_view_writes_while_its_epoch_holds(backend: Backend) -> None:
+    async def body(store: Store) -> None:
+        await new_run(store)
+        claim = await store.claim_run("a", 30)
+        assert claim is not None
+        view = store.fenced(RUN, claim.epoch)
+        await plan(view, 1, GraphPatch().add(TaskSpec(task_id="a", skill="fetch")))
+        (ev,) = await view.append_events(
+            RUN, [NewEvent(kind=EventKind.TASK_COMPLETED, task_id=TaskId("a"))]
+        )
+        await view.intend_effect(effect("k"))
+        await view.finish_effect(RUN, "k", status="done", result=1)
+        await view.set_status(RUN, RunStatus.RUNNING)
+        assert (await view.get_run(RUN)).last_seq == ev.seq == 2
+        await view.close()  # a view leaves the connection to its store
+        assert (await store.get_run(RUN)).last_seq == 2
+
+    backend.run(body)
+
+
+def test_a_taken_over_worker_can_write_nothing_more(backend: Backend) -> None:
+    async def body(store: Store) -> None:
+        await new_run(store)
+        a = await store.claim_run("a", SHORT)
+        assert a is not None
+        stale = store.fenced(RUN, a.epoch)
+        await plan(stale, 1, GraphPatch().add(TaskSpec(task_id="a", skill="fetch")))
+        await stale.intend_effect(effect("k1"))
+        await asyncio.sleep(2 * SHORT)
+        b = await store.claim_run("b", 30)
+        assert b is not None and b.epoch == a.epoch + 1
+        before = await snapshot(store)
+        state = (await store.load_run(RUN)).state
+        finish = validate(state, GraphPatch().finish("succeeded"), SKILLS)
+        done = NewEvent(kind=EventKind.TASK_COMPLETED, task_id=TaskId("a"))
+        writes: list[Callable[[], Awaitable[object]]] = [
+            lambda: stale.append_events(RUN, [done]),
+            lambda: stale.commit_patches(RUN, [PatchRecord(event_seq=9, ops=[])], finish),
+            lambda: stale.set_status(RUN, RunStatus.WAITING),
+            lambda: stale.intend_effect(effect("k2")),
+            lambda: stale.finish_effect(RUN, "k1", status="done", result="late"),
+            lambda: stale.request_cancel(RUN, "late"),
+        ]
+        for write in writes:
+            with pytest.raises(LeaseLost):
+                await write()
+        assert await snapshot(store) == before  # nothing of the stale worker landed
+        fresh = store.fenced(RUN, b.epoch)
+        await fresh.finish_effect(RUN, "k1", status="done", result="b")
+        assert (await store.get_effect(RUN, "k1")).result == "b"  # type: ignore[union-attr]
+
+    backend.run(body)
+
+
+def test_a_fenced_view_writes_its_own_run_only(backend: Backend) -> None:
+    async def body(store: Store) -> None:
+        await new_run(store)
+        await new_run(store, RunId("other"), enqueue=False)
+        claim = await store.claim_run("a", 30)
+        assert claim is not None
+        view = store.fenced(RUN, claim.epoch)
+        with pytest.raises(UsageError, match="fenced to run run-1"):
+            await view.append_events(RunId("other"), [])
+        with pytest.raises(UsageError, match="fenced to run run-1"):
+            await view.create_run(
+                run_id=RunId("new"), app="x", params={}, max_events=9, token_hash="h"
+            )
+        with pytest.raises(UsageError, match="fenced to run run-1"):
+            await view.claim_run("a", 30)
+        assert [r.run_id for r in await store.list_runs()] == ["other", RUN]
+
+    backend.run(body)
+
+
+def test_release_ends_the_epoch_and_frees_the_run(backend: Backend) -> None:
+    async def body(store: Store) -> None:
+        await new_run(store)
+        a = await store.claim_run("a", 30)
+        assert a is not None
+        await store.release(RUN, a.epoch)
+        with pytest.raises(LeaseLost):
+            await store.fenced(RUN, a.epoch).set_status(RUN, RunStatus.RUNNING)
+        b = await store.claim_run("b", 30)
+        assert b == Claim(run_id=RUN, epoch=a.epoch + 2, owner="b")
+        await store.release(RUN, a.epoch)  # a stale release changes nothing
+        assert await store.claim_run("c", 30) is None
+        await store.heartbeat(RUN, b.epoch, 30)
+
+    backend.run(body)
+
+
+def test_a_waiting_run_holds_nothing_and_an_answer_makes_it_claimable(backend: Backend) -> None:
+    async def body(store: Store) -> None:
+        await waiting_run(store)
+        await waiting_run(store, RunId("local"), enqueue=False)
+        await waiting_run(store, RunId("cancelled"))
+        assert await store.claim_run("w", 30) is None
+        await store.add_human_input(RUN, TaskId("gate"), decision="approve", payload=None)
+        await store.add_human_input(
+            RunId("local"), TaskId("gate"), decision="approve", payload=None
+        )
+        await store.request_cancel(RunId("cancelled"), "stop")
+        assert (await store.get_run(RUN)).status is RunStatus.RUNNING
+        assert (await store.get_run(RunId("local"))).status is RunStatus.WAITING  # as ever
+        claimed = {(await store.claim_run("w", 30)) for _ in range(3)}
+        assert {c.run_id for c in claimed if c} == {RUN, RunId("cancelled")}
+
+    backend.run(body)
+
+
+def test_an_answer_that_lands_while_the_run_is_held_is_not_lost(backend: Backend) -> None:
+    """The executor saw no new event, an approval lands, the executor parks the run:
+    release notices the unanswered event and makes the run claimable again."""
+
+    async def body(store: Store) -> None:
+        await new_run(store)
+        claim = await store.claim_run("a", 30)
+        assert claim is not None
+        view = store.fenced(RUN, claim.epoch)
+        await plan(
+            view, 1, GraphPatch().add(TaskSpec(task_id="gate", skill="fetch")).wait("gate", "ok?")
+        )
+        await store.add_human_input(RUN, TaskId("gate"), decision="approve", payload=None)
+        await view.set_status(RUN, RunStatus.WAITING)  # too late: it did not look again
+        await store.release(RUN, claim.epoch)
+        assert (await store.get_run(RUN)).status is RunStatus.RUNNING
+        assert await store.claim_run("b", 30) == Claim(run_id=RUN, epoch=claim.epoch + 2, owner="b")
+
+    backend.run(body)
+
+
+def test_a_plain_waiting_release_stays_waiting(backend: Backend) -> None:
+    async def body(store: Store) -> None:
+        await new_run(store)
+        claim = await store.claim_run("a", 30)
+        assert claim is not None
+        view = store.fenced(RUN, claim.epoch)
+        await plan(
+            view, 1, GraphPatch().add(TaskSpec(task_id="gate", skill="fetch")).wait("gate", "ok?")
+        )
+        await view.set_status(RUN, RunStatus.WAITING)
+        await store.release(RUN, claim.epoch)
+        assert (await store.get_run(RUN)).status is RunStatus.WAITING
+        assert await store.claim_run("b", 30) is None
+
+    backend.run(body)
+
+
+def test_finished_runs_are_not_enqueued(backend: Backend) -> None:
+    async def body(store: Store) -> None:
+        await new_run(store, enqueue=False)
+        state = (await store.load_run(RUN)).state
+        finish: Delta = validate(state, GraphPatch().finish("succeeded"), SKILLS)
+        await store.commit_patches(RUN, [PatchRecord(event_seq=1, ops=[])], finish)
+        with pytest.raises(UsageError, match="already succeeded"):
+            await store.enqueue(RUN)
+
+    backend.run(body)
+
+
+def test_claimers_on_separate_connections_never_share_a_run(backend: Backend) -> None:
+    runs = [RunId(f"r{i:02}") for i in range(24)]
+
+    async def setup(store: Store) -> None:
+        for run_id in runs:
+            await new_run(store, run_id)
+
+    backend.run(setup)
+
+    async def claimer(name: str) -> list[RunId]:
+        store = open_store(backend.url)
+        await store.open()
+        got: list[RunId] = []
+        try:
+            while (claim := await store.claim_run(name, 30)) is not None:
+                got.append(claim.run_id)
+                await asyncio.sleep(0)
+        finally:
+            await store.close()
+        return got
+
+    async def race() -> list[list[RunId]]:
+        return list(await asyncio.gather(*(claimer(f"w{i}") for i in range(4))))
+
+    claimed = asyncio.run(race())
+    flat = [r for got in claimed for r in got]
+    assert sorted(flat) == runs  # every run once, none twice
+
+
+@pytest.mark.postgres
+def test_a_notify_wakes_a_waiting_worker_at_once(pg_backend: Backend) -> None:
+    async def body(store: Store) -> None:
+        await store.wait_for_work(0)  # LISTEN from now on
+        other = open_store(pg_backend.url)
+        await other.open()
+        try:
+            waiter = asyncio.ensure_future(store.wait_for_work(30))
+            await asyncio.sleep(0.1)
+            assert not waiter.done()
+            t0 = time.monotonic()
+            await new_run(other)  # enqueue notifies
+            await asyncio.wait_for(waiter, 5)
+            assert time.monotonic() - t0 < 1
+            # Notifications that arrive between two waits are kept, not lost.
+            await new_run(other, RunId("second"))
+            t0 = time.monotonic()
+            await store.wait_for_work(30)
+            assert time.monotonic() - t0 < 1
+        finally:
+            await other.close()
+
+    pg_backend.run(body)
+
+
+def test_sqlite_has_no_notifications_and_polls(lite_backend: Backend) -> None:
+    async def body(store: Store) -> None:
+        t0 = time.monotonic()
+        await store.wait_for_work(0.05)
+        assert 0.04 < time.monotonic() - t0 < 1
+
+    lite_backend.run(body)
