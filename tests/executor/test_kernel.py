@@ -1,12 +1,15 @@
-"""The executor's behaviour, each invariant of the loop with a run of its own."""
+"""The executor's behaviour, each invariant of the loop with a run of its own.
+
+Every test runs on SQLite and on PostgreSQL (the ``backend`` fixture), with the same
+assertions: the loop cannot tell its stores apart.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -20,13 +23,15 @@ from loopkernel import (
     NeedsApproval,
     RunStatus,
     Snapshot,
-    SQLiteStore,
     TaskContext,
     TaskSpec,
     TaskState,
 )
 from loopkernel.client import Client
 from loopkernel.ids import RunId
+
+if TYPE_CHECKING:
+    from lk_stores import Backend
 
 Workers = dict[str, Callable[[TaskContext], Awaitable[Any]]]
 
@@ -36,9 +41,9 @@ def run(coro: Awaitable[Any]) -> Any:
 
 
 async def execute(
-    db: Path, planner: Any, workers: Workers, *, run_id: str = "run-1", **kw: Any
+    db: Backend, planner: Any, workers: Workers, *, run_id: str = "run-1", **kw: Any
 ) -> tuple[Kernel, Any]:
-    store = SQLiteStore(db)
+    store = db.store()
     await store.open()
     max_events = kw.pop("max_events", 1000)
     kernel = Kernel(store, planner, workers, poll_interval=0.02, **kw)
@@ -49,9 +54,9 @@ async def execute(
     return kernel, outcome
 
 
-async def journal_is_complete(db: Path, run_id: str = "run-1") -> None:
+async def journal_is_complete(db: Backend, run_id: str = "run-1") -> None:
     """Every event but run_finished has exactly one patch."""
-    store = SQLiteStore(db)
+    store = db.store()
     await store.open()
     events = await store.events(RunId(run_id))
     patched = [p.event_seq for p in await store.patches(RunId(run_id))]
@@ -85,14 +90,14 @@ async def echo(ctx: TaskContext) -> Any:
     return {"task": ctx.task_id, "seen": sorted(ctx.evidence)}
 
 
-def test_a_chain_runs_to_the_end_and_every_event_is_planned_once(db_path: Path) -> None:
-    _, outcome = run(execute(db_path, Chain(["a", "b", "c"]), {"work": echo}))
+def test_a_chain_runs_to_the_end_and_every_event_is_planned_once(backend: Backend) -> None:
+    _, outcome = run(execute(backend, Chain(["a", "b", "c"]), {"work": echo}))
     assert outcome.status is RunStatus.SUCCEEDED
     assert outcome.verdict == {"task": "c", "seen": ["a", "b"]}
-    run(journal_is_complete(db_path))
+    run(journal_is_complete(backend))
 
 
-def test_the_planner_wakes_on_the_first_completion_while_a_sibling_runs(db_path: Path) -> None:
+def test_the_planner_wakes_on_the_first_completion_while_a_sibling_runs(backend: Backend) -> None:
     started: dict[str, float] = {}
     seen_running: list[list[str]] = []
 
@@ -113,7 +118,7 @@ def test_the_planner_wakes_on_the_first_completion_while_a_sibling_runs(db_path:
         await asyncio.sleep({"fast": 0.01, "slow": 1.0, "next": 0.0}[ctx.task_id])
         return ctx.task_id
 
-    _, outcome = run(execute(db_path, Race(), {"work": work}))
+    _, outcome = run(execute(backend, Race(), {"work": work}))
     assert outcome.status is RunStatus.SUCCEEDED
     # The fast branch's successor started long before the slow sibling ended.
     assert started["next"] - started["slow"] < 0.5
@@ -121,10 +126,10 @@ def test_the_planner_wakes_on_the_first_completion_while_a_sibling_runs(db_path:
 
 
 def test_the_speculation_app_cancels_the_straggler_in_flight_and_discards_its_late_result(
-    db_path: Path,
+    backend: Backend,
 ) -> None:
     async def go() -> tuple[Any, Any, list[Event]]:
-        async with Client(str(db_path)) as client:
+        async with Client(backend.url) as client:
             _, started = await client.start("speculation", scenario="fast", run_id="spec")
             t0 = time.monotonic()
             outcome = await client.execute(started.run_id)
@@ -143,10 +148,10 @@ def test_the_speculation_app_cancels_the_straggler_in_flight_and_discards_its_la
     assert tasks["distill"]["result"]["sources"] == ["r1", "r2"]
     assert "first principles" not in outcome.verdict["answer"]
     assert "unfinished" not in str(inspection.to_json()["tasks"])
-    run(journal_is_complete(db_path, "spec"))
+    run(journal_is_complete(backend, "spec"))
 
 
-def test_evidence_scope_ancestors_hides_siblings_and_all_shows_them(db_path: Path) -> None:
+def test_evidence_scope_ancestors_hides_siblings_and_all_shows_them(backend: Backend) -> None:
     seen: dict[str, list[str]] = {}
 
     class Fork(BasePlanner):
@@ -170,7 +175,7 @@ def test_evidence_scope_ancestors_hides_siblings_and_all_shows_them(db_path: Pat
         seen[ctx.task_id] = sorted(ctx.evidence)
         return ctx.task_id
 
-    run(execute(db_path, Fork(), {"work": work}))
+    run(execute(backend, Fork(), {"work": work}))
     assert seen["leaf"] == ["mid", "root"]
     assert seen["wide"] == ["mid", "root", "side"]
 
@@ -212,48 +217,48 @@ def counting(calls: dict[str, int]) -> Callable[[TaskContext], Awaitable[Any]]:
 
 
 def test_a_wait_stops_the_executor_and_an_approval_from_elsewhere_resumes_it(
-    db_path: Path,
+    backend: Backend,
 ) -> None:
     calls: dict[str, int] = {}
-    _, first = run(execute(db_path, Gate(), {"work": counting(calls)}))
+    _, first = run(execute(backend, Gate(), {"work": counting(calls)}))
     assert first.status is RunStatus.WAITING
     assert calls == {"prep": 1}
 
     async def approve() -> None:
-        async with Client(str(db_path)) as other:  # another connection, as another process
+        async with Client(backend.url) as other:  # another connection, as another process
             await other.decide("run-1", "gate", "approve", payload={"by": "ops"}, local=True)
 
     run(approve())
-    _, second = run(execute(db_path, Gate(), {"work": counting(calls)}))
+    _, second = run(execute(backend, Gate(), {"work": counting(calls)}))
     assert second.status is RunStatus.SUCCEEDED
     assert second.verdict == {"task": "gate", "human": {"by": "ops"}}
     assert calls == {"prep": 1, "gate": 1}  # nothing that finished ran again
-    run(journal_is_complete(db_path))
+    run(journal_is_complete(backend))
 
 
-def test_a_rejection_cancels_the_task(db_path: Path) -> None:
+def test_a_rejection_cancels_the_task(backend: Backend) -> None:
     calls: dict[str, int] = {}
-    run(execute(db_path, Gate(), {"work": counting(calls)}))
+    run(execute(backend, Gate(), {"work": counting(calls)}))
 
     async def reject() -> None:
-        async with Client(str(db_path)) as other:
+        async with Client(backend.url) as other:
             await other.decide("run-1", "gate", "reject", local=True)
 
     run(reject())
-    _, outcome = run(execute(db_path, Gate(), {"work": counting(calls)}))
+    _, outcome = run(execute(backend, Gate(), {"work": counting(calls)}))
     assert outcome.status is RunStatus.CANCELLED
     assert "gate" not in calls
 
 
-def test_forged_replayed_and_late_approvals_are_refused(db_path: Path) -> None:
+def test_forged_replayed_and_late_approvals_are_refused(backend: Backend) -> None:
     async def go() -> None:
-        store = SQLiteStore(db_path)
+        store = backend.store()
         await store.open()
         kernel = Kernel(store, Gate(), {"work": counting({})}, poll_interval=0.02)
         started = await kernel.start(app="test", run_id="run-1")
         assert (await kernel.run("run-1")).status is RunStatus.WAITING
         await store.close()
-        async with Client(str(db_path)) as client:
+        async with Client(backend.url) as client:
             with pytest.raises(ApprovalRefused, match="token does not match"):
                 await client.decide("run-1", "gate", "approve", token="forged")
             with pytest.raises(ApprovalRefused, match="needs the run's approval token"):
@@ -265,18 +270,18 @@ def test_forged_replayed_and_late_approvals_are_refused(db_path: Path) -> None:
                 await client.decide("run-1", "gate", "approve", token=started.token)
 
     run(go())
-    _, outcome = run(execute(db_path, Gate(), {"work": counting({})}))
+    _, outcome = run(execute(backend, Gate(), {"work": counting({})}))
     assert outcome.status is RunStatus.SUCCEEDED
 
     async def late() -> None:
-        async with Client(str(db_path)) as client:
+        async with Client(backend.url) as client:
             with pytest.raises(ApprovalRefused, match="already succeeded"):
                 await client.decide("run-1", "gate", "approve", local=True)
 
     run(late())
 
 
-def test_an_approval_that_arrives_while_the_run_is_running_is_picked_up(db_path: Path) -> None:
+def test_an_approval_that_arrives_while_the_run_is_running_is_picked_up(backend: Backend) -> None:
     class GateAndSlow(Gate):
         def on_start(self, snapshot: Snapshot, event: Event) -> GraphPatch:
             return super().on_start(snapshot, event).add(spec("slow"))
@@ -289,19 +294,19 @@ def test_an_approval_that_arrives_while_the_run_is_running_is_picked_up(db_path:
 
     async def work(ctx: TaskContext) -> Any:
         if ctx.task_id == "slow":
-            async with Client(str(db_path)) as other:
+            async with Client(backend.url) as other:
                 while (await other.inspect("run-1")).tasks[0]["state"] != "waiting":  # noqa: ASYNC110 - polls another connection
                     await asyncio.sleep(0.01)
                 await other.decide("run-1", "gate", "approve", local=True)
             await asyncio.sleep(0.2)
         return ctx.task_id
 
-    _, outcome = run(execute(db_path, GateAndSlow(), {"work": work}))
+    _, outcome = run(execute(backend, GateAndSlow(), {"work": work}))
     assert outcome.status is RunStatus.SUCCEEDED
-    run(journal_is_complete(db_path))
+    run(journal_is_complete(backend))
 
 
-def test_a_worker_can_park_its_own_task_and_runs_again_after_approval(db_path: Path) -> None:
+def test_a_worker_can_park_its_own_task_and_runs_again_after_approval(backend: Backend) -> None:
     attempts: list[Any] = []
 
     async def guarded(ctx: TaskContext) -> Any:
@@ -311,11 +316,11 @@ def test_a_worker_can_park_its_own_task_and_runs_again_after_approval(db_path: P
         return "deleted"
 
     planner = Chain(["only"])
-    _, first = run(execute(db_path, planner, {"work": guarded}))
+    _, first = run(execute(backend, planner, {"work": guarded}))
     assert first.status is RunStatus.WAITING
 
     async def approve() -> None:
-        async with Client(str(db_path)) as other:
+        async with Client(backend.url) as other:
             info = await other.inspect("run-1", journal=True)
             assert info.tasks[0]["state"] == "waiting"
             assert info.events is not None
@@ -323,17 +328,17 @@ def test_a_worker_can_park_its_own_task_and_runs_again_after_approval(db_path: P
             await other.decide("run-1", "only", "approve", payload={"ok": True}, local=True)
 
     run(approve())
-    _, second = run(execute(db_path, planner, {"work": guarded}))
+    _, second = run(execute(backend, planner, {"work": guarded}))
     assert (second.status, second.verdict) == (RunStatus.SUCCEEDED, "deleted")
     assert attempts == [None, {"ok": True}]
 
 
-def test_cancel_while_running_stops_the_run_and_cancels_tasks_in_flight(db_path: Path) -> None:
+def test_cancel_while_running_stops_the_run_and_cancels_tasks_in_flight(backend: Backend) -> None:
     cancelled: list[str] = []
 
     async def slow(ctx: TaskContext) -> Any:
         if ctx.task_id == "a":
-            async with Client(str(db_path)) as other:
+            async with Client(backend.url) as other:
                 await other.cancel("run-1", "operator said stop")
         try:
             await asyncio.sleep(10)
@@ -347,17 +352,17 @@ def test_cancel_while_running_stops_the_run_and_cancels_tasks_in_flight(db_path:
             return GraphPatch().add(spec("a")).add(spec("b"))
 
     t0 = time.monotonic()
-    _, outcome = run(execute(db_path, Two(), {"work": slow}))
+    _, outcome = run(execute(backend, Two(), {"work": slow}))
     assert time.monotonic() - t0 < 5
     assert outcome.status is RunStatus.CANCELLED
     assert outcome.verdict == {"kind": "cancelled", "reason": "operator said stop"}
     assert sorted(cancelled) == ["a", "b"]
-    run(journal_is_complete(db_path))
+    run(journal_is_complete(backend))
 
 
-def test_cancel_of_a_waiting_run_finishes_it_at_once(db_path: Path) -> None:
+def test_cancel_of_a_waiting_run_finishes_it_at_once(backend: Backend) -> None:
     async def go() -> RunStatus:
-        async with Client(str(db_path)) as client:
+        async with Client(backend.url) as client:
             # A waiting run of a real app: the speculation app cannot wait, so park by hand.
             _, started = await client.start("speculation", scenario="fast", run_id="w")
             await client.store.set_status(started.run_id, RunStatus.WAITING)
@@ -366,7 +371,7 @@ def test_cancel_of_a_waiting_run_finishes_it_at_once(db_path: Path) -> None:
     assert run(go()) is RunStatus.CANCELLED
 
 
-def test_the_runaway_guard_fails_the_run_with_a_verdict(db_path: Path) -> None:
+def test_the_runaway_guard_fails_the_run_with_a_verdict(backend: Backend) -> None:
     class Forever(BasePlanner):
         def on_start(self, snapshot: Snapshot, event: Event) -> GraphPatch:
             return GraphPatch().add(spec("t0"))
@@ -375,22 +380,22 @@ def test_the_runaway_guard_fails_the_run_with_a_verdict(db_path: Path) -> None:
             n = len(snapshot.tasks)
             return GraphPatch().add(spec(f"t{n}"), after=[event.task_id or ""])
 
-    _, outcome = run(execute(db_path, Forever(), {"work": echo}, max_events=12))
+    _, outcome = run(execute(backend, Forever(), {"work": echo}, max_events=12))
     assert outcome.status is RunStatus.FAILED
     assert outcome.verdict["kind"] == "runaway"
     assert (outcome.verdict["max_events"], outcome.verdict["observed"]) == (12, 13)
-    run(journal_is_complete(db_path))
+    run(journal_is_complete(backend))
 
 
-def test_a_planner_that_raises_fails_the_run_with_type_and_message(db_path: Path) -> None:
+def test_a_planner_that_raises_fails_the_run_with_type_and_message(backend: Backend) -> None:
     class Broken(BasePlanner):
         def on_start(self, snapshot: Snapshot, event: Event) -> GraphPatch:
             raise KeyError("no such plan")
 
-    run(execute(db_path, Broken(), {"work": echo}))
+    run(execute(backend, Broken(), {"work": echo}))
 
     async def read() -> Any:
-        store = SQLiteStore(db_path)  # a fresh connection reads what was persisted
+        store = backend.store()  # a fresh connection reads what was persisted
         await store.open()
         info = await store.get_run(RunId("run-1"))
         await store.close()
@@ -405,11 +410,11 @@ def test_a_planner_that_raises_fails_the_run_with_type_and_message(db_path: Path
     }
 
 
-def test_a_worker_that_raises_fails_the_run_by_default(db_path: Path) -> None:
+def test_a_worker_that_raises_fails_the_run_by_default(backend: Backend) -> None:
     async def boom(ctx: TaskContext) -> Any:
         raise RuntimeError("disk full")
 
-    _, outcome = run(execute(db_path, Chain(["a"]), {"work": boom}))
+    _, outcome = run(execute(backend, Chain(["a"]), {"work": boom}))
     assert outcome.status is RunStatus.FAILED
     assert outcome.verdict == {
         "kind": "task_failed",
@@ -419,26 +424,26 @@ def test_a_worker_that_raises_fails_the_run_by_default(db_path: Path) -> None:
     }
 
 
-def test_a_non_json_result_fails_the_task(db_path: Path) -> None:
+def test_a_non_json_result_fails_the_task(backend: Backend) -> None:
     async def bad(ctx: TaskContext) -> Any:
         return {1, 2}
 
-    _, outcome = run(execute(db_path, Chain(["a"]), {"work": bad}))
+    _, outcome = run(execute(backend, Chain(["a"]), {"work": bad}))
     assert outcome.verdict["type"] == "TypeError"
     assert "non-JSON" in outcome.verdict["message"]
 
 
-def test_a_rejected_patch_fails_the_run_naming_the_rule(db_path: Path) -> None:
+def test_a_rejected_patch_fails_the_run_naming_the_rule(backend: Backend) -> None:
     class Cyclic(BasePlanner):
         def on_start(self, snapshot: Snapshot, event: Event) -> GraphPatch:
             return GraphPatch().add(spec("a")).add(spec("b"), after=["a"]).connect("b", "a")
 
-    _, outcome = run(execute(db_path, Cyclic(), {"work": echo}))
+    _, outcome = run(execute(backend, Cyclic(), {"work": echo}))
     assert outcome.status is RunStatus.FAILED
     assert outcome.verdict["rule"] == "cycle"
 
     async def patches() -> Any:
-        store = SQLiteStore(db_path)
+        store = backend.store()
         await store.open()
         out = await store.patches(RunId("run-1"))
         await store.close()
@@ -448,7 +453,7 @@ def test_a_rejected_patch_fails_the_run_naming_the_rule(db_path: Path) -> None:
     assert record.outcome == "rejected" and record.ops[0]["op"] == "add"
 
 
-def test_a_run_with_nothing_left_to_do_but_no_finish_is_failed_as_stalled(db_path: Path) -> None:
+def test_a_run_with_nothing_left_to_do_but_no_finish_is_failed_as_stalled(backend: Backend) -> None:
     class Forgetful(BasePlanner):
         def on_start(self, snapshot: Snapshot, event: Event) -> GraphPatch:
             return GraphPatch().add(spec("a")).add(spec("b"), after=["a"])
@@ -459,13 +464,13 @@ def test_a_run_with_nothing_left_to_do_but_no_finish_is_failed_as_stalled(db_pat
     async def boom(ctx: TaskContext) -> Any:
         raise ValueError("nope")
 
-    _, outcome = run(execute(db_path, Forgetful(), {"work": boom}))
+    _, outcome = run(execute(backend, Forgetful(), {"work": boom}))
     assert outcome.status is RunStatus.FAILED
     assert outcome.verdict["kind"] == "stalled"
     assert outcome.verdict["stuck_tasks"] == ["b"]
 
 
-def test_max_concurrency_is_respected(db_path: Path) -> None:
+def test_max_concurrency_is_respected(backend: Backend) -> None:
     live = {"now": 0, "peak": 0}
 
     class Wide(BasePlanner):
@@ -487,6 +492,6 @@ def test_max_concurrency_is_respected(db_path: Path) -> None:
         live["now"] -= 1
         return None
 
-    _, outcome = run(execute(db_path, Wide(), {"work": work}, max_concurrency=3))
+    _, outcome = run(execute(backend, Wide(), {"work": work}, max_concurrency=3))
     assert outcome.status is RunStatus.SUCCEEDED
     assert live["peak"] == 3

@@ -1,10 +1,12 @@
-"""How the executor honours policy: a guard on every patch, tripwires raised inside tasks."""
+"""How the executor honours policy: a guard on every patch, tripwires raised inside tasks.
+
+On SQLite and on PostgreSQL (the ``backend`` fixture), with the same assertions.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loopkernel import (
     BasePlanner,
@@ -13,12 +15,14 @@ from loopkernel import (
     Kernel,
     RunStatus,
     Snapshot,
-    SQLiteStore,
     TaskContext,
     TaskSpec,
 )
 from loopkernel.errors import BudgetExceeded, TripwireFired
 from loopkernel.ids import RunId
+
+if TYPE_CHECKING:
+    from lk_stores import Backend
 
 
 class Fan(BasePlanner):
@@ -52,9 +56,9 @@ async def ok(ctx: TaskContext) -> Any:
     return ctx.task_id
 
 
-def _run(db: Path, planner: Any, workers: Any, **kw: Any) -> tuple[Any, Any]:
+def _run(db: Backend, planner: Any, workers: Any, **kw: Any) -> tuple[Any, Any]:
     async def go() -> tuple[Any, Any]:
-        store = SQLiteStore(db)
+        store = db.store()
         await store.open()
         kernel = Kernel(store, planner, workers, **kw)
         await kernel.start(app="t", run_id="r")
@@ -68,8 +72,8 @@ def _run(db: Path, planner: Any, workers: Any, **kw: Any) -> tuple[Any, Any]:
     return asyncio.run(go())
 
 
-def test_a_guard_escalates_before_the_patch_that_would_exceed_a_budget(tmp_path: Path) -> None:
-    outcome, patches = _run(tmp_path / "db", Fan(), {"w": ok}, guard=MaxTasks(3))
+def test_a_guard_escalates_before_the_patch_that_would_exceed_a_budget(backend: Backend) -> None:
+    outcome, patches = _run(backend, Fan(), {"w": ok}, guard=MaxTasks(3))
     assert outcome.status is RunStatus.ESCALATED
     assert outcome.verdict["kind"] == "budget_exceeded"
     assert outcome.verdict["limit"] == "max_tasks" and outcome.verdict["observed"] == 6
@@ -77,14 +81,14 @@ def test_a_guard_escalates_before_the_patch_that_would_exceed_a_budget(tmp_path:
     assert len(rejected) == 1 and rejected[0].planner == "policy"
 
 
-def test_a_tripwire_inside_a_task_escalates_the_run_with_its_reason(tmp_path: Path) -> None:
+def test_a_tripwire_inside_a_task_escalates_the_run_with_its_reason(backend: Backend) -> None:
     async def trip(ctx: TaskContext) -> Any:
         if ctx.task_id == "b2":
             raise TripwireFired("verification failed 3 times in a row", tripwire="verify_stuck")
         await asyncio.sleep(0.5 if ctx.task_id != "a" else 0)
         return ctx.task_id
 
-    outcome, patches = _run(tmp_path / "db", Fan(), {"w": trip})
+    outcome, patches = _run(backend, Fan(), {"w": trip})
     assert outcome.status is RunStatus.ESCALATED
     assert outcome.verdict == {
         "kind": "tripwire",
