@@ -210,6 +210,7 @@ class Board:
         self.root, self.reps, self.quick = root, reps, quick
         self.rows: list[tuple[str, dict[str, str]]] = []
         self.data: dict[str, Any] = {}
+        self.runs: dict[str, dict[str, Work]] = {}
         self.n = 0
 
     def work(self, impl: str, label: str) -> Work:
@@ -229,6 +230,7 @@ class Board:
             for impl in IMPLS:
                 progress(f"scenario {scenario} on {TITLES[impl]}")
                 w = self.work(impl, scenario)
+                self.runs.setdefault(scenario, {})[impl] = w
                 out = w.run("start", scenario)
                 first[scenario][impl] = w.show()
                 if scenario == "irreversible":
@@ -269,8 +271,9 @@ class Board:
         bench = self._venv("langgraph", ["loopkernel[bench]"])
 
         def fmt(v: dict[str, Any]) -> str:
+            n = v["dists"] - base["dists"]
             return (
-                f"{v['dists'] - base['dists']} distributions, "
+                f"{n} distribution{'s' if n != 1 else ''}, "
                 f"+{(v['bytes'] - base['bytes']) / 2**20:.0f} MiB"
             )
 
@@ -398,20 +401,24 @@ class Board:
         want = {impl: self.seen["baseline"][impl] for impl in IMPLS}
         for impl in IMPLS:
             parts, data[impl] = [], {}
-            for keys in (True,) if impl == "loopkernel" else (True, False):
-                progress(f"death after the tool returned on {TITLES[impl]} (keys={keys})")
-                w = self.work(impl, f"returned-{keys}")
-                sets = {} if keys else {"keys": False}
+            variants: list[tuple[str, dict[str, Any]]] = [("", {})]
+            if impl != "loopkernel":
+                variants.append(("without keys: ", {"keys": False}))
+            if impl == "langgraph":
+                default = {"keys": False, "durability": "async"}
+                variants.append(("default durability='async', no keys: ", default))
+            for label, sets in variants:
+                progress(f"death after the tool returned on {TITLES[impl]} {sets}")
+                w = self.work(impl, f"returned-{len(parts)}")
                 # tool call 2 is step 1's action (call 1 is load)
                 w.run("start", "baseline", sets, **w.crash_env(2))
                 w.run("resume")
                 got = w.show()
                 diff = differs(want[impl], got)
                 n = got.get("applied", []).count("fetch#1")
-                ok = "identical" if not diff else "differs: " + ", ".join(diff)
-                label = "" if keys else "without keys: "
+                ok = "identical" if not diff else "state differs (" + ", ".join(diff) + ")"
                 parts.append(f"{label}{ok}, applied {n}x")
-                data[impl][f"keys={keys}"] = got
+                data[impl][label or "default"] = got
             cells[impl] = "; ".join(parts)
         self.row("7. death after the tool returned, before persisting", cells, data)
 
@@ -456,19 +463,24 @@ class Board:
             got = c.show()
             want = self.seen["irreversible"][impl]
             diff = differs(want, got)
+            sizes = f"file {_size(size)}, WAL sidecar {_size(wal)}"
             if not diff:
-                cells[impl] = f"yes (file {size // 1024} KiB, WAL sidecar {wal // 1024} KiB)"
+                cells[impl] = f"yes ({sizes})"
             elif got.get("checkpoint") is False:
-                cells[impl] = (
-                    "no: the copy holds no checkpoint of the run "
-                    f"(file {size // 1024} KiB; the run is in the WAL sidecar, {wal // 1024} KiB)"
-                )
+                cells[impl] = f"no: the copy holds no checkpoint of the run ({sizes})"
             else:
-                cells[impl] = (
-                    f"no: the copy resumes to {got.get('status')} "
-                    f"(file {size // 1024} KiB, WAL sidecar {wal // 1024} KiB)"
-                )
+                cells[impl] = f"no: the copy resumes to {got.get('status')} ({sizes})"
             data[impl] = {"file_bytes": size, "wal_bytes": wal, "got": got}
+            # the same, once the process that paused has exited cleanly
+            paused = self.work(impl, "paused-exited")
+            paused.run("start", "irreversible")
+            c2 = self.work(impl, "copy-after-exit")
+            shutil.copyfile(paused.state_file, c2.state_file)
+            shutil.copytree(paused.lab, c2.lab)
+            c2.approve()
+            after = "yes" if not differs(want, c2.show()) else "no"
+            cells[impl] += f"; copied after a clean exit: {after}"
+            data[impl]["after_clean_exit"] = after
         self.row("8. checkpoint file alone (copied at the pause, host alive)", cells, data)
 
     # 9
@@ -627,6 +639,10 @@ def _arrivals(w: Work, step: str, attempt: int) -> int:
     lines = _read(calls_path(w.lab, RUN)).splitlines()
     calls = [json.loads(line) for line in lines if line.strip()]
     return sum(1 for c in calls if c["step"] == step and c["at"] == attempt)
+
+
+def _size(n: int) -> str:
+    return f"{n} B" if n < 1024 else f"{n / 1024:.0f} KiB"
 
 
 def _read(path: Path) -> str:

@@ -51,8 +51,10 @@ DEFAULTS: dict[str, Any] = {
     "inject": "",
     "keys": True,
     "max_steps": 1000,
+    "durability": "sync",
 }
-"""Run options; ``keys=false`` sends no idempotency keys (how most loops are written)."""
+"""Run options; ``keys=false`` sends no idempotency keys (how most loops are written);
+``durability`` is LangGraph's (its default is ``"async"``)."""
 
 
 def policy() -> Policy:

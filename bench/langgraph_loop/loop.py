@@ -242,7 +242,7 @@ async def main(argv: list[str] | None = None) -> int:
         async with SharedTools(args.run, opts) as tools:
             graph = build(tools).compile(checkpointer=saver)
             try:
-                await graph.ainvoke(inp, config, durability="sync")
+                await graph.ainvoke(inp, config, durability=opts.get("durability", "sync"))
             except GraphRecursionError as exc:
                 return finish("failed", {**error_verdict(exc), "kind": "runaway"})
             except Exception as exc:
