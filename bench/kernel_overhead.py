@@ -134,8 +134,10 @@ def main() -> None:
     floor = fsync_floor()
     print(f"fsync floor: {floor} µs per 4 KiB append + fdatasync")
     print()
-    print("| shape | tasks | synchronous | completions/s | µs per task | µs per event "
-          "| db bytes/task |")
+    print(
+        "| shape | tasks | synchronous | completions/s | µs per task | µs per event "
+        "| db bytes/task |"
+    )
     print("|---|---:|---|---:|---:|---:|---:|")
     for r in rows:
         print(
@@ -154,7 +156,7 @@ def main() -> None:
                     "platform": platform.platform(),
                 },
                 "date": time.strftime("%Y-%m-%d"),
-        "fsync_floor_us": floor,
+                "fsync_floor_us": floor,
                 "rows": rows,
             },
             indent=2,
