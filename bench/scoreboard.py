@@ -325,7 +325,8 @@ class Board:
                     times[impl].append(time.perf_counter() - t0)
         med = {k: statistics.median(v) for k, v in times.items()}
         cells = {
-            impl: f"{med[impl] * 1000:.0f} ms ({med[impl] / med['loopkernel']:.2f}x)"
+            impl: f"{med[impl] * 1000:.0f} ms ({med[impl] / med['loopkernel']:.2f}x; "
+            f"{min(times[impl]) * 1000:.0f}-{max(times[impl]) * 1000:.0f})"
             for impl in IMPLS
         }
         cells["loopkernel"] += f"; bare python {med['python'] * 1000:.0f} ms"
@@ -346,7 +347,9 @@ class Board:
             progress(f"whole-process baseline: round {rep}/{self.reps}")
         med = {k: statistics.median(v) for k, v in times.items()}
         cells = {
-            impl: f"{med[impl]:.2f} s ({med[impl] / med['loopkernel']:.2f}x)" for impl in IMPLS
+            impl: f"{med[impl]:.2f} s ({med[impl] / med['loopkernel']:.2f}x; "
+            f"{min(times[impl]):.1f}-{max(times[impl]):.1f})"
+            for impl in IMPLS
         }
         self.row(f"5. baseline, whole process (median of {self.reps})", cells, times)
 
