@@ -211,12 +211,12 @@ def test_release_ends_the_epoch_and_frees_the_run(backend: Backend) -> None:
         await new_run(store)
         a = await store.claim_run("a", 30)
         assert a is not None
-        await store.release(RUN, a.epoch)
+        assert await store.release(RUN, a.epoch) is True
         with pytest.raises(LeaseLost):
             await store.fenced(RUN, a.epoch).set_status(RUN, RunStatus.RUNNING)
         b = await store.claim_run("b", 30)
         assert b == Claim(run_id=RUN, epoch=a.epoch + 2, owner="b")
-        await store.release(RUN, a.epoch)  # a stale release changes nothing
+        assert await store.release(RUN, a.epoch) is False  # a stale one changes nothing
         assert await store.claim_run("c", 30) is None
         await store.heartbeat(RUN, b.epoch, 30)
 

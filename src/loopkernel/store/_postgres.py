@@ -598,10 +598,10 @@ class PostgresStore:
                     conn, run_id, seq=False, fence=Fence(run_id=run_id, epoch=epoch)
                 )
 
-    async def release(self, run_id: RunId, epoch: int) -> None:
+    async def release(self, run_id: RunId, epoch: int) -> bool:
         self._unfenced("release leases")
         async with self._tx() as conn:
-            await _lease.release(conn, run_id, epoch, time.time())
+            return await _lease.release(conn, run_id, epoch, time.time())
 
     def _unfenced(self, what: str) -> None:
         if self._fence is not None:

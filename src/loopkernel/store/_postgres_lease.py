@@ -83,17 +83,20 @@ async def extend(conn: Conn, run_id: RunId, epoch: int, lease_seconds: float) ->
     return cur.rowcount == 1
 
 
-async def release(conn: Conn, run_id: RunId, epoch: int, now: float) -> None:
+async def release(conn: Conn, run_id: RunId, epoch: int, now: float) -> bool:
     row = await fetch_one(
         conn,
         "UPDATE runs SET owner = NULL, lease_until = 0, lease_epoch = lease_epoch + 1 "
         "WHERE run_id = %s AND lease_epoch = %s RETURNING status",
         (run_id, epoch),
     )
-    if row is not None and row[0] == "waiting":
+    if row is None:
+        return False
+    if row[0] == "waiting":
         await wake(conn, run_id, now)
-    elif row is not None and row[0] == "running":
+    elif row[0] == "running":
         await notify(conn, run_id)
+    return True
 
 
 class Listener:

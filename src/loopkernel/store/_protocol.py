@@ -246,10 +246,11 @@ class Store(Protocol):
     async def heartbeat(self, run_id: RunId, epoch: int, lease_seconds: float) -> None:
         """Extend the lease to ``lease_seconds`` from now; ``LeaseLost`` if the epoch moved."""
 
-    async def release(self, run_id: RunId, epoch: int) -> None:
+    async def release(self, run_id: RunId, epoch: int) -> bool:
         """Give the lease back (bumping the epoch, so the old one is dead). A released run
         that is waiting but was answered meanwhile becomes ``running``, i.e. claimable.
-        Nothing happens if ``epoch`` is no longer the run's."""
+        False, and nothing changes, if ``epoch`` is no longer the run's: it was taken over.
+        """
 
     def fenced(self, run_id: RunId, epoch: int) -> Store:
         """A view of this store (same connection) whose every write for ``run_id`` first

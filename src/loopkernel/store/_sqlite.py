@@ -558,9 +558,9 @@ class SQLiteStore:
             if not _lease.extend(db, run_id, epoch, lease_seconds):
                 self._check_fence(db, Fence(run_id=run_id, epoch=epoch), run_id)
 
-    async def release(self, run_id: RunId, epoch: int) -> None:
+    async def release(self, run_id: RunId, epoch: int) -> bool:
         with self._tx() as db:
-            _lease.release(db, run_id, epoch)
+            return _lease.release(db, run_id, epoch)
 
     async def wait_for_work(self, seconds: float) -> None:
         """SQLite has no notifications: this is the polling interval."""

@@ -68,11 +68,13 @@ def extend(db: sqlite3.Connection, run_id: RunId, epoch: int, lease_seconds: flo
     return cur.rowcount == 1
 
 
-def release(db: sqlite3.Connection, run_id: RunId, epoch: int) -> None:
+def release(db: sqlite3.Connection, run_id: RunId, epoch: int) -> bool:
     cur = db.execute(
         "UPDATE runs SET owner = NULL, lease_until = 0, lease_epoch = lease_epoch + 1 "
         "WHERE run_id = ? AND lease_epoch = ?",
         (run_id, epoch),
     )
-    if cur.rowcount == 1:
-        wake(db, run_id)
+    if cur.rowcount != 1:
+        return False
+    wake(db, run_id)
+    return True
