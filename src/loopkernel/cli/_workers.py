@@ -1,0 +1,181 @@
+"""``loopkernel worker``, ``submit`` and ``wait``: runs executed by a pool of workers.
+
+::
+
+    loopkernel --db postgresql://... worker --concurrency 8          # on as many machines
+    RUN=$(loopkernel --db postgresql://... submit speculation --scenario fast)
+    loopkernel --db postgresql://... wait "$RUN"                       # exit code = status
+
+``submit`` creates the run and hands it to the workers; it prints the run id on stdout
+and the approval token on stderr (both as JSON on stdout with ``--json``). ``wait``
+blocks until the run ends or waits for a human and exits with the run's status code
+(``EXIT_CODES``; 6 if ``--timeout`` passed first).
+``approve``, ``reject`` and ``cancel`` work from any process: a worker picks the run up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+import time
+
+from loopkernel.cli._main import EXIT_CODES, Handler, _set_arg
+from loopkernel.client import Client
+from loopkernel.executor import DEFAULT_MAX_EVENTS
+from loopkernel.graph import TERMINAL_RUN, RunStatus
+from loopkernel.ids import RunId
+from loopkernel.store import open_store
+from loopkernel.worker import RunWorker, WorkerConfig, default_worker_id
+
+__all__ = ["add_parser"]
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+async def cmd_worker(args: argparse.Namespace) -> int:
+    config = WorkerConfig(
+        worker_id=args.id or default_worker_id(),
+        concurrency=args.concurrency,
+        lease_seconds=args.lease,
+        poll_seconds=args.poll,
+        task_concurrency=args.tasks,
+    )
+    store = open_store(args.db)
+    await store.open()
+    try:
+        worker = RunWorker(store, config)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, worker.stop)
+        await worker.serve()
+    finally:
+        await store.close()
+    return 0
+
+
+async def cmd_submit(args: argparse.Namespace) -> int:
+    async with Client(args.db) as client:
+        _, started = await client.start(
+            args.app,
+            scenario=args.scenario,
+            overrides=dict(args.set or []),
+            run_id=args.run_id,
+            max_events=args.max_events,
+        )
+        await client.store.enqueue(started.run_id)
+    if args.json:
+        print(json.dumps({"run_id": started.run_id, "token": started.token}))
+    else:  # the id alone on stdout, for RUN=$(loopkernel submit ...); the token for a human
+        print(started.run_id, flush=True)
+        print(f"approval token (shown once): {started.token}", file=sys.stderr)
+    return 0
+
+
+async def cmd_wait(args: argparse.Namespace) -> int:
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    async with Client(args.db) as client:
+        while True:
+            info = await client.info(args.run)
+            if info.status in TERMINAL_RUN or info.status is RunStatus.WAITING:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(args.interval)
+    if args.json:
+        print(
+            json.dumps(
+                {"run_id": info.run_id, "status": info.status.value, "verdict": info.verdict}
+            )
+        )
+    else:
+        print(f"run {info.run_id}: {info.status.value}")
+        if info.verdict is not None:
+            print(f"verdict: {json.dumps(info.verdict)}")
+        if info.status is RunStatus.WAITING:
+            print(
+                f"waiting for a human: loopkernel approve {info.run_id} TASK (or reject); "
+                "a worker picks it up"
+            )
+    return EXIT_CODES[info.status]
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``worker``, ``submit`` and ``wait`` on the ``loopkernel`` command."""
+
+    def command(name: str, handler: Handler, help: str) -> argparse.ArgumentParser:
+        p = subparsers.add_parser(name, help=help, description=help)
+        p.add_argument("--db", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        p.set_defaults(func=handler)
+        return p
+
+    p = command(
+        "worker",
+        cmd_worker,
+        "execute submitted runs until SIGTERM: claim under a lease, heartbeat, take over "
+        "the runs of dead workers (docs/workers.md)",
+    )
+    p.add_argument("--concurrency", type=_count, default=8, help="runs at once (default 8)")
+    p.add_argument(
+        "--lease",
+        type=_positive,
+        default=10.0,
+        help="seconds a lease lasts without a heartbeat: the takeover time (default 10)",
+    )
+    p.add_argument(
+        "--poll",
+        type=_positive,
+        default=1.0,
+        help="seconds between looks for work when no notification comes (default 1)",
+    )
+    p.add_argument("--tasks", type=_count, default=16, help="tasks at once per run (default 16)")
+    p.add_argument("--id", help="the worker's name in leases (default HOST:PID)")
+
+    p = command("submit", cmd_submit, "start a run for the workers; print its id and token")
+    p.add_argument("app", help="app name (speculation, ...) or module:attribute")
+    p.add_argument("--scenario", help="a named scenario of the app")
+    p.add_argument(
+        "--set",
+        action="append",
+        type=_set_arg,
+        metavar="KEY=VALUE",
+        help="override an app parameter (VALUE is JSON or a string); repeatable",
+    )
+    p.add_argument("--run-id", help="the run id (default: a random one)")
+    p.add_argument(
+        "--max-events",
+        type=int,
+        default=DEFAULT_MAX_EVENTS,
+        help=f"runaway guard: most events a run may have (default {DEFAULT_MAX_EVENTS})",
+    )
+    p.add_argument("--json", action="store_true", help="print run_id and token as JSON")
+
+    p = command(
+        "wait", cmd_wait, "wait until a run ends or waits for a human; exit with its status"
+    )
+    p.add_argument("run", type=RunId)
+    p.add_argument("--timeout", type=_positive, help="give up after this many seconds (exit 6)")
+    p.add_argument(
+        "--interval", type=_positive, default=0.1, help="seconds between looks (default 0.1)"
+    )
+    p.add_argument("--json", action="store_true", help="print status and verdict as JSON")

@@ -1,0 +1,268 @@
+"""Workers: processes, on one machine or many, that execute the runs handed to them.
+
+::
+
+    loop until stopped:
+        while a slot is free: claim a run (store.claim_run: lease, new epoch)
+            execute it with the app it was started with, through store.fenced(run, epoch)
+            heartbeat its lease every lease/3; LeaseLost -> cancel that run, write nothing
+            it ends or waits for a human -> release the lease
+        wait for a NOTIFY (a run became claimable), a free slot, or the poll interval
+
+The unit a worker owns is a whole run: planning stays serial per run, as in one process,
+and a run's tasks run concurrently inside the worker that owns it. Another worker takes
+the run over when the lease expires (the owner died, hung or lost the database) and
+resumes it by the same recovery rules as ``loopkernel resume``. A run that waits for a
+human holds no lease; an answer or a cancel request makes it claimable again.
+See ``docs/workers.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import socket
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from loopkernel.client import Client
+from loopkernel.errors import LeaseLost, LoopKernelError, StoreUnavailable, UsageError
+from loopkernel.executor import RunOutcome
+from loopkernel.graph import RunStatus
+from loopkernel.ids import RunId
+from loopkernel.store import Claim, Store
+
+__all__ = ["RunWorker", "WorkerConfig", "WorkerStats", "default_worker_id"]
+
+Log = Callable[[str], None]
+
+
+def default_worker_id() -> str:
+    """``host:pid``: unique among live workers, and says where to look."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkerConfig:
+    """How a worker claims and holds runs."""
+
+    worker_id: str = field(default_factory=default_worker_id)
+    """The name its leases carry (``runs.owner``)."""
+    concurrency: int = 8
+    """Runs executed at once."""
+    lease_seconds: float = 10.0
+    """How long a claim or a heartbeat holds a run: a dead worker's runs are taken over
+    this long after its last heartbeat (plus up to ``poll_seconds``)."""
+    poll_seconds: float = 1.0
+    """How often an idle worker looks for work without a notification (expired leases
+    are noticed this way; PostgreSQL notifies of everything else)."""
+    task_concurrency: int = 16
+    """Tasks at once within one run (the kernel's ``max_concurrency``)."""
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1 or self.task_concurrency < 1:
+            raise UsageError("a worker needs concurrency and task_concurrency of at least 1")
+        if not self.lease_seconds > 0 or not self.poll_seconds > 0:
+            raise UsageError("lease_seconds and poll_seconds must be positive")
+        if not self.worker_id:
+            raise UsageError("worker_id must not be empty")
+
+    @property
+    def heartbeat_seconds(self) -> float:
+        """A lease is renewed three times per lease period: two heartbeats may be late."""
+        return self.lease_seconds / 3
+
+
+@dataclass(kw_only=True, slots=True)
+class WorkerStats:
+    """What a worker did, for logs, tests and benchmarks."""
+
+    claimed: int = 0
+    """Runs claimed (a run taken over counts again)."""
+    ended: int = 0
+    """Runs that finished (any terminal status) under this worker."""
+    parked: int = 0
+    """Runs that stopped to wait for a human."""
+    lost: int = 0
+    """Runs stopped because their lease was taken over: nothing more was written."""
+    errors: int = 0
+    """Runs stopped by an error (their lease runs out, then a worker tries again)."""
+    released: int = 0
+    """Runs given back unfinished at shutdown."""
+
+
+class RunWorker:
+    """Claims runs from ``store`` and executes them until ``stop()``.
+
+    ``store`` must be open; it is shared by every run the worker executes (each through
+    its own fenced view). ``serve()`` returns the stats once stopped.
+    """
+
+    def __init__(self, store: Store, config: WorkerConfig | None = None, *, log: Log = _stderr):
+        self.store = store
+        self.config = config or WorkerConfig()
+        self.stats = WorkerStats()
+        self._log = log
+        self._runs: dict[RunId, asyncio.Task[None]] = {}
+        self._lost: set[RunId] = set()
+        self._stopping = asyncio.Event()
+        self._changed = asyncio.Event()
+
+    @property
+    def running(self) -> frozenset[RunId]:
+        """The runs this worker executes now."""
+        return frozenset(self._runs)
+
+    def log(self, message: str) -> None:
+        self._log(f"worker {self.config.worker_id}: {message}")
+
+    def stop(self) -> None:
+        """Stop claiming; stop the runs in hand and release their leases (they resume on
+        another worker, or on this one when it starts again). Safe from a signal handler."""
+        self._stopping.set()
+        self._changed.set()
+
+    async def serve(self) -> WorkerStats:
+        """Claim and execute runs until ``stop()``."""
+        cfg = self.config
+        self.log(
+            f"serving {self.store!r}: {cfg.concurrency} runs at once, lease {cfg.lease_seconds}s"
+        )
+        await self.store.wait_for_work(0)  # listen before the first look: nothing is missed
+        notice: asyncio.Task[None] | None = None
+        try:
+            while not self._stopping.is_set():
+                self._changed.clear()
+                await self._claim_all()
+                if self._stopping.is_set():
+                    break
+                # Wake on a notification or the poll interval (a free slot), or when a run
+                # ends or stop() is called. The notice task outlives this round: its LISTEN
+                # keeps what arrives meanwhile.
+                if len(self._runs) < cfg.concurrency:
+                    if notice is None or notice.done():
+                        notice = asyncio.create_task(self.store.wait_for_work(cfg.poll_seconds))
+                    other: asyncio.Task[None] = notice
+                else:
+                    other = asyncio.create_task(asyncio.sleep(cfg.poll_seconds))
+                changed = asyncio.create_task(self._changed.wait())
+                await asyncio.wait({changed, other}, return_when=asyncio.FIRST_COMPLETED)
+                changed.cancel()
+                if other is not notice:
+                    other.cancel()
+        finally:
+            if notice is not None:
+                notice.cancel()
+            await self._shutdown()
+        self.log(f"stopped: {self.stats}")
+        return self.stats
+
+    async def _claim_all(self) -> None:
+        """Claim runs while slots are free and there are runs to claim."""
+        cfg = self.config
+        while len(self._runs) < cfg.concurrency and not self._stopping.is_set():
+            try:
+                claim = await self.store.claim_run(cfg.worker_id, cfg.lease_seconds)
+            except StoreUnavailable as exc:
+                self.log(f"cannot claim: {exc}; trying again in {cfg.poll_seconds}s")
+                return
+            if claim is None:
+                return
+            self.stats.claimed += 1
+            self.log(f"claimed {claim.run_id} (epoch {claim.epoch})")
+            task = asyncio.create_task(self._execute(claim), name=f"run {claim.run_id}")
+            self._runs[claim.run_id] = task
+            task.add_done_callback(functools.partial(self._done, claim.run_id))
+
+    def _done(self, run_id: RunId, _: asyncio.Task[None]) -> None:
+        self._runs.pop(run_id, None)
+        self._changed.set()
+
+    async def _execute(self, claim: Claim) -> None:
+        """Run one claimed run to its end (or its wait), then give the lease back."""
+        run_id, epoch = claim.run_id, claim.epoch
+        client = Client(store=self.store.fenced(run_id, epoch))
+        run = asyncio.create_task(
+            client.execute(run_id, max_concurrency=self.config.task_concurrency)
+        )
+        beat = asyncio.create_task(self._heartbeat(claim, run))
+        try:
+            outcome = await run
+        except asyncio.CancelledError:
+            if run_id in self._lost:  # the heartbeat found the lease taken over
+                self._lost.discard(run_id)
+                self._lease_lost(run_id, "its heartbeat was refused")
+                return
+            # Shutdown: the run stopped between two steps, all it did is journaled.
+            if await self._release(claim):
+                self.stats.released += 1
+                self.log(f"released {run_id} at shutdown (epoch {epoch}); it resumes elsewhere")
+            raise
+        except LeaseLost as exc:
+            self._lease_lost(run_id, f"a write was refused: {exc}")
+            return
+        except LoopKernelError as exc:
+            self.stats.errors += 1
+            self.log(
+                f"{run_id} stopped: {type(exc).__name__}: {exc}; its lease runs out and a "
+                "worker tries again"
+            )
+            return
+        except Exception as exc:  # an app that cannot even be built, say
+            self.stats.errors += 1
+            self.log(f"{run_id} stopped by {type(exc).__name__}: {exc}; a worker tries again")
+            return
+        finally:
+            beat.cancel()
+        if await self._release(claim) is False:
+            # It ended (or waits) under another worker: a late reader, not its finisher.
+            self._lease_lost(run_id, f"another worker had taken it over; it is {outcome.status}")
+            return
+        self._ended(outcome)
+
+    def _lease_lost(self, run_id: RunId, why: str) -> None:
+        self.stats.lost += 1
+        self.log(f"lost the lease on {run_id} ({why}); stopped it, writing nothing more")
+
+    def _ended(self, outcome: RunOutcome) -> None:
+        if outcome.status is RunStatus.WAITING:
+            self.stats.parked += 1
+            self.log(f"{outcome.run_id} waits for a human; lease released")
+        else:
+            self.stats.ended += 1
+            self.log(f"{outcome.run_id} {outcome.status.value}")
+
+    async def _release(self, claim: Claim) -> bool | None:
+        """True if released, False if it was no longer ours, None if the store failed."""
+        try:
+            return await self.store.release(claim.run_id, claim.epoch)
+        except StoreUnavailable as exc:
+            self.log(f"could not release {claim.run_id} ({exc}); its lease runs out instead")
+            return None
+
+    async def _heartbeat(self, claim: Claim, run: asyncio.Task[RunOutcome]) -> None:
+        """Renew the lease every ``lease/3``; if it was taken over, stop the run."""
+        while True:
+            await asyncio.sleep(self.config.heartbeat_seconds)
+            try:
+                await self.store.heartbeat(claim.run_id, claim.epoch, self.config.lease_seconds)
+            except LeaseLost:
+                self._lost.add(claim.run_id)
+                run.cancel()
+                return
+            except StoreUnavailable as exc:
+                # The run's own writes fail the same way; if the lease runs out meanwhile,
+                # fencing refuses whatever this worker tries to write after that.
+                self.log(f"heartbeat for {claim.run_id} failed: {exc}")
+
+    async def _shutdown(self) -> None:
+        runs = list(self._runs.values())
+        for task in runs:
+            task.cancel()
+        await asyncio.gather(*runs, return_exceptions=True)
