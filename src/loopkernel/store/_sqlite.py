@@ -98,6 +98,9 @@ class SQLiteStore:
         self._db: sqlite3.Connection | None = None
         self._fence: Fence | None = None
 
+    def __repr__(self) -> str:
+        return f"SQLiteStore({str(self.path)!r})"
+
     # -- connection ------------------------------------------------------------------------
 
     async def open(self) -> None:
