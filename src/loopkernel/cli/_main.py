@@ -137,8 +137,8 @@ async def cmd_decide(args: argparse.Namespace) -> int:
         )
         print(
             f"{args.decision} journaled for task {args.task} of run {args.run} "
-            f"(event #{event.seq}); it takes effect when the run resumes: "
-            f"loopkernel resume {args.run}"
+            f"(event #{event.seq}); a live executor or a worker picks it up, "
+            f"else: loopkernel resume {args.run}"
         )
         return 0
 
