@@ -1,8 +1,8 @@
 """Run ``loopkernel`` in a subprocess, optionally SIGKILLed at a named crash point.
 
-    killed = run_cli(["run", "myapp:app", "--run-id", "r"], db=db, crash_at="patch_committed:2")
-    assert was_killed(killed)
-    resumed = run_cli(["resume", "r"], db=db)
+killed = run_cli(["run", "myapp:app", "--run-id", "r"], db=db, crash_at="patch_committed:2")
+assert was_killed(killed)
+resumed = run_cli(["resume", "r"], db=db)
 """
 
 from __future__ import annotations

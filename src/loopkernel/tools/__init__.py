@@ -35,6 +35,7 @@ from loopkernel.tools._layer import (
     idempotency_key,
     require_approval,
 )
+from loopkernel.tools._policy_hook import policy_hook
 from loopkernel.tools._source import SourceSession, ToolSource
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "idempotency_key",
     "load_tool_defs",
     "parse_tool_defs",
+    "policy_hook",
     "read_ledger",
     "require_approval",
 ]

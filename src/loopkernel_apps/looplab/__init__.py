@@ -17,8 +17,8 @@ from collections.abc import Mapping
 
 from loopkernel import JSON, App, AppParts, Store, UsageError
 from loopkernel.policy import Policy
-from loopkernel.tools import ToolLayer
-from loopkernel_apps.looplab._loop import WORKERS, LooplabPlanner, policy_hook
+from loopkernel.tools import ToolLayer, policy_hook
+from loopkernel_apps.looplab._loop import WORKERS, LooplabPlanner
 from loopkernel_apps.looplab.scenarios import EXPECTED, POLICY, SCENARIOS
 from loopkernel_apps.looplab.tools import data_dir, tool_source
 

@@ -13,7 +13,6 @@ again (after a crash or an approval), so the record holds it once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from loopkernel import (
@@ -21,17 +20,14 @@ from loopkernel import (
     BasePlanner,
     Event,
     GraphPatch,
-    NeedsApproval,
     Snapshot,
-    Store,
     TaskContext,
     TaskSpec,
     TaskState,
 )
-from loopkernel.policy import BudgetExceeded, Policy, ToolCall, TripwireFired, Usage
-from loopkernel.tools import ToolCallRequest
+from loopkernel.policy import BudgetExceeded, Policy, ToolCall, TripwireFired
 
-__all__ = ["WORKERS", "LooplabPlanner", "policy_hook", "spent"]
+__all__ = ["WORKERS", "LooplabPlanner", "spent"]
 
 TOOL_EFFECT = {"act": "idempotent", "publish": "irreversible"}
 
@@ -237,32 +233,3 @@ WORKERS = {
     "verify": verify,
     "record": record,
 }
-
-
-def policy_hook(policy: Policy, store: Store) -> Any:
-    """The policy as the tool layer's hook: usage comes from the run's effect journal, so it
-    is the same after a crash; an approval reason parks the task (``NeedsApproval``)."""
-
-    async def hook(request: ToolCallRequest) -> None:
-        effects = await store.effects(request.run_id)
-        usage = Usage(
-            tool_calls=len(effects),
-            spent_usd=sum(
-                policy.price(e.result)
-                for e in effects
-                if e.status == "done" and isinstance(e.result, Mapping)
-            ),
-        )
-        call = ToolCall(
-            tool=request.tool,
-            effect=request.effect,
-            arguments=request.arguments,
-            approved=request.wait_epoch >= request.irreversible_seq > 0,
-            run_id=request.run_id,
-            task_id=request.task_id,
-        )
-        reason = policy.check_call(call, usage)
-        if reason is not None:
-            raise NeedsApproval(reason, tool=request.tool)
-
-    return hook
