@@ -19,7 +19,7 @@ from loopkernel._app import App, load_app
 from loopkernel.errors import ApprovalRefused, UsageError
 from loopkernel.executor import DEFAULT_MAX_EVENTS, Kernel, RunOutcome, StartedRun, hash_token
 from loopkernel.executor._kernel import Observer
-from loopkernel.graph import JSON, Event, EventKind, RunStatus
+from loopkernel.graph import JSON, Event, EventKind, RunStatus, Task, TaskState
 from loopkernel.ids import RunId, TaskId
 from loopkernel.store import (
     NewEvent,
@@ -141,6 +141,11 @@ class Client:
             await self.store.append_events(run_id, [event])
 
         return on_restart
+
+    async def waiting(self, run_id: str) -> list[Task]:
+        """The run's tasks that wait for a human, with their reasons."""
+        loaded = await self.store.load_run(RunId(run_id))
+        return loaded.state.in_state(TaskState.WAITING)
 
     async def info(self, run_id: str) -> RunInfo:
         return await self.store.get_run(RunId(run_id))

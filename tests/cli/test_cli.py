@@ -52,7 +52,7 @@ def test_waiting_exit_code_then_approval_from_another_process(tmp_path: Path) ->
     db = str(tmp_path / "x.db")
     first = cli("--db", db, "run", "lk_testapps:gate", "--run-id", "g")
     assert first.returncode == 3, first.stderr
-    assert "loopkernel approve g TASK" in first.stdout
+    assert "gate: ship it?" in first.stdout and "loopkernel approve g gate" in first.stdout
     token = next(line.split(": ")[1] for line in first.stdout.splitlines() if "token" in line)
     bad = cli("--db", db, "approve", "g", "gate", "--token", "wrong")
     assert bad.returncode == 2 and "does not match" in bad.stderr

@@ -60,7 +60,7 @@ def _set_arg(text: str) -> tuple[str, JSON]:
         return key, value
 
 
-def _finish(outcome: RunOutcome, args: argparse.Namespace) -> int:
+async def _finish(client: Client, outcome: RunOutcome, args: argparse.Namespace) -> int:
     if getattr(args, "json", False):
         print(
             json.dumps(
@@ -77,10 +77,14 @@ def _finish(outcome: RunOutcome, args: argparse.Namespace) -> int:
         if outcome.verdict is not None:
             print(f"verdict: {json.dumps(outcome.verdict)}")
         if outcome.status is RunStatus.WAITING:
-            print(
-                f"waiting for a human: loopkernel approve {outcome.run_id} TASK "
-                f"(or reject), then loopkernel resume {outcome.run_id}"
-            )
+            print("waiting for a human:")
+            for task in await client.waiting(outcome.run_id):
+                print(f"  {task.task_id}: {task.wait_reason}")
+                print(
+                    f"    loopkernel approve {outcome.run_id} {task.task_id} "
+                    "[--payload JSON]   (or reject)"
+                )
+            print(f"  then: loopkernel resume {outcome.run_id}")
     return EXIT_CODES[outcome.status]
 
 
@@ -103,7 +107,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
         outcome = await client.execute(
             started.run_id, observer=progress, max_concurrency=args.concurrency
         )
-        return _finish(outcome, args)
+        return await _finish(client, outcome, args)
 
 
 async def cmd_demo(args: argparse.Namespace) -> int:
@@ -122,7 +126,7 @@ async def cmd_resume(args: argparse.Namespace) -> int:
         outcome = await client.execute(
             args.run, observer=progress, max_concurrency=args.concurrency
         )
-        return _finish(outcome, args)
+        return await _finish(client, outcome, args)
 
 
 async def cmd_decide(args: argparse.Namespace) -> int:
