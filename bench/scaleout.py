@@ -47,7 +47,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 
-from loopkernel import BasePlanner, Event, GraphPatch, Kernel, Snapshot, TaskContext, TaskSpec
+from bench.kernel_overhead import ChainPlanner as Chain
+from bench.kernel_overhead import noop
+from loopkernel import GraphPatch, Kernel, TaskSpec
 from loopkernel.client import Client
 from loopkernel.graph import EventKind, TaskState, validate
 from loopkernel.ids import RunId, TaskId
@@ -214,24 +216,6 @@ def one_takeover(url: str, n_workers: int, logdir: Path) -> float:
 
 
 # -- the durable step, on both stores -----------------------------------------------------------
-
-
-class Chain(BasePlanner):
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def on_start(self, snapshot: Snapshot, event: Event) -> GraphPatch:
-        return GraphPatch().add(TaskSpec(task_id="t0", skill="noop"))
-
-    def on_completed(self, snapshot: Snapshot, event: Event) -> GraphPatch:
-        i = int((event.task_id or "t0")[1:]) + 1
-        if i == self.n:
-            return GraphPatch().finish("succeeded")
-        return GraphPatch().add(TaskSpec(task_id=f"t{i}", skill="noop"), after=[f"t{i - 1}"])
-
-
-async def noop(ctx: TaskContext) -> Any:
-    return ctx.task_id
 
 
 async def chain_step_us(url: str, n: int, *, fenced: bool) -> float:

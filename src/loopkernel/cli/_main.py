@@ -185,6 +185,26 @@ async def cmd_export(args: argparse.Namespace) -> int:
         return 0
 
 
+def add_app_arguments(p: argparse.ArgumentParser) -> None:
+    """What names a new run: the app, its scenario and parameters, the id, the guard."""
+    p.add_argument("app", help="app name (speculation, ...) or module:attribute")
+    p.add_argument("--scenario", help="a named scenario of the app")
+    p.add_argument(
+        "--set",
+        action="append",
+        type=_set_arg,
+        metavar="KEY=VALUE",
+        help="override an app parameter (VALUE is JSON or a string); repeatable",
+    )
+    p.add_argument("--run-id", help="the run id (default: a random one)")
+    p.add_argument(
+        "--max-events",
+        type=int,
+        default=DEFAULT_MAX_EVENTS,
+        help=f"runaway guard: most events a run may have (default {DEFAULT_MAX_EVENTS})",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="loopkernel",
@@ -209,22 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--concurrency", type=int, default=16, help="tasks at once (default 16)")
 
     p = command("run", cmd_run, "start a run of an app and execute it")
-    p.add_argument("app", help="app name (speculation, ...) or module:attribute")
-    p.add_argument("--scenario", help="a named scenario of the app")
-    p.add_argument(
-        "--set",
-        action="append",
-        type=_set_arg,
-        metavar="KEY=VALUE",
-        help="override an app parameter (VALUE is JSON or a string); repeatable",
-    )
-    p.add_argument("--run-id", help="the run id (default: a random one)")
-    p.add_argument(
-        "--max-events",
-        type=int,
-        default=DEFAULT_MAX_EVENTS,
-        help=f"runaway guard: most events a run may have (default {DEFAULT_MAX_EVENTS})",
-    )
+    add_app_arguments(p)
     execution_flags(p)
 
     command("demo", cmd_demo, "run the speculation app with a live progress view")

@@ -22,9 +22,8 @@ import signal
 import sys
 import time
 
-from loopkernel.cli._main import EXIT_CODES, Handler, _set_arg
+from loopkernel.cli._main import EXIT_CODES, Handler, add_app_arguments
 from loopkernel.client import Client
-from loopkernel.executor import DEFAULT_MAX_EVENTS
 from loopkernel.graph import TERMINAL_RUN, RunStatus
 from loopkernel.ids import RunId
 from loopkernel.store import open_store
@@ -152,22 +151,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--id", help="the worker's name in leases (default HOST:PID)")
 
     p = command("submit", cmd_submit, "start a run for the workers; print its id and token")
-    p.add_argument("app", help="app name (speculation, ...) or module:attribute")
-    p.add_argument("--scenario", help="a named scenario of the app")
-    p.add_argument(
-        "--set",
-        action="append",
-        type=_set_arg,
-        metavar="KEY=VALUE",
-        help="override an app parameter (VALUE is JSON or a string); repeatable",
-    )
-    p.add_argument("--run-id", help="the run id (default: a random one)")
-    p.add_argument(
-        "--max-events",
-        type=int,
-        default=DEFAULT_MAX_EVENTS,
-        help=f"runaway guard: most events a run may have (default {DEFAULT_MAX_EVENTS})",
-    )
+    add_app_arguments(p)
     p.add_argument("--json", action="store_true", help="print run_id and token as JSON")
 
     p = command(
