@@ -502,7 +502,9 @@ class PostgresStore:
 
     async def intend_effect(self, record: EffectRecord) -> EffectRecord:
         now = time.time()
-        async with self._tx() as conn:
+        # Not flushed on its own, as in SQLite: the key is a function of (run, task,
+        # index), so a lost intent changes nothing a re-send does.
+        async with self._tx(sync=False) as conn:
             if self._fence is not None:
                 await self._lock_run(conn, record.run_id, seq=False)
             # ON CONFLICT waits for a concurrent insert of the same key to commit; the

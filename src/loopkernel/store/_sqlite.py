@@ -459,7 +459,9 @@ class SQLiteStore:
 
     async def intend_effect(self, record: EffectRecord) -> EffectRecord:
         now = time.time()
-        with self._tx(record.run_id) as db:
+        # Not fsynced on its own: the key is a function of (run, task, index), so a lost
+        # intent changes nothing a re-send does; the result commit that follows is fsynced.
+        with self._tx(record.run_id, sync=False) as db:
             db.execute(
                 f"INSERT INTO effects ({EFFECT_COLUMNS}, created_at, updated_at) "
                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (run_id, idem_key) DO NOTHING",
