@@ -140,6 +140,7 @@ def test_unknown_run_is_run_not_found(backend: Backend) -> None:
             lambda: store.set_status(ghost, RunStatus.WAITING),
             lambda: store.add_human_input(ghost, TaskId("a"), decision="approve", payload=None),
             lambda: store.request_cancel(ghost, "why"),
+            lambda: store.append_events(ghost, [NewEvent(kind=EventKind.CANCEL_REQUESTED)]),
         ]
         for call in calls:
             with pytest.raises(RunNotFound, match="no run ghost"):

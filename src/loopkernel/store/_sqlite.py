@@ -304,7 +304,14 @@ class SQLiteStore:
     def _append(
         self, db: sqlite3.Connection, run_id: RunId, events: Sequence[NewEvent], now: float
     ) -> list[Event]:
-        seq = self._last_seq(db, run_id)
+        exists, last = db.execute(
+            "SELECT (SELECT 1 FROM runs WHERE run_id = ?), "
+            "(SELECT MAX(seq) FROM events WHERE run_id = ?)",
+            (run_id, run_id),
+        ).fetchone()
+        if exists is None:
+            raise RunNotFound(f"no run {run_id} in {self.path}", run_id=run_id)
+        seq = int(last or 0)
         out: list[Event] = []
         rows = []
         for ev in events:
