@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import platform
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from bench._results import write_results
 from loopkernel import (
     BasePlanner,
     Event,
@@ -30,8 +29,6 @@ from loopkernel import (
     TaskContext,
     TaskSpec,
 )
-
-RESULTS = Path(__file__).parent / "results"
 
 
 class ChainPlanner(BasePlanner):
@@ -145,24 +142,13 @@ def main() -> None:
             f"{r['completions_per_s']:,.0f} | {r['us_per_task']} | {r['us_per_event']} | "
             f"{r['db_bytes_per_task']} |"
         )
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / "kernel_overhead.json"
-    out.write_text(
-        json.dumps(
-            {
-                "machine": {
-                    "cpus": os.cpu_count(),
-                    "python": platform.python_version(),
-                    "platform": platform.platform(),
-                },
-                "date": time.strftime("%Y-%m-%d"),
-                "fsync_floor_us": floor,
-                "rows": rows,
-            },
-            indent=2,
-        )
+    write_results(
+        "kernel_overhead",
+        {
+            "fsync_floor_us": floor,
+            "rows": rows,
+        },
     )
-    print(f"\nwrote {out}")
 
 
 if __name__ == "__main__":

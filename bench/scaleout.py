@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import platform
 import signal
 import statistics
 import subprocess
@@ -47,6 +45,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 
+from bench._results import write_results
 from bench.kernel_overhead import ChainPlanner as Chain
 from bench.kernel_overhead import noop
 from loopkernel import GraphPatch, Kernel, TaskSpec
@@ -55,7 +54,6 @@ from loopkernel.graph import EventKind, TaskState, validate
 from loopkernel.ids import RunId, TaskId
 from loopkernel.store import NewEvent, PatchRecord, Store, open_store
 
-RESULTS = Path(__file__).parent / "results"
 DEFAULT_PG = os.environ.get("LOOPKERNEL_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 IO_RUN = {"delays": [1.0, 1.5, 5.0], "distill_delay": 0.5}
 LEASE, POLL, PER_WORKER = 2.0, 0.2, 8
@@ -337,34 +335,23 @@ def main() -> None:
             k, k
         )
         print(f"| {label} | " + " | ".join(f"{r[k]:,.0f}" for r in steps_rows) + " |")
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / "scaleout.json"
-    out.write_text(
-        json.dumps(
-            {
-                "machine": {
-                    "cpus": os.cpu_count(),
-                    "python": platform.python_version(),
-                    "platform": platform.platform(),
-                    "postgres": sql(args.db, "SHOW server_version")[0][0],
-                },
-                "date": time.strftime("%Y-%m-%d"),
-                "command": "python -m bench.scaleout" + (" --quick" if args.quick else ""),
-                "settings": {
-                    "runs_per_row": n_runs,
-                    "runs_at_once_per_worker": PER_WORKER,
-                    "lease_s": LEASE,
-                    "poll_s": POLL,
-                    "io_run": IO_RUN,
-                    "chain_steps": steps,
-                },
-                "scaleout": scale,
-                "durable_step": steps_rows,
+    write_results(
+        "scaleout",
+        {
+            "command": "python -m bench.scaleout" + (" --quick" if args.quick else ""),
+            "settings": {
+                "runs_per_row": n_runs,
+                "runs_at_once_per_worker": PER_WORKER,
+                "lease_s": LEASE,
+                "poll_s": POLL,
+                "io_run": IO_RUN,
+                "chain_steps": steps,
             },
-            indent=2,
-        )
+            "scaleout": scale,
+            "durable_step": steps_rows,
+        },
+        postgres=sql(args.db, "SHOW server_version")[0][0],
     )
-    print(f"\nwrote {out}")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ stdio, one call at a time, after 50 warm-up calls:
   and error mapping (no journal);
 - ``layer``: ``ToolLayer.call`` through a ``TaskContext``, i.e. the above plus the effect
   journal (a lookup, ``intended`` before the send, ``done`` after) on SQLite, once with
-  ``synchronous=FULL`` (two fsyncs per call) and once with ``NORMAL``.
+  ``synchronous=FULL`` (one fsync per call, at the result) and once with ``NORMAL``.
 
 Cold start: the wall time of a fresh ``python`` process that imports the tool layer,
 spawns the server, runs the MCP handshake and ``tools/list``, makes one call and exits
@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -36,7 +34,8 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).parent / "results"
+from bench._results import write_results
+
 WARMUP = 50
 ARGS = {"text": "hello"}
 
@@ -214,28 +213,16 @@ def main() -> None:
     for r in cold:
         print(f"| {r['row']} | {r['median_ms']:,} | {r['max_ms']:,} |")
 
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / "tools_overhead.json"
-    out.write_text(
-        json.dumps(
-            {
-                "machine": {
-                    "cpus": os.cpu_count(),
-                    "python": platform.python_version(),
-                    "platform": platform.platform(),
-                    "load_avg_1m": round(os.getloadavg()[0], 2),
-                },
-                "date": time.strftime("%Y-%m-%d"),
-                "mcp": _mcp_version(),
-                "calls_per_row": n,
-                "calls": calls,
-                "cold_start": cold,
-            },
-            indent=2,
-        )
-        + "\n"
+    write_results(
+        "tools_overhead",
+        {
+            "mcp": _mcp_version(),
+            "calls_per_row": n,
+            "calls": calls,
+            "cold_start": cold,
+        },
+        load_avg_1m=round(os.getloadavg()[0], 2),
     )
-    print(f"\nwrote {out}")
 
 
 def _mcp_version() -> str:

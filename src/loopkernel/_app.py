@@ -29,11 +29,9 @@ class AppParts:
     """Answers the run's events."""
     workers: Mapping[str, Worker]
     """The worker registry: the authority surface of the run."""
-    tools: ToolCaller | None = None
-    """The tool layer, if the app calls tools."""
     tool_layer: Callable[[Store], ToolCaller] | None = None
-    """Builds the tool layer from the run's store (a ``ToolLayer`` journals effects in it);
-    used when ``tools`` is ``None``."""
+    """Builds the run's tool layer from the run's store (a ``ToolLayer`` journals its
+    effects there), if the app calls tools."""
     guard: PatchGuard | None = None
     """Policy the executor consults on every patch (e.g. ``Policy(...).guard()``)."""
 

@@ -91,9 +91,7 @@ class Client:
 
     def kernel(self, app: App, params: Mapping[str, JSON], **options: Any) -> Kernel:
         parts = app.build(params)
-        tools = parts.tools
-        if tools is None and parts.tool_layer is not None:
-            tools = parts.tool_layer(self.store)
+        tools = None if parts.tool_layer is None else parts.tool_layer(self.store)
         return Kernel(
             self.store, parts.planner, parts.workers, tools=tools, guard=parts.guard, **options
         )

@@ -22,11 +22,12 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from loopkernel.cli._args import json_value, setting
 from loopkernel.cli._render import Progress, render_inspection
 from loopkernel.client import Client
 from loopkernel.errors import LoopKernelError, UsageError
-from loopkernel.executor import DEFAULT_MAX_EVENTS, RunOutcome
-from loopkernel.graph import JSON, RunStatus
+from loopkernel.executor import DEFAULT_MAX_EVENTS, RunOutcome, StartedRun
+from loopkernel.graph import RunStatus
 
 __all__ = ["EXIT_CODES", "main"]
 
@@ -41,23 +42,6 @@ EXIT_CODES: dict[RunStatus, int] = {
 USAGE = 2
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
-
-
-def _json_arg(text: str) -> JSON:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
-
-
-def _set_arg(text: str) -> tuple[str, JSON]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError("expected KEY=VALUE (VALUE is JSON, or a plain string)")
-    try:
-        return key, json.loads(value)
-    except json.JSONDecodeError:
-        return key, value
 
 
 async def _finish(client: Client, outcome: RunOutcome, args: argparse.Namespace) -> int:
@@ -88,15 +72,21 @@ async def _finish(client: Client, outcome: RunOutcome, args: argparse.Namespace)
     return EXIT_CODES[outcome.status]
 
 
+async def start_run(client: Client, args: argparse.Namespace) -> StartedRun:
+    """Start the run that ``add_app_arguments`` describes."""
+    _, started = await client.start(
+        args.app,
+        scenario=args.scenario,
+        overrides=dict(args.set or []),
+        run_id=args.run_id,
+        max_events=args.max_events,
+    )
+    return started
+
+
 async def cmd_run(args: argparse.Namespace) -> int:
     async with Client(args.db) as client:
-        _, started = await client.start(
-            args.app,
-            scenario=args.scenario,
-            overrides=dict(args.set or []),
-            run_id=args.run_id,
-            max_events=args.max_events,
-        )
+        started = await start_run(client, args)
         if not args.json:
             print(
                 f"run {started.run_id} started ({args.app}"
@@ -192,7 +182,7 @@ def add_app_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--set",
         action="append",
-        type=_set_arg,
+        type=setting,
         metavar="KEY=VALUE",
         help="override an app parameter (VALUE is JSON or a string); repeatable",
     )
@@ -242,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = command(decision, cmd_decide, f"{decision} a waiting task (journals human_input)")
         p.add_argument("run")
         p.add_argument("task")
-        p.add_argument("--payload", type=_json_arg, default=None, help="JSON handed to the task")
+        p.add_argument("--payload", type=json_value, default=None, help="JSON handed to the task")
         p.add_argument(
             "--token",
             help="the run's approval token; without it, local access "

@@ -20,6 +20,7 @@ import logging
 import sys
 from typing import Any
 
+from loopkernel.cli._args import key_value, positive
 from loopkernel.errors import LoopKernelError, ToolError, ToolTimeout, ToolUnavailable, UsageError
 
 __all__ = ["add_parser"]
@@ -34,23 +35,6 @@ def _json_object(text: str) -> dict[str, Any]:
         raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError("tool arguments must be a JSON object")
-    return value
-
-
-def _env_pair(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError("expected KEY=VALUE")
-    return key, value
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError("must be > 0")
     return value
 
 
@@ -73,7 +57,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         p.add_argument(
             "--env",
             action="append",
-            type=_env_pair,
+            type=key_value,
             default=[],
             metavar="KEY=VALUE",
             help="an environment variable for the server (repeatable); it inherits only "
@@ -81,7 +65,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         )
         p.add_argument(
             "--start-timeout",
-            type=_positive,
+            type=positive,
             default=20.0,
             metavar="S",
             help="seconds the server has to answer the MCP handshake (default 20)",
@@ -104,7 +88,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="the arguments, a JSON object (default {})",
     )
     p.add_argument(
-        "--timeout", type=_positive, default=30.0, metavar="S", help="deadline (default 30 s)"
+        "--timeout", type=positive, default=30.0, metavar="S", help="deadline (default 30 s)"
     )
     p.add_argument("--key", default=None, help="an idempotency key to send in _meta")
     p.set_defaults(func=cmd_call)

@@ -22,7 +22,8 @@ import signal
 import sys
 import time
 
-from loopkernel.cli._main import EXIT_CODES, Handler, add_app_arguments
+from loopkernel.cli._args import count, positive
+from loopkernel.cli._main import EXIT_CODES, Handler, add_app_arguments, start_run
 from loopkernel.client import Client
 from loopkernel.graph import TERMINAL_RUN, RunStatus
 from loopkernel.ids import RunId
@@ -30,26 +31,6 @@ from loopkernel.store import open_store
 from loopkernel.worker import RunWorker, WorkerConfig, default_worker_id
 
 __all__ = ["add_parser"]
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError("must be > 0")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
 
 
 async def cmd_worker(args: argparse.Namespace) -> int:
@@ -75,13 +56,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
 
 async def cmd_submit(args: argparse.Namespace) -> int:
     async with Client(args.db) as client:
-        _, started = await client.start(
-            args.app,
-            scenario=args.scenario,
-            overrides=dict(args.set or []),
-            run_id=args.run_id,
-            max_events=args.max_events,
-        )
+        started = await start_run(client, args)
         await client.store.enqueue(started.run_id)
     if args.json:
         print(json.dumps({"run_id": started.run_id, "token": started.token}))
@@ -134,20 +109,20 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "execute submitted runs until SIGTERM: claim under a lease, heartbeat, take over "
         "the runs of dead workers (docs/workers.md)",
     )
-    p.add_argument("--concurrency", type=_count, default=8, help="runs at once (default 8)")
+    p.add_argument("--concurrency", type=count, default=8, help="runs at once (default 8)")
     p.add_argument(
         "--lease",
-        type=_positive,
+        type=positive,
         default=10.0,
         help="seconds a lease lasts without a heartbeat: the takeover time (default 10)",
     )
     p.add_argument(
         "--poll",
-        type=_positive,
+        type=positive,
         default=1.0,
         help="seconds between looks for work when no notification comes (default 1)",
     )
-    p.add_argument("--tasks", type=_count, default=16, help="tasks at once per run (default 16)")
+    p.add_argument("--tasks", type=count, default=16, help="tasks at once per run (default 16)")
     p.add_argument("--id", help="the worker's name in leases (default HOST:PID)")
 
     p = command("submit", cmd_submit, "start a run for the workers; print its id and token")
@@ -158,8 +133,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "wait", cmd_wait, "wait until a run ends or waits for a human; exit with its status"
     )
     p.add_argument("run", type=RunId)
-    p.add_argument("--timeout", type=_positive, help="give up after this many seconds (exit 6)")
+    p.add_argument("--timeout", type=positive, help="give up after this many seconds (exit 6)")
     p.add_argument(
-        "--interval", type=_positive, default=0.1, help="seconds between looks (default 0.1)"
+        "--interval", type=positive, default=0.1, help="seconds between looks (default 0.1)"
     )
     p.add_argument("--json", action="store_true", help="print status and verdict as JSON")

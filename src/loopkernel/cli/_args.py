@@ -1,0 +1,58 @@
+"""Argument types shared by the ``loopkernel`` commands: each refuses bad input with a
+message argparse prints, so a handler only ever sees valid values."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from loopkernel.graph import JSON
+
+__all__ = ["count", "json_value", "key_value", "positive", "setting"]
+
+
+def positive(text: str) -> float:
+    """A number above zero (seconds, deadlines)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return value
+
+
+def count(text: str) -> int:
+    """A whole number of at least one."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def json_value(text: str) -> JSON:
+    """Any JSON value."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+
+
+def key_value(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` with a non-empty key; the value is kept as a string."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError("expected KEY=VALUE")
+    return key, value
+
+
+def setting(text: str) -> tuple[str, JSON]:
+    """``KEY=VALUE`` for an app parameter: VALUE is JSON, or else a plain string."""
+    key, value = key_value(text)
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
