@@ -11,27 +11,51 @@ from __future__ import annotations
 
 import hmac
 import os
+import secrets
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from loopkernel._app import App, load_app
 from loopkernel.errors import ApprovalRefused, UsageError
 from loopkernel.executor import DEFAULT_MAX_EVENTS, Kernel, RunOutcome, StartedRun, hash_token
 from loopkernel.executor._kernel import Observer
-from loopkernel.graph import JSON, Event, EventKind, RunStatus, Task, TaskState
+from loopkernel.graph import (
+    JSON,
+    TERMINAL_TASK,
+    Event,
+    EventKind,
+    GraphState,
+    RunStatus,
+    Task,
+    TaskState,
+    state_at,
+)
 from loopkernel.ids import RunId, TaskId
+from loopkernel.ids import new_run_id as new_run_id_
 from loopkernel.store import (
+    EffectRecord,
+    Fork,
     NewEvent,
     PatchRecord,
     RunInfo,
     SQLiteStore,
     Store,
     digest_of,
+    dump_of_state,
     open_store,
 )
 
 __all__ = ["Client", "Inspection"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Past:
+    info: RunInfo
+    events: tuple[Event, ...]
+    patches: tuple[PatchRecord, ...]
+    state: GraphState
+    effects: tuple[EffectRecord, ...]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -44,6 +68,10 @@ class Inspection:
     edges: list[list[str]]
     events: list[Event] | None = None
     patches: list[PatchRecord] | None = None
+    origin: tuple[RunId, int] | None = None
+    """``(run, seq)`` it was forked from."""
+    at_seq: int | None = None
+    """Set when this is the run as of an earlier event (``inspect --at``)."""
 
     def to_json(self) -> dict[str, JSON]:
         out: dict[str, JSON] = {
@@ -57,6 +85,10 @@ class Inspection:
             "tasks": self.tasks,
             "edges": self.edges,
         }
+        if self.origin is not None:
+            out["forked_from"] = {"run_id": self.origin[0], "seq": self.origin[1]}
+        if self.at_seq is not None:
+            out["at_seq"] = self.at_seq
         if self.events is not None:
             out["journal"] = [
                 {"seq": e.seq, "kind": e.kind.value, "task_id": e.task_id, "data": e.data}
@@ -148,8 +180,28 @@ class Client:
     async def info(self, run_id: str) -> RunInfo:
         return await self.store.get_run(RunId(run_id))
 
-    async def inspect(self, run_id: str, *, journal: bool = False) -> Inspection:
+    async def inspect(
+        self, run_id: str, *, journal: bool = False, at: int | None = None
+    ) -> Inspection:
+        """The run now, or as of event ``at`` (its journal replayed up to there)."""
         rid = RunId(run_id)
+        origin = await self.store.origin(rid)
+        if at is not None:
+            past = await self._as_of(rid, at)
+            dump = dump_of_state(past.state, past.effects)
+            info = replace(
+                past.info, status=past.state.status, verdict=past.state.verdict, last_seq=at
+            )
+            return Inspection(
+                info=info,
+                digest=digest_of(dump),
+                tasks=dump["tasks"],
+                edges=dump["edges"],
+                events=list(past.events) if journal else None,
+                patches=list(past.patches) if journal else None,
+                origin=origin,
+                at_seq=at,
+            )
         info = await self.store.get_run(rid)
         dump = await self.store.dump(rid)
         return Inspection(
@@ -159,7 +211,62 @@ class Client:
             edges=dump["edges"],
             events=await self.store.events(rid) if journal else None,
             patches=await self.store.patches(rid) if journal else None,
+            origin=origin,
         )
+
+    async def fork(self, run_id: str, *, at: int, new_run_id: str | None = None) -> StartedRun:
+        """A new run whose journal is ``run_id``'s up to and including event ``at``
+        (``docs/fork.md``); resume it like any run. It has its own approval token."""
+        rid = RunId(run_id)
+        new = RunId(new_run_id) if new_run_id is not None else new_run_id_()
+        if new == rid:
+            raise UsageError("a fork needs a run id of its own")
+        past = await self._as_of(rid, at)
+        state = past.state
+        prefix = f"{rid}/"
+        token = secrets.token_urlsafe(24)
+        await self.store.fork_run(
+            Fork(
+                source=past.info,
+                at_seq=at,
+                run_id=new,
+                token_hash=hash_token(token),
+                events=past.events,
+                patches=past.patches,
+                state=state,
+                effects=tuple(
+                    replace(e, run_id=new, key=f"{new}/{e.key.removeprefix(prefix)}")
+                    for e in past.effects
+                ),
+            )
+        )
+        return StartedRun(run_id=new, token=token)
+
+    async def _as_of(self, rid: RunId, at: int) -> _Past:
+        """The run's journal up to event ``at``, the graph it replays to, and the effects
+        of the tasks that had finished by then."""
+        info = await self.store.get_run(rid)
+        events = tuple(e for e in await self.store.events(rid) if e.seq <= at)
+        patches = tuple(p for p in await self.store.patches(rid) if p.event_seq <= at)
+        final = (await self.store.load_run(rid)).state
+        results = {t.task_id: t.result for t in final.tasks.values()}
+        state = state_at(
+            run_id=rid,
+            app=info.app,
+            params=info.params,
+            events=events,
+            patches=[(p.event_seq, p.ops) for p in patches if p.outcome == "applied"],
+            results=results,
+            seq=at,
+        )
+        idle = not state.finished and not state.in_state(TaskState.READY)
+        if idle and state.in_state(TaskState.WAITING):
+            state.status = RunStatus.WAITING
+        done = {t.task_id for t in state.tasks.values() if t.state in TERMINAL_TASK}
+        effects = tuple(
+            e for e in await self.store.effects(rid) if e.task_id in done and e.status != "intended"
+        )
+        return _Past(info=info, events=events, patches=patches, state=state, effects=effects)
 
     async def decide(
         self,

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from loopkernel.cli._args import json_value, setting
+from loopkernel.cli._args import count, json_value, setting
 from loopkernel.cli._render import Progress, render_inspection
 from loopkernel.client import Client
 from loopkernel.errors import LoopKernelError, UsageError
@@ -149,7 +149,7 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
 
 async def cmd_inspect(args: argparse.Namespace) -> int:
     async with Client(args.db) as client:
-        inspection = await client.inspect(args.run, journal=args.journal or args.json)
+        inspection = await client.inspect(args.run, journal=args.journal or args.json, at=args.at)
         if args.json:
             print(json.dumps(inspection.to_json(), indent=2, sort_keys=True))
         else:
@@ -248,6 +248,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run")
     p.add_argument("--journal", action="store_true", help="also list events and patches")
     p.add_argument("--json", action="store_true", help="JSON with status, verdict and digest")
+    p.add_argument(
+        "--at",
+        type=count,
+        metavar="SEQ",
+        help="the run as of event SEQ (its journal replayed up to there)",
+    )
 
     p = command("runs", cmd_runs, "list the runs in the database")
     p.add_argument("--limit", type=int, default=50)
@@ -256,7 +262,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run")
     p.add_argument("--to", required=True, help="the new file")
 
-    for module in ("loopkernel.cli._tools", "loopkernel.cli._workers", "loopkernel.cli._bench"):
+    for module in (
+        "loopkernel.cli._tools",
+        "loopkernel.cli._workers",
+        "loopkernel.cli._fork",
+        "loopkernel.cli._bench",
+    ):
         _add_optional(sub, module)
     return parser
 

@@ -71,6 +71,10 @@ class Progress:
 def render_inspection(ins: Inspection, out: TextIO, *, journal: bool) -> None:
     info = ins.info
     print(f"run {info.run_id}  app={info.app}  status={info.status.value}", file=out)
+    if ins.at_seq is not None:
+        print(f"as of:   event #{ins.at_seq} (the journal replayed up to there)", file=out)
+    if ins.origin is not None:
+        print(f"forked:  from {ins.origin[0]} at event #{ins.origin[1]}", file=out)
     if info.verdict is not None:
         print(f"verdict: {json.dumps(info.verdict)}", file=out)
     print(f"digest:  {ins.digest}", file=out)

@@ -13,6 +13,7 @@ from loopkernel.graph._model import (
     legal_transition,
 )
 from loopkernel.graph._patch import Add, Cancel, Connect, Finish, GraphPatch, Op, Resume, Wait
+from loopkernel.graph._replay import state_at
 from loopkernel.graph._state import Delta, GraphState, Task, validate
 
 __all__ = [
@@ -37,5 +38,6 @@ __all__ = [
     "TaskState",
     "Wait",
     "legal_transition",
+    "state_at",
     "validate",
 ]

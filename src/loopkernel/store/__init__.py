@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 
 from loopkernel.errors import UsageError
-from loopkernel.store._codec import digest_of
+from loopkernel.store._codec import digest_of, dump_of_state
+from loopkernel.store._fork import Fork
 from loopkernel.store._protocol import (
     Claim,
     EffectRecord,
@@ -21,6 +22,7 @@ __all__ = [
     "DEFAULT_DB",
     "Claim",
     "EffectRecord",
+    "Fork",
     "LoadedRun",
     "NewEvent",
     "PatchRecord",
@@ -28,6 +30,7 @@ __all__ = [
     "SQLiteStore",
     "Store",
     "digest_of",
+    "dump_of_state",
     "open_store",
 ]
 

@@ -14,7 +14,16 @@ from dataclasses import replace
 from typing import Any
 
 from loopkernel.errors import ApprovalRefused, UsageError
-from loopkernel.graph import JSON, TERMINAL_TASK, Event, EventKind, RunStatus, Task, TaskState
+from loopkernel.graph import (
+    JSON,
+    TERMINAL_TASK,
+    Event,
+    EventKind,
+    GraphState,
+    RunStatus,
+    Task,
+    TaskState,
+)
 from loopkernel.ids import RunId, TaskId
 from loopkernel.store._protocol import EffectRecord, NewEvent, PatchRecord, RunInfo
 
@@ -29,6 +38,7 @@ __all__ = [
     "check_decision",
     "digest_of",
     "dump_of",
+    "dump_of_state",
     "dumps",
     "effect_from_row",
     "effect_params",
@@ -270,6 +280,39 @@ def dump_of(
             for r in effects
         ],
     }
+
+
+def dump_of_state(state: GraphState, effects: Iterable[EffectRecord]) -> dict[str, JSON]:
+    """The same canonical dump, of a graph in memory (e.g. a run as of an earlier seq)."""
+    run = (state.run_id, state.app, dumps(state.params), state.status.value, dumps(state.verdict))
+    tasks = [
+        (
+            t.task_id,
+            t.skill,
+            dumps(t.input),
+            t.evidence_scope,
+            t.state.value,
+            dumps(t.result),
+            dumps(t.error),
+            dumps(t.human_input),
+        )
+        for t in sorted(state.tasks.values(), key=lambda t: t.task_id)
+    ]
+    edges = sorted((s, d) for s, dsts in state.succs.items() for d in dsts)
+    rows = [
+        (
+            e.task_id,
+            e.call_index,
+            e.tool,
+            e.effect,
+            dumps(e.arguments),
+            e.status,
+            dumps(e.result),
+            dumps(e.error),
+        )
+        for e in sorted(effects, key=lambda e: (e.task_id, e.call_index))
+    ]
+    return dump_of(run, tasks, edges, rows)
 
 
 def digest_of(dump: dict[str, JSON]) -> str:

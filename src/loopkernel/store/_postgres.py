@@ -73,6 +73,7 @@ from loopkernel.store._codec import (
     waiting_epoch,
     with_done_seq,
 )
+from loopkernel.store._fork import Fork, fork_statements
 from loopkernel.store._lease import Fence, check_lease_seconds
 from loopkernel.store._postgres_db import (
     Conn,
@@ -567,6 +568,32 @@ class PostgresStore:
         if not run:
             raise self._not_found(run_id)
         return dump_of(run[0], tasks, edges, effects)
+
+    # -- forks (docs/fork.md) --------------------------------------------------------------
+
+    async def fork_run(self, fork: Fork) -> RunInfo:
+        if self._fence is not None:
+            raise UsageError(f"a store view fenced to run {self._fence.run_id} creates no run")
+        try:
+            async with self._tx() as conn:
+                await self._lock_run(conn, fork.source.run_id, seq=False)
+                for sql, rows in fork_statements(fork, time.time()):
+                    await execute_many(conn, sql.replace("?", "%s"), rows)
+        except UniqueViolation as exc:
+            if exc.diag.constraint_name != "runs_pkey":
+                raise
+            raise UsageError(
+                f"run {fork.run_id} already exists in {self.where}; pick another id",
+                run_id=fork.run_id,
+            ) from None
+        return await self.get_run(fork.run_id)
+
+    async def origin(self, run_id: RunId) -> tuple[RunId, int] | None:
+        async with self._conn() as conn:
+            row = await fetch_one(
+                conn, "SELECT source_run, source_seq FROM forks WHERE run_id = %s", (run_id,)
+            )
+        return None if row is None else (RunId(row[0]), int(row[1]))
 
     # -- workers: leases and fencing (docs/workers.md) --------------------------------------
 

@@ -114,6 +114,15 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX runs_claimable ON runs (created_at) "
         "WHERE status = 'running' AND lease_until IS NOT NULL",
     ],
+    # 3: forks (docs/fork.md): the run and event a run was forked from.
+    [
+        """CREATE TABLE forks (
+            run_id      text COLLATE "C" PRIMARY KEY,
+            source_run  text COLLATE "C" NOT NULL,
+            source_seq  bigint NOT NULL,
+            created_at  double precision NOT NULL
+        )""",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from loopkernel.graph import JSON, Delta, Event, EventKind, GraphState, RunStatus, Task
 from loopkernel.ids import RunId, TaskId
+
+if TYPE_CHECKING:
+    from loopkernel.store._fork import Fork
 
 __all__ = [
     "Claim",
@@ -230,6 +233,15 @@ class Store(Protocol):
 
     async def checkpoint(self) -> None:
         """Make the main database file complete on its own (SQLite); a no-op elsewhere."""
+
+    # -- forks (docs/fork.md) --------------------------------------------------------------
+
+    async def fork_run(self, fork: Fork) -> RunInfo:
+        """Write ``fork`` as a new run, in one transaction; ``UsageError`` if its id is
+        taken, ``RunNotFound`` if the source is gone."""
+
+    async def origin(self, run_id: RunId) -> tuple[RunId, int] | None:
+        """``(source run, seq)`` if ``run_id`` was forked, else ``None``."""
 
     # -- workers: leases and fencing -------------------------------------------------------
 

@@ -60,6 +60,7 @@ from loopkernel.store._codec import (
     waiting_epoch,
     with_done_seq,
 )
+from loopkernel.store._fork import Fork, fork_statements
 from loopkernel.store._lease import Fence, check_lease_seconds
 from loopkernel.store._protocol import (
     Claim,
@@ -535,6 +536,27 @@ class SQLiteStore:
             db.execute("COMMIT")
         return dump_of(run, tasks, edges, effects)
 
+    # -- forks (docs/fork.md) --------------------------------------------------------------
+
+    async def fork_run(self, fork: Fork) -> RunInfo:
+        with self._tx(fork.run_id) as db:
+            self._run_row(db, fork.source.run_id)
+            try:
+                for sql, rows in fork_statements(fork, time.time()):
+                    db.executemany(sql, rows)
+            except sqlite3.IntegrityError:
+                raise UsageError(
+                    f"run {fork.run_id} already exists in {self.path}; pick another id",
+                    run_id=fork.run_id,
+                ) from None
+        return await self.get_run(fork.run_id)
+
+    async def origin(self, run_id: RunId) -> tuple[RunId, int] | None:
+        row = self._conn.execute(
+            "SELECT source_run, source_seq FROM forks WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        return None if row is None else (RunId(row[0]), int(row[1]))
+
     # -- workers: leases and fencing (docs/workers.md) --------------------------------------
 
     def fenced(self, run_id: RunId, epoch: int) -> SQLiteStore:
@@ -588,7 +610,16 @@ class SQLiteStore:
         try:
             self._conn.backup(dest)
             dest.execute("BEGIN")
-            for table in ("runs", "tasks", "edges", "events", "patches", "approvals", "effects"):
+            for table in (
+                "runs",
+                "tasks",
+                "edges",
+                "events",
+                "patches",
+                "approvals",
+                "effects",
+                "forks",
+            ):
                 dest.execute(f"DELETE FROM {table} WHERE run_id != ?", (run_id,))
             dest.execute("COMMIT")
             dest.execute("PRAGMA journal_mode = DELETE")

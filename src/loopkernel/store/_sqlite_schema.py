@@ -89,6 +89,15 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX runs_claimable ON runs (created_at) "
         "WHERE status = 'running' AND lease_until IS NOT NULL",
     ],
+    # 3: forks (docs/fork.md): the run and event a run was forked from.
+    [
+        """CREATE TABLE forks (
+            run_id      TEXT PRIMARY KEY,
+            source_run  TEXT NOT NULL,
+            source_seq  INTEGER NOT NULL,
+            created_at  REAL NOT NULL
+        ) WITHOUT ROWID""",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,127 @@
+"""Writing a fork: one list of statements both stores run in one transaction.
+
+A fork is a new run whose journal is another run's prefix up to and including one event
+(``docs/fork.md``). The journal rows (events, patches, and the approvals its ``human_input``
+events record) are copied as they are; the graph as of that event (tasks, edges,
+the run's status) is computed by replaying the journal (``graph.state_at``) and written
+as rows; the effects of the work that had finished by then are copied under the fork's
+own idempotency keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from loopkernel.graph import Event, EventKind, GraphState
+from loopkernel.ids import RunId
+from loopkernel.store._codec import EFFECT_COLUMNS, TASK_COLUMNS, dumps, task_params
+from loopkernel.store._protocol import EffectRecord, PatchRecord, RunInfo
+
+__all__ = ["Fork", "fork_statements"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fork:
+    """What ``Store.fork_run`` writes, all of it read from the source beforehand, so the
+    fork is exactly the prefix that was replayed even if the source is still running."""
+
+    source: RunInfo
+    """The run forked from."""
+    at_seq: int
+    """The last event of the source the fork keeps."""
+    run_id: RunId
+    """The new run."""
+    token_hash: str
+    """SHA-256 of the fork's own approval token."""
+    events: tuple[Event, ...]
+    """The source's events up to ``at_seq``."""
+    patches: tuple[PatchRecord, ...]
+    """Their patches (an event a crash left unplanned stays unplanned)."""
+    state: GraphState
+    """The graph as of ``at_seq``, with the status the fork starts in."""
+    effects: tuple[EffectRecord, ...]
+    """The source's finished effects the fork keeps, already under the fork's keys."""
+
+
+Statement = tuple[str, list[tuple[Any, ...]]]
+
+
+def fork_statements(fork: Fork, now: float) -> list[Statement]:
+    """``(sql, rows)`` pairs in ``?`` style, to run in order in one transaction."""
+    new, state, info = fork.run_id, fork.state, fork.source
+    answers = [
+        (new, e.task_id, e.data["wait_epoch"], e.data["decision"], e.seq)
+        for e in fork.events
+        if e.kind is EventKind.HUMAN_INPUT and isinstance(e.data, dict)
+    ]
+    return [
+        (
+            "INSERT INTO runs (run_id, app, params, status, verdict, max_events, token_hash, "
+            "created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?)",
+            [
+                (
+                    new,
+                    info.app,
+                    dumps(info.params),
+                    state.status.value,
+                    dumps(state.verdict),
+                    info.max_events,
+                    fork.token_hash,
+                    now,
+                    now,
+                )
+            ],
+        ),
+        (
+            "INSERT INTO events (run_id, seq, kind, task_id, data, created_at) "
+            "VALUES (?,?,?,?,?,?)",
+            [(new, e.seq, e.kind.value, e.task_id, dumps(e.data), now) for e in fork.events],
+        ),
+        (
+            "INSERT INTO patches (run_id, event_seq, ops, outcome, reason, planner, created_at) "
+            "VALUES (?,?,?,?,?,?,?)",
+            [
+                (new, p.event_seq, dumps(p.ops), p.outcome, p.reason, p.planner, now)
+                for p in fork.patches
+            ],
+        ),
+        (
+            "INSERT INTO approvals (run_id, task_id, wait_epoch, decision, event_seq) "
+            "VALUES (?,?,?,?,?)",
+            answers,
+        ),
+        (
+            f"INSERT INTO tasks (run_id, {TASK_COLUMNS}) VALUES (?,{','.join('?' * 12)})",
+            [task_params(new, t) for t in state.tasks.values()],
+        ),
+        (
+            "INSERT INTO edges (run_id, src, dst) VALUES (?,?,?)",
+            [(new, s, d) for s, dsts in state.succs.items() for d in dsts],
+        ),
+        (
+            f"INSERT INTO effects ({EFFECT_COLUMNS}, created_at, updated_at) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            [
+                (
+                    new,
+                    e.key,
+                    e.task_id,
+                    e.call_index,
+                    e.tool,
+                    e.effect,
+                    dumps(e.arguments),
+                    e.status,
+                    dumps(e.result),
+                    dumps(e.error),
+                    now,
+                    now,
+                )
+                for e in fork.effects
+            ],
+        ),
+        (
+            "INSERT INTO forks (run_id, source_run, source_seq, created_at) VALUES (?,?,?,?)",
+            [(new, info.run_id, fork.at_seq, now)],
+        ),
+    ]
