@@ -123,6 +123,8 @@ MIGRATIONS: list[list[str]] = [
             created_at  double precision NOT NULL
         )""",
     ],
+    # 4: the run's trace context (docs/observability.md): a W3C traceparent, or NULL.
+    ["ALTER TABLE runs ADD COLUMN trace text"],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

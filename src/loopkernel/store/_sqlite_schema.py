@@ -98,6 +98,8 @@ MIGRATIONS: list[list[str]] = [
             created_at  REAL NOT NULL
         ) WITHOUT ROWID""",
     ],
+    # 4: the run's trace context (docs/observability.md): a W3C traceparent, or NULL.
+    ["ALTER TABLE runs ADD COLUMN trace TEXT"],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
