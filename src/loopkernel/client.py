@@ -1,5 +1,14 @@
 """The client API: what the CLI and the web inspector call. One method, one operation.
 
+One executor per run: ``execute`` first takes the run's lease (``Store.acquire``), keeps
+it with a heartbeat while the run executes, writes only through a view fenced to that
+lease, and gives it back at the end. A run held by another live executor is refused with
+``RunHeld`` before anything is written; a holder that died on this machine is taken over
+at once, one elsewhere when its lease runs out. A store that does not answer
+(``StoreUnavailable``: locked, disk full, I/O error, PostgreSQL down) is retried with
+backoff for ``store_retry`` seconds; then ``StoreUnavailable`` leaves the run as it was
+journaled, resumable.
+
 Authority for approvals: whoever holds the run's approval token (printed once by ``run``)
 may approve or reject; ``local=True`` means the caller has write access to the store
 itself (the CLI on the machine that holds ``runs.db``), which already is full authority
@@ -9,19 +18,29 @@ a replayed or late approval is refused by the store.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
 import os
 import secrets
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from loopkernel._app import App, load_app
-from loopkernel.errors import ApprovalRefused, UsageError
+from loopkernel.errors import (
+    ApprovalRefused,
+    LeaseLost,
+    RunHeld,
+    StoreUnavailable,
+    UsageError,
+)
 from loopkernel.executor import DEFAULT_MAX_EVENTS, Kernel, RunOutcome, StartedRun, hash_token
 from loopkernel.executor._kernel import Observer
 from loopkernel.graph import (
     JSON,
+    TERMINAL_RUN,
     TERMINAL_TASK,
     Event,
     EventKind,
@@ -34,6 +53,7 @@ from loopkernel.graph import (
 from loopkernel.ids import RunId, TaskId
 from loopkernel.ids import new_run_id as new_run_id_
 from loopkernel.store import (
+    Claim,
     EffectRecord,
     Fork,
     NewEvent,
@@ -45,8 +65,18 @@ from loopkernel.store import (
     dump_of_state,
     open_store,
 )
+from loopkernel.store._lease import Holder
 
-__all__ = ["Client", "Inspection"]
+__all__ = ["DEFAULT_LEASE_SECONDS", "DEFAULT_STORE_RETRY", "Client", "Inspection"]
+
+DEFAULT_LEASE_SECONDS = 10.0
+"""How long a local executor's lease lasts without a heartbeat (one every third of it):
+how long another machine waits to take over a run whose executor died."""
+DEFAULT_STORE_RETRY = 60.0
+"""Seconds ``execute`` keeps retrying a store that does not answer before it gives up."""
+
+_HELD: set[tuple[str, RunId]] = set()
+"""Runs this process executes now: its own lease is never taken over from inside it."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -146,9 +176,117 @@ class Client:
         return app, started
 
     async def execute(
+        self,
+        run_id: str,
+        *,
+        observer: Observer | None = None,
+        max_concurrency: int = 16,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        store_retry: float = DEFAULT_STORE_RETRY,
+        on_retry: Callable[[StoreUnavailable, float], None] | None = None,
+    ) -> RunOutcome:
+        """Run (or resume) a run with the app it was started with, as its one executor.
+
+        ``RunHeld`` if another executor holds it (nothing written); ``LeaseLost`` if it was
+        taken over meanwhile (this process stopped writing); ``StoreUnavailable`` once the
+        store has not answered for ``store_retry`` seconds (the run stays resumable).
+        ``on_retry(error, delay)`` is told of each retry.
+        """
+        rid = RunId(run_id)
+        deadline = time.monotonic() + store_retry
+        delay = 0.05
+        while True:
+            try:
+                return await self._execute_once(rid, observer, max_concurrency, lease_seconds)
+            except StoreUnavailable as exc:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    attrs = {**exc.attrs, "run_id": rid}
+                    raise StoreUnavailable(
+                        f"{exc.message}; gave up after {store_retry:g} s of retries", **attrs
+                    ) from exc
+                pause = min(delay, left)
+                if on_retry is not None:
+                    on_retry(exc, pause)
+                await asyncio.sleep(pause)
+                delay = min(delay * 2, 2.0)
+
+    async def _execute_once(
+        self,
+        rid: RunId,
+        observer: Observer | None,
+        max_concurrency: int,
+        lease_seconds: float,
+    ) -> RunOutcome:
+        info = await self.store.get_run(rid)
+        if info.status in TERMINAL_RUN:  # nothing to execute, nothing to own
+            return RunOutcome(run_id=rid, status=info.status, verdict=info.verdict)
+        claim = await self._acquire(rid, lease_seconds)
+        held = (self.store.url, rid)
+        _HELD.add(held)
+        lost: list[LeaseLost] = []
+        owner = Client(store=self.store.fenced(rid, claim.epoch))
+        run = asyncio.create_task(
+            owner.run_owned(rid, observer=observer, max_concurrency=max_concurrency)
+        )
+        beat = asyncio.create_task(self._heartbeat(claim, run, lease_seconds, lost))
+        try:
+            return await run
+        except asyncio.CancelledError:
+            if lost and run.cancelled():
+                raise lost[0] from None
+            raise
+        finally:
+            beat.cancel()
+            _HELD.discard(held)
+            # If the store is down, the lease runs out (or this machine sees its holder gone).
+            with contextlib.suppress(StoreUnavailable):
+                await self.store.release(rid, claim.epoch)
+
+    async def _acquire(self, rid: RunId, lease_seconds: float) -> Claim:
+        """The run's lease, taken over at once from a holder that died on this machine."""
+        try:
+            return await self.store.acquire(rid, Holder.here(), lease_seconds)
+        except RunHeld as held:
+            holder = Holder.parse(str(held.attrs.get("holder") or ""))
+            if holder is None:
+                raise
+            # Our own pid: a lease this process failed to release (the store was down) and
+            # that none of its executors holds any more.
+            here = Holder.here()
+            mine = (holder.host, holder.pid) == (here.host, here.pid)
+            mine = mine and (self.store.url, rid) not in _HELD
+            if not (mine or holder.is_dead_here()):
+                raise
+            takeover = int(held.attrs["epoch"])
+            return await self.store.acquire(rid, Holder.here(), lease_seconds, takeover=takeover)
+
+    async def _heartbeat(
+        self,
+        claim: Claim,
+        run: asyncio.Task[RunOutcome],
+        lease_seconds: float,
+        lost: list[LeaseLost],
+    ) -> None:
+        """Renew the lease every third of it; if it was taken over, stop the run."""
+        while True:
+            await asyncio.sleep(lease_seconds / 3)
+            try:
+                await self.store.heartbeat(claim.run_id, claim.epoch, lease_seconds)
+            except LeaseLost as exc:
+                lost.append(exc)
+                run.cancel()
+                return
+            except StoreUnavailable:
+                # The run's own writes fail the same way and are retried; if the lease
+                # runs out meanwhile, fencing refuses whatever this process writes after.
+                continue
+
+    async def run_owned(
         self, run_id: str, *, observer: Observer | None = None, max_concurrency: int = 16
     ) -> RunOutcome:
-        """Run (or resume) a run with the app it was started with."""
+        """Run (or resume) a run this process already owns: ``self.store`` is the view
+        fenced to its lease (a worker's claim, or ``execute``'s own)."""
         info = await self.store.get_run(RunId(run_id))
         app = load_app(info.app)
         kernel = self.kernel(app, info.params, observer=observer, max_concurrency=max_concurrency)

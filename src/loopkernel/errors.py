@@ -10,8 +10,9 @@
     ├── StoreError                  the store cannot serve the request
     │   ├── SchemaTooNew            the database was written by a newer LoopKernel
     │   ├── ReplayDivergence        a replayed step does not match the journal
-    │   ├── LeaseLost               another worker owns the run now (fencing)
-    │   └── StoreUnavailable        the database could not be reached; retry
+    │   ├── LeaseLost               another executor owns the run now (fencing)
+    │   ├── RunHeld                 another executor holds the run's lease; nothing was written
+    │   └── StoreUnavailable        the database could not be reached or written; retry
     └── RunError                    something stopped a run; ``verdict()`` is what the store keeps
         ├── ToolError               bad arguments, bad output, or the tool's handler raised
         ├── ToolTimeout             the client deadline passed; the request was cancelled
@@ -36,6 +37,7 @@ __all__ = [
     "PatchRejected",
     "ReplayDivergence",
     "RunError",
+    "RunHeld",
     "RunNotFound",
     "RunawayRun",
     "SchemaTooNew",
@@ -117,9 +119,18 @@ class LeaseLost(StoreError):
     retryable = True
 
 
+class RunHeld(StoreError):
+    """Another executor (a ``loopkernel run``/``resume`` process or a worker) holds the
+    run's lease; this one wrote nothing. ``holder`` names it, ``lease_until`` is when its
+    lease ends unless renewed (seconds since the epoch), ``epoch`` the lease epoch seen."""
+
+    code = "run_held"
+
+
 class StoreUnavailable(StoreError):
-    """The database did not answer (connection lost, server down, pool exhausted); the
-    transaction was rolled back, so retrying later is safe."""
+    """The database did not answer or could not write (connection lost, server down, pool
+    exhausted; SQLite locked past its busy timeout, disk full, I/O error); the transaction
+    was rolled back, so retrying later is safe."""
 
     code = "store_unavailable"
     retryable = True

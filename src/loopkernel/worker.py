@@ -189,7 +189,7 @@ class RunWorker:
         run_id, epoch = claim.run_id, claim.epoch
         client = Client(store=self.store.fenced(run_id, epoch))
         run = asyncio.create_task(
-            client.execute(run_id, max_concurrency=self.config.task_concurrency)
+            client.run_owned(run_id, max_concurrency=self.config.task_concurrency)
         )
         beat = asyncio.create_task(self._heartbeat(claim, run))
         try:

@@ -10,6 +10,9 @@ Exit codes (also in ``docs/cli.md``):
 4     the run escalated (a tripwire fired)
 5     the run was cancelled
 6     the run is still running (e.g. cancel was requested of a live executor)
+7     the run is held by another executor (its lease); nothing was written
+8     the store is unavailable (locked, disk full, I/O error, PostgreSQL down); the run
+      is left resumable
 ====  ==========================================
 """
 
@@ -18,14 +21,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from loopkernel.cli._args import count, json_value, setting
 from loopkernel.cli._render import Progress, render_inspection
-from loopkernel.client import Client
-from loopkernel.errors import LoopKernelError, UsageError
+from loopkernel.client import DEFAULT_STORE_RETRY, Client
+from loopkernel.errors import (
+    LeaseLost,
+    LoopKernelError,
+    RunHeld,
+    StoreUnavailable,
+    UsageError,
+)
 from loopkernel.executor import DEFAULT_MAX_EVENTS, RunOutcome, StartedRun
 from loopkernel.graph import RunStatus
 
@@ -40,6 +50,8 @@ EXIT_CODES: dict[RunStatus, int] = {
     RunStatus.RUNNING: 6,
 }
 USAGE = 2
+HELD = 7
+STORE_UNAVAILABLE = 8
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 
@@ -95,14 +107,36 @@ async def cmd_run(args: argparse.Namespace) -> int:
             print(f"approval token (shown once): {started.token}")
         progress = None if args.quiet or args.json else Progress(sys.stdout)
         outcome = await client.execute(
-            started.run_id, observer=progress, max_concurrency=args.concurrency
+            started.run_id,
+            observer=progress,
+            max_concurrency=args.concurrency,
+            store_retry=args.store_retry,
+            on_retry=_retrying(args),
         )
         return await _finish(client, outcome, args)
+
+
+def _retrying(args: argparse.Namespace) -> Callable[[StoreUnavailable, float], None]:
+    """Say, once, that the store is being retried (the run is not stuck, it waits)."""
+    said = False
+
+    def on_retry(exc: StoreUnavailable, delay: float) -> None:
+        nonlocal said
+        if not said and not args.quiet:
+            print(
+                f"loopkernel: {exc}; retrying for up to {args.store_retry:g} s",
+                file=sys.stderr,
+                flush=True,
+            )
+            said = True
+
+    return on_retry
 
 
 async def cmd_demo(args: argparse.Namespace) -> int:
     args.app, args.scenario, args.set, args.run_id = "speculation", "demo", [], None
     args.max_events, args.quiet, args.json, args.concurrency = DEFAULT_MAX_EVENTS, False, False, 16
+    args.store_retry = DEFAULT_STORE_RETRY
     print(
         "LoopKernel demo: three researchers race; at a quorum of two the straggler is "
         "cancelled in flight\nand a distiller that sees only its ancestors writes the answer.\n"
@@ -114,7 +148,11 @@ async def cmd_resume(args: argparse.Namespace) -> int:
     async with Client(args.db) as client:
         progress = None if args.quiet or args.json else Progress(sys.stdout)
         outcome = await client.execute(
-            args.run, observer=progress, max_concurrency=args.concurrency
+            args.run,
+            observer=progress,
+            max_concurrency=args.concurrency,
+            store_retry=args.store_retry,
+            on_retry=_retrying(args),
         )
         return await _finish(client, outcome, args)
 
@@ -217,6 +255,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--quiet", action="store_true", help="no progress lines")
         p.add_argument("--json", action="store_true", help="print the outcome as JSON")
         p.add_argument("--concurrency", type=int, default=16, help="tasks at once (default 16)")
+        p.add_argument(
+            "--store-retry",
+            type=float,
+            default=DEFAULT_STORE_RETRY,
+            metavar="SECONDS",
+            help="how long to retry a store that does not answer (locked, disk full, "
+            f"server down) before stopping with exit 8 (default {DEFAULT_STORE_RETRY:g})",
+        )
 
     p = command("run", cmd_run, "start a run of an app and execute it")
     add_app_arguments(p)
@@ -283,6 +329,18 @@ def _add_optional(sub: Any, module: str) -> None:
     mod.add_parser(sub)
 
 
+def _resume_hint(args: argparse.Namespace, exc: LoopKernelError) -> str:
+    """``; run R is left resumable: loopkernel --db DB resume R`` when a run was hit."""
+    run_id = exc.attrs.get("run_id")
+    if not run_id:
+        return ""
+    db = ""
+    if args.db:
+        where = str(exc.attrs.get("url") or args.db)
+        db = f" --db {shlex.quote(where.removeprefix('sqlite:///'))}"
+    return f"; run {run_id} is left resumable: loopkernel{db} resume {run_id}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -294,6 +352,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"loopkernel: {exc}", file=sys.stderr)
         return USAGE
+    except RunHeld as exc:
+        print(f"loopkernel: {exc}", file=sys.stderr)
+        return HELD
+    except LeaseLost as exc:
+        print(
+            f"loopkernel: {exc}; another executor took the run over, so this one stopped",
+            file=sys.stderr,
+        )
+        return HELD
+    except StoreUnavailable as exc:
+        print(f"loopkernel: store unavailable: {exc}{_resume_hint(args, exc)}", file=sys.stderr)
+        return STORE_UNAVAILABLE
     except LoopKernelError as exc:
         print(f"loopkernel: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -574,12 +574,22 @@ class _RunLoop:
             )
 
     async def _abandon(self, exc: BaseException) -> None:
-        """The loop itself failed (a store error, a crash of our own code, Ctrl-C)."""
+        """The loop itself stopped on an error; tasks in flight are cancelled.
+
+        A ``LoopKernelError`` (the store did not answer, the lease was lost, a fault the
+        tool layer could not get past) and an interruption (Ctrl-C, cancellation) leave the
+        run as it was journaled -- ``running``, resumable -- and write nothing more: the
+        store may be down, or the run may belong to another executor now. Anything else is
+        a bug in code the executor runs (its own, an observer's): resuming would hit it
+        again, so the run is finished ``failed`` with an ``executor_error`` verdict that
+        names it, if the store still takes the write.
+        """
         for fut in [*self.running, *self.cancelled]:
             fut.cancel()
         if isinstance(exc, KeyboardInterrupt | asyncio.CancelledError | LoopKernelError):
             return
-        # Our own bug or an unexpected error: leave the run resumable but say why.
+        if not isinstance(exc, Exception):  # SystemExit, GeneratorExit: not a verdict
+            return
         verdict = {"kind": "executor_error", "type": type(exc).__name__, "message": str(exc)}
         try:
             patch = GraphPatch().finish("failed", verdict)
@@ -589,7 +599,7 @@ class _RunLoop:
             )
             await self.store.commit_patches(self.run_id, [], delta, final)
         except Exception:
-            pass
+            pass  # the store failed too: the run stays resumable, the error is raised
 
 
 async def _call(worker: Worker, ctx: TaskContext) -> JSON:

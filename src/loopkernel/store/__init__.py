@@ -16,7 +16,7 @@ from loopkernel.store._protocol import (
     RunInfo,
     Store,
 )
-from loopkernel.store._sqlite import SQLiteStore
+from loopkernel.store._sqlite import DEFAULT_BUSY_TIMEOUT, SQLiteStore
 
 __all__ = [
     "DEFAULT_DB",
@@ -60,4 +60,18 @@ def open_store(url: str | None = None) -> Store:
         raise UsageError(
             f"unknown database URL {url!r}: use a file path, sqlite:///, postgresql://"
         )
-    return SQLiteStore(url)
+    return SQLiteStore(url, busy_timeout=_busy_timeout())
+
+
+def _busy_timeout() -> float:
+    """``LOOPKERNEL_SQLITE_BUSY_TIMEOUT`` (seconds a write waits for another process's lock)."""
+    raw = os.environ.get("LOOPKERNEL_SQLITE_BUSY_TIMEOUT")
+    if not raw:
+        return DEFAULT_BUSY_TIMEOUT
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        raise UsageError(f"LOOPKERNEL_SQLITE_BUSY_TIMEOUT must be seconds >= 0, not {raw!r}")
+    return seconds

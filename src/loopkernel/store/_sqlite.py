@@ -5,25 +5,33 @@ An event commit is not fsynced on its own: the WAL is ordered, so the patch comm
 follows it makes both durable with one fsync. ``kill -9`` loses nothing; a power cut
 between the two loses the event, which is the same as a crash just before it (the task
 runs again, its tool calls replayed from the effect journal).
+
+Faults that pass (the write lock held past ``busy_timeout``, a full disk, an I/O error)
+come out of every method as ``StoreUnavailable``, the transaction rolled back; the
+executor retries, then leaves the run resumable. The checkpoints at quiet points and at
+``close`` are best effort: a WAL that could not be folded in is complete on its own and
+is folded in at the next open.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import os
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 from loopkernel.errors import (
     ApprovalRefused,
     ReplayDivergence,
     RunNotFound,
     SchemaTooNew,
+    StoreUnavailable,
     UsageError,
 )
 from loopkernel.graph import (
@@ -61,7 +69,7 @@ from loopkernel.store._codec import (
     with_done_seq,
 )
 from loopkernel.store._fork import Fork, fork_statements
-from loopkernel.store._lease import Fence, check_lease_seconds
+from loopkernel.store._lease import Fence, Holder, check_lease_seconds
 from loopkernel.store._protocol import (
     Claim,
     EffectRecord,
@@ -76,6 +84,49 @@ __all__ = ["SQLiteStore"]
 
 Synchronous = Literal["full", "normal"]
 
+DEFAULT_BUSY_TIMEOUT = 10.0
+"""Seconds a write waits for another process's write lock before it is ``StoreUnavailable``."""
+
+# Primary result codes of faults that pass: retrying later is right (sqlite.org/rescode.html).
+_TRANSIENT = {
+    5: "the database is locked by another process",  # SQLITE_BUSY
+    6: "a table is locked",  # SQLITE_LOCKED
+    7: "out of memory",  # SQLITE_NOMEM
+    10: "disk I/O error",  # SQLITE_IOERR
+    13: "the disk is full",  # SQLITE_FULL
+    15: "the file lock protocol failed",  # SQLITE_PROTOCOL
+}
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def transient(exc: BaseException) -> str | None:
+    """Why ``exc`` is a passing SQLite fault (locked, full, I/O), or ``None``."""
+    if not isinstance(exc, sqlite3.OperationalError | sqlite3.InternalError):
+        return None
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        text = str(exc)
+        return "the database is locked by another process" if "locked" in text else None
+    return _TRANSIENT.get(code & 0xFF)
+
+
+def _guarded(
+    method: Callable[Concatenate[SQLiteStore, _P], Coroutine[Any, Any, _R]],
+) -> Callable[Concatenate[SQLiteStore, _P], Coroutine[Any, Any, _R]]:
+    """Turn a passing SQLite fault inside ``method`` into ``StoreUnavailable``."""
+
+    @functools.wraps(method)
+    async def guarded(self: SQLiteStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return await method(self, *args, **kwargs)
+        except sqlite3.Error as exc:
+            raise self._unavailable(exc) from exc
+
+    return guarded
+
+
 _UPSERT_TASK = (
     f"INSERT INTO tasks (run_id, {TASK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) "
     "ON CONFLICT (run_id, task_id) DO UPDATE SET state=excluded.state, "
@@ -89,13 +140,22 @@ class SQLiteStore:
     """A ``Store`` in one SQLite file (``runs.db`` by default)."""
 
     def __init__(
-        self, path: str | os.PathLike[str] = "runs.db", *, synchronous: Synchronous = "full"
+        self,
+        path: str | os.PathLike[str] = "runs.db",
+        *,
+        synchronous: Synchronous = "full",
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
     ):
         if synchronous not in ("full", "normal"):
             raise UsageError(f"synchronous must be 'full' or 'normal', not {synchronous!r}")
+        if not busy_timeout >= 0:
+            raise UsageError(f"busy_timeout must be >= 0 seconds, not {busy_timeout!r}")
         self.path = Path(path)
         self.url = f"sqlite:///{self.path}"
         self.synchronous = synchronous
+        self.busy_timeout = busy_timeout
+        self.checkpoint_error: str | None = None
+        """Why the last best-effort checkpoint failed (the WAL then holds the rest)."""
         self._db: sqlite3.Connection | None = None
         self._fence: Fence | None = None
 
@@ -104,8 +164,22 @@ class SQLiteStore:
 
     # -- connection ------------------------------------------------------------------------
 
+    def _unavailable(self, exc: sqlite3.Error) -> Exception:
+        """``StoreUnavailable`` for a passing fault; any other SQLite error as it is."""
+        why = transient(exc)
+        if why is None:
+            return exc
+        return StoreUnavailable(
+            f"SQLite {self.path}: {why} ({' '.join(str(exc).split())})",
+            url=self.url,
+            reason=why,
+        )
+
     async def open(self) -> None:
-        self.open_sync()
+        try:
+            self.open_sync()
+        except sqlite3.Error as exc:
+            raise self._unavailable(exc) from exc
 
     def open_sync(self) -> None:
         if self._db is not None:
@@ -113,11 +187,16 @@ class SQLiteStore:
         if self.path.parent and not self.path.parent.exists():
             raise UsageError(f"no directory {self.path.parent} for the database {self.path}")
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA busy_timeout = 10000")
-        db.execute("PRAGMA journal_mode = WAL")
-        db.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
-        self._db = db
-        self._migrate()
+        try:
+            db.execute(f"PRAGMA busy_timeout = {round(self.busy_timeout * 1000)}")
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+            self._db = db
+            self._migrate()
+        except BaseException:
+            self._db = None
+            db.close()
+            raise
 
     def _migrate(self) -> None:
         db = self._conn
@@ -147,9 +226,11 @@ class SQLiteStore:
     async def close(self) -> None:
         if self._db is None or self._fence is not None:  # a view leaves it to its store
             return
-        self.checkpoint_sync()
-        self._db.close()
-        self._db = None
+        try:
+            self._checkpoint_quietly()
+        finally:
+            db, self._db = self._db, None
+            db.close()
 
     @property
     def _conn(self) -> sqlite3.Connection:
@@ -173,15 +254,20 @@ class SQLiteStore:
             if self._fence is not None:
                 self._check_fence(db, self._fence, run_id)
             yield db
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        else:
             db.execute("COMMIT")
+        except BaseException:
+            # SQLite may have rolled back already (a full disk, an I/O error); the
+            # original error is the one to report.
+            if db.in_transaction:
+                with suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+            raise
         finally:
             if deferred:
-                db.execute("PRAGMA synchronous = FULL")
+                with suppress(sqlite3.Error):
+                    db.execute("PRAGMA synchronous = FULL")
 
+    @_guarded
     async def checkpoint(self) -> None:
         self.checkpoint_sync()
 
@@ -189,8 +275,22 @@ class SQLiteStore:
         """Fold the WAL into the main file, so that copying the .db alone loses nothing."""
         self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
+    def _checkpoint_quietly(self) -> None:
+        """The checkpoint of a quiet point: a failure (a full disk, a reader) is no fault of
+        the run, whose commit is already durable in the WAL; it is kept in
+        ``checkpoint_error`` and the WAL is folded in at a later checkpoint or open."""
+        try:
+            self.checkpoint_sync()
+        except sqlite3.Error as exc:
+            if transient(exc) is None:
+                raise
+            self.checkpoint_error = " ".join(str(exc).split())
+        else:
+            self.checkpoint_error = None
+
     # -- runs ------------------------------------------------------------------------------
 
+    @_guarded
     async def create_run(
         self,
         *,
@@ -236,10 +336,12 @@ class SQLiteStore:
         )
         return run_info_from_row(row, last_seq=self._last_seq(db, run_id), task_counts=counts)
 
+    @_guarded
     async def get_run(self, run_id: RunId) -> RunInfo:
         db = self._conn
         return self._info(db, self._run_row(db, run_id))
 
+    @_guarded
     async def list_runs(self, limit: int = 100) -> list[RunInfo]:
         db = self._conn
         rows = db.execute(
@@ -248,6 +350,7 @@ class SQLiteStore:
         ).fetchall()
         return [self._info(db, tuple(r)) for r in rows]
 
+    @_guarded
     async def token_hash(self, run_id: RunId) -> str:
         row = self._conn.execute(
             "SELECT token_hash FROM runs WHERE run_id = ?", (run_id,)
@@ -256,6 +359,7 @@ class SQLiteStore:
             raise RunNotFound(f"no run {run_id} in {self.path}", run_id=run_id)
         return str(row[0])
 
+    @_guarded
     async def load_run(self, run_id: RunId) -> LoadedRun:
         db = self._conn
         db.execute("BEGIN")  # one read snapshot
@@ -291,6 +395,7 @@ class SQLiteStore:
             db.execute("COMMIT")
         return LoadedRun(info=info, state=state, unplanned=unplanned)
 
+    @_guarded
     async def set_status(self, run_id: RunId, status: RunStatus, verdict: JSON = None) -> None:
         if status in TERMINAL_RUN:
             raise UsageError("a run ends through a finish patch, not set_status")
@@ -301,7 +406,7 @@ class SQLiteStore:
                 (status.value, dumps(verdict), time.time(), run_id),
             )
         if status is RunStatus.WAITING:
-            self.checkpoint_sync()
+            self._checkpoint_quietly()
 
     # -- the journal -----------------------------------------------------------------------
 
@@ -335,9 +440,11 @@ class SQLiteStore:
         )
         return out
 
+    @_guarded
     async def last_seq(self, run_id: RunId) -> int:
         return self._last_seq(self._conn, run_id)
 
+    @_guarded
     async def append_events(
         self, run_id: RunId, events: Sequence[NewEvent], tasks: Sequence[Task] = ()
     ) -> list[Event]:
@@ -349,6 +456,7 @@ class SQLiteStore:
             )
         return out
 
+    @_guarded
     async def commit_patches(
         self,
         run_id: RunId,
@@ -390,9 +498,10 @@ class SQLiteStore:
                 if final is not None:
                     final_event = self._append(db, run_id, [final], now)[0]
         if delta.finish is not None:
-            self.checkpoint_sync()
+            self._checkpoint_quietly()
         return final_event
 
+    @_guarded
     async def events(self, run_id: RunId, after: int = 0) -> list[Event]:
         return [
             event_from_row(run_id, row)
@@ -403,6 +512,7 @@ class SQLiteStore:
             )
         ]
 
+    @_guarded
     async def patches(self, run_id: RunId) -> list[PatchRecord]:
         return [
             patch_from_row(r)
@@ -412,6 +522,7 @@ class SQLiteStore:
             )
         ]
 
+    @_guarded
     async def add_human_input(
         self,
         run_id: RunId,
@@ -449,6 +560,7 @@ class SQLiteStore:
             _lease.wake(db, run_id)
         return event
 
+    @_guarded
     async def request_cancel(self, run_id: RunId, reason: str) -> Event:
         with self._tx(run_id) as db:
             run = self._run_row(db, run_id)
@@ -465,6 +577,7 @@ class SQLiteStore:
 
     # -- effects ---------------------------------------------------------------------------
 
+    @_guarded
     async def get_effect(self, run_id: RunId, key: str) -> EffectRecord | None:
         row = self._conn.execute(
             f"SELECT {EFFECT_COLUMNS} FROM effects WHERE run_id = ? AND idem_key = ?",
@@ -472,6 +585,7 @@ class SQLiteStore:
         ).fetchone()
         return None if row is None else effect_from_row(row)
 
+    @_guarded
     async def intend_effect(self, record: EffectRecord) -> EffectRecord:
         now = time.time()
         # Not fsynced on its own: the key is a function of (run, task, index), so a lost
@@ -488,6 +602,7 @@ class SQLiteStore:
             ).fetchone()
         return effect_from_row(row)
 
+    @_guarded
     async def finish_effect(
         self,
         run_id: RunId,
@@ -510,6 +625,7 @@ class SQLiteStore:
                     key=key,
                 )
 
+    @_guarded
     async def effects(self, run_id: RunId) -> list[EffectRecord]:
         return [
             effect_from_row(r)
@@ -522,6 +638,7 @@ class SQLiteStore:
 
     # -- whole-run views -------------------------------------------------------------------
 
+    @_guarded
     async def dump(self, run_id: RunId) -> dict[str, JSON]:
         db = self._conn
         db.execute("BEGIN")
@@ -580,6 +697,7 @@ class SQLiteStore:
             raise RunNotFound(f"no run {run_id} in {self.path}", run_id=run_id)
         fence.check_epoch(*found)
 
+    @_guarded
     async def enqueue(self, run_id: RunId) -> None:
         with self._tx(run_id) as db:
             status = RunStatus(self._run_row(db, run_id)[3])
@@ -587,11 +705,29 @@ class SQLiteStore:
                 raise UsageError(f"run {run_id} is already {status}; nothing is left to run")
             _lease.enqueue(db, run_id)
 
+    @_guarded
     async def claim_run(self, worker_id: str, lease_seconds: float) -> Claim | None:
         check_lease_seconds(lease_seconds)
         with self._tx() as db:
             return _lease.claim(db, worker_id, lease_seconds)
 
+    @_guarded
+    async def acquire(
+        self,
+        run_id: RunId,
+        holder: Holder,
+        lease_seconds: float,
+        *,
+        takeover: int | None = None,
+    ) -> Claim:
+        check_lease_seconds(lease_seconds)
+        with self._tx() as db:
+            got = _lease.acquire(db, run_id, holder, lease_seconds, takeover)
+        if got is None:
+            raise RunNotFound(f"no run {run_id} in {self.path}", run_id=run_id)
+        return got
+
+    @_guarded
     async def heartbeat(self, run_id: RunId, epoch: int, lease_seconds: float) -> None:
         check_lease_seconds(lease_seconds)
         # Not fsynced: a heartbeat lost to a power cut only shortens the lease.
@@ -599,6 +735,7 @@ class SQLiteStore:
             if not _lease.extend(db, run_id, epoch, lease_seconds):
                 self._check_fence(db, Fence(run_id=run_id, epoch=epoch), run_id)
 
+    @_guarded
     async def release(self, run_id: RunId, epoch: int) -> bool:
         with self._tx() as db:
             return _lease.release(db, run_id, epoch)
