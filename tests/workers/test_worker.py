@@ -132,7 +132,7 @@ def test_a_worker_whose_lease_is_taken_stops_the_run_and_writes_nothing(
         assert await store.events(RunId("r")) == before  # nothing of the old owner landed
         assert await lease(backend, "r") == ("thief", thief.epoch)
         # The thief resumes the run by the ordinary recovery rules.
-        result = await Client(store=store.fenced(RunId("r"), thief.epoch)).execute("r")
+        result = await Client(store=store.fenced(RunId("r"), thief.epoch)).run_owned("r")
         assert result.status is RunStatus.SUCCEEDED
 
     backend.run(body)
