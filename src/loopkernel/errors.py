@@ -17,6 +17,8 @@
         ├── ToolError               bad arguments, bad output, or the tool's handler raised
         ├── ToolTimeout             the client deadline passed; the request was cancelled
         ├── ToolUnavailable         the tool server would not start, died, or spoke no MCP
+        ├── TransientFault          a fault that may pass outlasted its retries; the run
+        │                           was left running, resumable
         ├── BudgetExceeded          a budget limit would be passed
         ├── TripwireFired           a tripwire stopped the run
         └── RunawayRun              the run passed its ``max_events``
@@ -46,6 +48,7 @@ __all__ = [
     "ToolError",
     "ToolTimeout",
     "ToolUnavailable",
+    "TransientFault",
     "TripwireFired",
     "UsageError",
 ]
@@ -151,6 +154,16 @@ class ToolTimeout(RunError):
 
 class ToolUnavailable(RunError):
     code = "tool_unavailable"
+    retryable = True
+
+
+class TransientFault(RunError):
+    """A fault that may pass (a tool timed out, its server is gone or out of disk) outlasted
+    the tool's retry policy, or is not retried at all (an irreversible tool). The executor
+    stopped and left the run ``running``: ``resume`` re-sends the call under its
+    idempotency key. ``cause`` is the error type, ``tool`` and ``task_id`` name the call."""
+
+    code = "transient_fault"
     retryable = True
 
 

@@ -34,6 +34,7 @@ from loopkernel.errors import (
     LoopKernelError,
     RunHeld,
     StoreUnavailable,
+    TransientFault,
     UsageError,
 )
 from loopkernel.executor import DEFAULT_MAX_EVENTS, RunOutcome, StartedRun
@@ -364,6 +365,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StoreUnavailable as exc:
         print(f"loopkernel: store unavailable: {exc}{_resume_hint(args, exc)}", file=sys.stderr)
         return STORE_UNAVAILABLE
+    except TransientFault as exc:
+        print(f"loopkernel: {exc}{_resume_hint(args, exc)}", file=sys.stderr)
+        return EXIT_CODES[RunStatus.RUNNING]
     except LoopKernelError as exc:
         print(f"loopkernel: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -29,8 +29,11 @@ from typing import TYPE_CHECKING, Protocol
 from loopkernel import telemetry
 from loopkernel.errors import (
     BudgetExceeded,
+    LeaseLost,
     LoopKernelError,
     PatchRejected,
+    StoreUnavailable,
+    TransientFault,
     TripwireFired,
     UsageError,
 )
@@ -72,6 +75,11 @@ __all__ = [
     "StartedRun",
     "hash_token",
 ]
+
+_STOPS_THE_RUN = (StoreUnavailable, LeaseLost, TransientFault)
+"""Errors a task may raise that are no verdict on the task: the store did not answer, the
+run is another executor's now, a tool fault may pass. The executor stops, writing nothing
+of the task, and the run stays resumable (the task runs again when it resumes)."""
 
 DEFAULT_MAX_EVENTS = 100_000
 """The runaway guard's default: far above any run the shipped apps make (tens of events)."""
@@ -342,6 +350,10 @@ class _RunLoop:
 
     async def _journal(self, done: Iterable[asyncio.Task[JSON]]) -> list[Event]:
         """One transaction for every completion that landed together."""
+        for fut in done:
+            stopped = fut in self.running and not fut.cancelled()
+            if stopped and isinstance(exc := fut.exception(), _STOPS_THE_RUN):
+                raise exc
         new_events: list[NewEvent] = []
         changed: dict[TaskId, Task] = {}
         for fut in sorted(done, key=lambda f: (self.running.get(f) or self.cancelled.get(f)) or ""):
@@ -592,8 +604,13 @@ class _RunLoop:
             return
         verdict = {"kind": "executor_error", "type": type(exc).__name__, "message": str(exc)}
         try:
+            # What the store holds, not our memory: the bug may have struck between a
+            # patch applied here and its commit.
+            journaled = (await self.store.load_run(self.run_id)).state
+            if journaled.finished:
+                return
             patch = GraphPatch().finish("failed", verdict)
-            delta = validate(self.state, patch, self.k.workers.keys())
+            delta = validate(journaled, patch, self.k.workers.keys())
             final = NewEvent(
                 kind=EventKind.RUN_FINISHED, data={"status": "failed", "verdict": verdict}
             )
