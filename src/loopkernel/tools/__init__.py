@@ -9,6 +9,7 @@ Importing this package does not import ``mcp``: the SDK loads when a session ope
 server starts.
 """
 
+from loopkernel._jsonl import append_line, dump_line
 from loopkernel.tools._defs import (
     EFFECTS,
     Effect,
@@ -56,6 +57,8 @@ __all__ = [
     "ToolLayer",
     "ToolSource",
     "allow_all",
+    "append_line",
+    "dump_line",
     "idempotency_key",
     "load_tool_defs",
     "parse_tool_defs",

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
+from loopkernel._jsonl import append_line, dump_line, load_lines
 from loopkernel.errors import UsageError
 from loopkernel.graph import JSON
 from loopkernel.tools._defs import ToolDef, ToolDefs, load_tool_defs
@@ -98,9 +99,11 @@ class KeyLedger:
     """An append-only JSON-lines file of ``{"key", "tool", "result"}``: each key once.
 
     Loaded whole when opened, so a restarted server remembers every key its predecessor
-    wrote. Each entry is one ``write`` on an ``O_APPEND`` descriptor followed by ``fsync``;
-    a torn last line (a crash inside that write) is cut off on the next open. ``path=None``
-    keeps the ledger in memory (it then dies with the process).
+    wrote. Each entry is one whole line, written and fsynced by ``append_line``: a short
+    write (a full disk) is cut off and raised as ``OSError(ENOSPC)``, and the entry is
+    not recorded; a torn last line (a crash inside the write) is cut off on the next open,
+    so that call runs again when it is re-sent under its key. ``path=None`` keeps the
+    ledger in memory (it then dies with the process).
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
@@ -109,7 +112,7 @@ class KeyLedger:
         self._by_key: dict[str, JSON] = {}
         self._lock: Any = None  # an anyio.Lock, made inside the event loop
         if self.path is not None:
-            self._entries = _load_lines(self.path)
+            self._entries = load_lines(self.path)
             for entry in self._entries:
                 key = entry.get("key")
                 if isinstance(key, str):
@@ -133,13 +136,7 @@ class KeyLedger:
         """Write one entry durably. A key may be ``None`` (a caller that sent none)."""
         entry: dict[str, JSON] = {"key": key, "tool": tool, "result": result}
         if self.path is not None:
-            line = json.dumps(entry, sort_keys=True, separators=(",", ":")) + "\n"
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, line.encode())
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            append_line(self.path, dump_line(entry))
         self._entries.append(entry)
         if key is not None:
             self._by_key.setdefault(key, result)
@@ -177,31 +174,7 @@ class KeyLedger:
 
 def read_ledger(path: str | os.PathLike[str]) -> list[dict[str, JSON]]:
     """The entries of a ledger file (what a durable run record holds), oldest first."""
-    return _load_lines(Path(path), repair=False)
-
-
-def _load_lines(path: Path, *, repair: bool = True) -> list[dict[str, JSON]]:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return []
-    if data and not data.endswith(b"\n"):
-        cut = data.rfind(b"\n") + 1
-        data = data[:cut]
-        if repair:
-            os.truncate(path, cut)
-    out = []
-    for n, line in enumerate(data.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"ledger {path} line {n} is not JSON: {exc}") from None
-        if not isinstance(entry, dict):
-            raise UsageError(f"ledger {path} line {n} is not an object")
-        out.append(entry)
-    return out
+    return load_lines(path, repair=False)
 
 
 @dataclass(kw_only=True, slots=True)

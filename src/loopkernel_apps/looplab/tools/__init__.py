@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import functools
 import hashlib
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,6 +33,8 @@ from loopkernel.tools import (
     ToolDefs,
     ToolHost,
     ToolSource,
+    append_line,
+    dump_line,
     load_tool_defs,
     read_ledger,
 )
@@ -137,12 +138,7 @@ def build_host(directory: str | os.PathLike[str], run: str | None = None) -> Too
         import anyio
 
         arrived = {"tool": call.tool, "key": call.key, "step": args["step"], "at": args["attempt"]}
-        line = (json.dumps(arrived, sort_keys=True) + "\n").encode()
-        fd = os.open(calls_path(base, run_of(call)), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line)
-        finally:
-            os.close(fd)
+        append_line(calls_path(base, run_of(call)), dump_line(arrived))
         await anyio.sleep(float(args.get("delay_s", 0)))
         fault = args.get("fault")
         if fault == "timeout":
