@@ -32,6 +32,7 @@ from loopkernel.errors import (
     LeaseLost,
     LoopKernelError,
     PatchRejected,
+    RunError,
     StoreUnavailable,
     TransientFault,
     TripwireFired,
@@ -351,9 +352,8 @@ class _RunLoop:
     async def _journal(self, done: Iterable[asyncio.Task[JSON]]) -> list[Event]:
         """One transaction for every completion that landed together."""
         for fut in done:
-            stopped = fut in self.running and not fut.cancelled()
-            if stopped and isinstance(exc := fut.exception(), _STOPS_THE_RUN):
-                raise exc
+            if fut in self.running and not fut.cancelled():
+                _stop_if_not_a_verdict(fut.exception(), self.run_id, self.running[fut])
         new_events: list[NewEvent] = []
         changed: dict[TaskId, Task] = {}
         for fut in sorted(done, key=lambda f: (self.running.get(f) or self.cancelled.get(f)) or ""):
@@ -617,6 +617,29 @@ class _RunLoop:
             await self.store.commit_patches(self.run_id, [], delta, final)
         except Exception:
             pass  # the store failed too: the run stays resumable, the error is raised
+
+
+def _stop_if_not_a_verdict(exc: BaseException | None, run_id: RunId, task_id: TaskId) -> None:
+    """Raise what stops the executor instead of failing the task (``_STOPS_THE_RUN``); a
+    tool error the tool layer marked ``transient`` (its retries spent) is ``TransientFault``."""
+    if isinstance(exc, _STOPS_THE_RUN):
+        raise exc
+    if isinstance(exc, RunError) and exc.attrs.get("transient") is True:
+        sent = exc.attrs.get("sent")
+        why = (
+            "an irreversible tool is not re-sent"
+            if exc.attrs.get("effect") == "irreversible"
+            else f"sent {sent} time(s) by its retry policy"
+        )
+        raise TransientFault(
+            f"task {task_id!r} stopped on a fault that may pass: {exc.message} "
+            f"({type(exc).__name__}; {why}). The run was left running; resuming it re-sends "
+            "the call under the same idempotency key",
+            run_id=run_id,
+            task_id=task_id,
+            cause=type(exc).__name__,
+            **{k: v for k, v in exc.attrs.items() if k in ("tool", "kind", "sent", "effect")},
+        ) from exc
 
 
 async def _call(worker: Worker, ctx: TaskContext) -> JSON:

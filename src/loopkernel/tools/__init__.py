@@ -11,8 +11,10 @@ server starts.
 
 from loopkernel._jsonl import append_line, dump_line
 from loopkernel.tools._defs import (
+    DEFAULT_RETRY,
     EFFECTS,
     Effect,
+    RetryPolicy,
     ToolDef,
     ToolDefs,
     load_tool_defs,
@@ -34,12 +36,14 @@ from loopkernel.tools._layer import (
     ToolLayer,
     allow_all,
     idempotency_key,
+    is_transient,
     require_approval,
 )
 from loopkernel.tools._policy_hook import policy_hook
 from loopkernel.tools._source import SourceSession, ToolSource
 
 __all__ = [
+    "DEFAULT_RETRY",
     "EFFECTS",
     "IDEMPOTENCY_META_KEY",
     "CallInfo",
@@ -48,6 +52,7 @@ __all__ = [
     "KeyLedger",
     "PolicyHook",
     "RestartHook",
+    "RetryPolicy",
     "ServerRestart",
     "SourceSession",
     "ToolCallRequest",
@@ -60,6 +65,7 @@ __all__ = [
     "append_line",
     "dump_line",
     "idempotency_key",
+    "is_transient",
     "load_tool_defs",
     "parse_tool_defs",
     "policy_hook",

@@ -22,6 +22,10 @@ the SDK's low-level ``Server``, which validates nothing itself; so the host does
 Errors reach the client as ``isError`` results whose ``_meta["loopkernel/error"]`` names
 the kind (``invalid_arguments``, ``invalid_output``, ``handler_error``, ``unknown_tool``,
 ``duplicate_key``), so the client raises a ``ToolError`` with that kind and the message.
+A handler that raised a fault that may pass -- ``TimeoutError``, ``ConnectionError``, or
+an ``OSError`` such as ENOSPC, EIO, EAGAIN (``TRANSIENT_ERRNOS``) -- is reported as
+``handler_transient``: the client's layer retries it by the tool's policy instead of
+failing the task.
 
 The idempotency key a LoopKernel client sends in the request's ``_meta`` reaches the
 handler as ``call.key``. ``once=KeyLedger(path)`` is the one line that makes a tool honour
@@ -31,6 +35,7 @@ error of kind ``duplicate_key``) and the handler does not run again.
 
 from __future__ import annotations
 
+import errno
 import inspect
 import json
 import os
@@ -55,6 +60,7 @@ __all__ = [
     "EFFECT_META_KEY",
     "ERROR_META_KEY",
     "IDEMPOTENCY_META_KEY",
+    "RETRY_META_KEY",
     "CallInfo",
     "Handler",
     "KeyLedger",
@@ -68,6 +74,8 @@ ERROR_META_KEY = "loopkernel/error"
 """The result ``_meta`` key of an error result: ``{"kind": ...}``."""
 EFFECT_META_KEY = "loopkernel/effect"
 """The tool ``_meta`` key that publishes the effect class in ``tools/list``."""
+RETRY_META_KEY = "loopkernel/retry"
+"""The tool ``_meta`` key that publishes a declared retry policy in ``tools/list``."""
 
 Duplicate: TypeAlias = Literal["replay", "refuse"]
 
@@ -316,9 +324,13 @@ class ToolHost:
                 )
             return result
 
-        if entry.once is not None:
+        if entry.once is None:
+            return await produce()
+        try:
             return await entry.once.once(call.key, name, produce, duplicate=entry.duplicate)
-        return await produce()
+        except OSError as exc:  # the ledger could not record the result (a full disk)
+            kind = "handler_transient" if transient_exception(exc) else "handler_error"
+            raise _Refused(kind, f"{name}: its key ledger failed: {exc}") from exc
 
 
 async def _run_handler(handler: Handler, arguments: dict[str, JSON], call: CallInfo) -> JSON:
@@ -336,7 +348,39 @@ async def _run_handler(handler: Handler, arguments: dict[str, JSON], call: CallI
     except Exception as exc:
         traceback.print_exc(file=sys.stderr)
         sys.stderr.flush()
-        raise _Refused("handler_error", f"{call.tool}: {type(exc).__name__}: {exc}") from exc
+        kind = "handler_transient" if transient_exception(exc) else "handler_error"
+        raise _Refused(kind, f"{call.tool}: {type(exc).__name__}: {exc}") from exc
+
+
+TRANSIENT_ERRNOS = frozenset(
+    {
+        errno.ENOSPC,  # no space left on the device
+        errno.EDQUOT,  # over quota
+        errno.EIO,  # I/O error
+        errno.EAGAIN,  # try again
+        errno.EBUSY,
+        errno.EINTR,
+        errno.ENOMEM,
+        errno.EMFILE,  # out of file descriptors
+        errno.ENFILE,
+        errno.ETIMEDOUT,
+        errno.ECONNREFUSED,
+        errno.ECONNRESET,
+        errno.ECONNABORTED,
+        errno.EHOSTUNREACH,
+        errno.ENETUNREACH,
+        errno.EPIPE,
+    }
+)
+"""``OSError`` numbers that say "not now" rather than "never": a handler that raises one
+is reported as ``handler_transient``."""
+
+
+def transient_exception(exc: BaseException) -> bool:
+    """Whether a handler's exception is a fault that may pass (retry) or an answer (final)."""
+    if isinstance(exc, TimeoutError | ConnectionError):
+        return True
+    return isinstance(exc, OSError) and exc.errno in TRANSIENT_ERRNOS
 
 
 def _advertise(tool: ToolDef) -> mcp_types.Tool:
@@ -352,7 +396,8 @@ def _advertise(tool: ToolDef) -> mcp_types.Tool:
             idempotent_hint=tool.effect != "irreversible",
             destructive_hint=tool.effect == "irreversible",
         ),
-        _meta={EFFECT_META_KEY: tool.effect},
+        _meta={EFFECT_META_KEY: tool.effect}
+        | ({} if tool.retry is None else {RETRY_META_KEY: tool.retry.to_json()}),
     )
 
 
