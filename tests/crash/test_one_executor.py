@@ -52,7 +52,7 @@ def cli(db: Path, *args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
     return run_cli(list(args), db=db, env=env(**kw), crash_at=crash)
 
 
-def spawn(db: Path, *args: str, **kw: Any) -> subprocess.Popen[str]:
+def spawn(db: Path | str, *args: str, **kw: Any) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "loopkernel", "--db", str(db), *args],
         env=env(**kw),
@@ -261,3 +261,57 @@ def test_a_holder_elsewhere_is_waited_for_and_a_dead_one_here_is_taken_over(
     assert resumed.returncode == 0, resumed.stderr
     assert inspect(db)["digest"] == spec_reference
     assert rows(db, "SELECT owner, lease_until FROM runs") == [(None, None)]
+
+
+def test_on_postgresql_a_resume_next_to_a_live_run_is_refused_and_a_lost_server_retried(
+    pg_backend: Any, tmp_path: Path, spec_reference: str
+) -> None:
+    url, trace = pg_backend.url, tmp_path / "trace.txt"
+
+    def pg_journal() -> list[tuple[Any, ...]]:
+        return pg_backend.sql("SELECT seq, kind FROM events ORDER BY seq") + pg_backend.sql(
+            "SELECT event_seq FROM patches ORDER BY event_seq"
+        )
+
+    def pg_late_planned() -> bool:
+        return bool(
+            pg_backend.sql(
+                "SELECT 1 FROM patches p JOIN events e ON e.run_id = p.run_id "
+                "AND e.seq = p.event_seq WHERE e.kind = 'late_result_discarded'"
+            )
+        )
+
+    live = spawn(url, "run", "speculation", "--run-id", RUN, "--quiet", *SPEC, trace=trace)
+    try:
+        until("the distiller to start", lambda: ("start", "distill") in read_trace(trace), live)
+        until("the straggler's late result to be planned", pg_late_planned, live)
+        before = pg_journal()
+        refused = run_cli(["resume", RUN, "--quiet"], db=url, env=env())
+        assert_refused(refused, live.pid)
+        assert pg_journal() == before
+        # The server drops every connection of the live executor (a restart, a failover):
+        # its next writes fail, are retried on fresh connections, and the run goes on.
+        pg_backend.sql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    finally:
+        _, err = live.communicate(timeout=120)
+    assert live.returncode == 0, err
+    out = run_cli(["inspect", RUN, "--json"], db=url, env=env())
+    assert json.loads(out.stdout)["digest"] == spec_reference
+    starts = {tid: n for (what, tid), n in read_trace(trace).items() if what == "start"}
+    # What had finished before the fault never runs again; the distiller, in flight when
+    # the connections dropped, may run again (at least once at the task boundary).
+    assert {tid: n for tid, n in starts.items() if tid != "distill"} == dict.fromkeys(
+        ("plan", "r1", "r2", "r3"), 1
+    )
+    assert starts["distill"] in (1, 2)
+
+
+def test_an_unreachable_postgresql_is_one_line_and_exit_8() -> None:
+    url = "postgresql://postgres@127.0.0.1:1/nowhere?connect_timeout=1"
+    out = run_cli(["resume", "r", "--quiet", "--store-retry", "0"], db=url, env=env())
+    assert out.returncode == 8, out.stderr
+    [line] = out.stderr.strip().splitlines()
+    assert line.startswith("loopkernel: store unavailable: cannot connect to PostgreSQL")

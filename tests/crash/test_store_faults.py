@@ -190,3 +190,31 @@ def test_a_bug_inside_the_executor_is_a_failed_run_with_its_verdict(tmp_path: Pa
     info = asyncio.run(scenario())
     assert info.status is RunStatus.FAILED
     assert info.verdict["kind"] == "executor_error" and info.verdict["type"] == "KeyError"
+
+
+LAB_BASELINE_DIGEST = "6b02b22f6da538bbb48d2ca18dc45ba153666183c8046d42d71437d28ef6e0c9"
+
+
+def test_a_tool_whose_disk_is_full_leaves_the_run_resumable_and_applies_effects_once(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    from loopkernel.tools import read_ledger
+    from loopkernel_apps.looplab.tools import applied, record_path, world_path
+
+    db, lab = tmp_path / "runs.db", small_disk / "lab"
+    lab.mkdir()
+    filler = fill(small_disk, 0)  # the tool server's records cannot grow by a byte
+    first = cli(db, "run", "looplab", "--run-id", "lab", "--quiet", LOOPLAB_DIR=str(lab))
+    assert first.returncode == 6, first.stderr  # running: a fault that may pass
+    line = one_line(first.stderr)
+    assert "stopped on a fault that may pass" in line and "No space left on device" in line
+    assert f"loopkernel --db {db} resume lab" in line
+    assert status(db, "lab") == "running"
+    filler.unlink()
+    done = cli(db, "resume", "lab", "--quiet", LOOPLAB_DIR=str(lab))
+    assert done.returncode == 0, done.stderr
+    assert digest(db, "lab") == LAB_BASELINE_DIGEST
+    assert applied(lab, "lab") == ["fetch#1", "transform#1", "transform#2", "report#1"]
+    for path in (record_path(lab, "lab"), world_path(lab, "lab")):
+        keys = [e["key"] for e in read_ledger(path)]
+        assert len(keys) == len(set(keys)), keys
