@@ -33,6 +33,7 @@ from loopkernel.executor import RunOutcome
 from loopkernel.graph import RunStatus
 from loopkernel.ids import RunId
 from loopkernel.store import Claim, Store
+from loopkernel.store._lease import LOCAL, QUEUED
 
 __all__ = ["RunWorker", "WorkerConfig", "WorkerStats", "default_worker_id"]
 
@@ -72,6 +73,11 @@ class WorkerConfig:
             raise UsageError("lease_seconds and poll_seconds must be positive")
         if not self.worker_id:
             raise UsageError("worker_id must not be empty")
+        if self.worker_id.startswith((LOCAL, QUEUED)):
+            raise UsageError(
+                f"worker_id must not start with {LOCAL!r} or {QUEUED!r}: those name local "
+                "executors in the lease"
+            )
 
     @property
     def heartbeat_seconds(self) -> float:

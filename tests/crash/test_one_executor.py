@@ -315,3 +315,19 @@ def test_an_unreachable_postgresql_is_one_line_and_exit_8() -> None:
     assert out.returncode == 8, out.stderr
     [line] = out.stderr.strip().splitlines()
     assert line.startswith("loopkernel: store unavailable: cannot connect to PostgreSQL")
+
+
+def test_a_waiting_run_holds_no_lease_and_is_approved_from_another_process(
+    tmp_path: Path,
+) -> None:
+    db, trace = tmp_path / "runs.db", tmp_path / "trace.txt"
+    parked = cli(db, "run", "lk_testapps:gate", "--run-id", RUN, "--quiet", trace=trace)
+    assert parked.returncode == 3, parked.stderr  # waiting
+    assert rows(db, "SELECT status, owner, lease_until FROM runs") == [("waiting", None, None)]
+    approved = cli(db, "approve", RUN, "gate", "--payload", '{"by": "ops"}')
+    assert approved.returncode == 0, approved.stderr
+    done = cli(db, "resume", RUN, "--json", trace=trace)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["status"] == "succeeded"
+    starts = {tid: n for (what, tid), n in read_trace(trace).items() if what == "start"}
+    assert starts == {"prep": 1, "gate": 1, "ship": 1}

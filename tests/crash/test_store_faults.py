@@ -218,3 +218,32 @@ def test_a_tool_whose_disk_is_full_leaves_the_run_resumable_and_applies_effects_
     for path in (record_path(lab, "lab"), world_path(lab, "lab")):
         keys = [e["key"] for e in read_ledger(path)]
         assert len(keys) == len(set(keys)), keys
+
+
+def test_a_checkpoint_that_fails_at_close_does_not_change_the_exit_code(
+    small_disk: Path, reference: dict[str, str]
+) -> None:
+    db = small_disk / "runs.db"
+    fast = ["run", "speculation", "--scenario", "fast", "--quiet"]
+    assert cli(db, *fast, "--run-id", "a").returncode == 0
+    # Another connection stays open throughout (a last close would fold the WAL in), and
+    # holds a snapshot while b runs, so b's checkpoints cannot fold b into runs.db.
+    other = sqlite3.connect(db, isolation_level=None)
+    try:
+        other.execute("BEGIN")
+        other.execute("SELECT COUNT(*) FROM events").fetchall()
+        quick = {"LOOPKERNEL_SQLITE_BUSY_TIMEOUT": "0.2"}
+        for run in ("b", "c", "d", "e", "f", "g"):  # more than the free room in runs.db's pages
+            assert cli(db, *fast, "--run-id", run, **quick).returncode == 0
+        other.execute("COMMIT")
+        wal = db.with_name("runs.db-wal")
+        assert wal.stat().st_size > 0  # run b lives in the WAL alone
+        fill(small_disk, 0)  # folding it into runs.db now needs pages the disk does not have
+        for args in (["resume", "b", "--quiet"], ["inspect", "b"]):
+            out = cli(db, *args)
+            assert out.returncode == 0, out.stderr  # succeeded: the run, not the checkpoint
+            assert out.stderr == ""
+        assert wal.stat().st_size > 0  # still in the WAL, complete, folded in later
+    finally:
+        other.close()
+    assert digest(db, "b") == reference["fast"]
