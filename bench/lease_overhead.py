@@ -4,10 +4,10 @@ release) against executing the same run with no lease, as ``run``/``resume`` did
     python -m bench.lease_overhead            # 200 runs each way
     python -m bench.lease_overhead --quick    # 40
 
-Each run is a small speculation run with no delays (plan, three researchers, a distiller:
-the straggler cancelled at once: about a dozen commits), on SQLite with synchronous=FULL in a temporary directory. The
-two ways alternate run by run, so drift in the machine's load hits both alike. Prints a
-table and writes bench/results/lease_overhead.json.
+Each run is a small speculation run (plan, three researchers, the straggler cancelled at
+once, a distiller: about a dozen commits), on SQLite with synchronous=FULL in a temporary
+directory. The two ways alternate run by run, so drift in the machine's load hits both
+alike. Prints a table and writes bench/results/lease_overhead.json.
 """
 
 from __future__ import annotations

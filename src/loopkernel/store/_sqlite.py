@@ -662,6 +662,7 @@ class SQLiteStore:
 
     # -- forks (docs/fork.md) --------------------------------------------------------------
 
+    @_guarded
     async def fork_run(self, fork: Fork) -> RunInfo:
         with self._tx(fork.run_id) as db:
             self._run_row(db, fork.source.run_id)
@@ -675,6 +676,7 @@ class SQLiteStore:
                 ) from None
         return await self.get_run(fork.run_id)
 
+    @_guarded
     async def origin(self, run_id: RunId) -> tuple[RunId, int] | None:
         row = self._conn.execute(
             "SELECT source_run, source_seq FROM forks WHERE run_id = ?", (run_id,)
