@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 
 RUN = "one"
 # speculation with a distiller slow enough that a second resume starts while it runs
-SPEC = ["--set", "delays=[0.01, 0.02, 2.0]", "--set", "distill_delay=4.0"]
+SPEC = ["--set", "delays=[0.01, 0.02, 2.0]", "--set", "distill_delay=6.0"]
 LAB_SLOW = ["--set", "act_delay=3.0", "--set", "slow_step=2"]
 LAB_SLOW_DIGEST = "c222fc4d648af728b21f9d479622ebb7bb14d517d11d2db9ff6f091a0f15e153"
 LAB_BASELINE_DIGEST = "6b02b22f6da538bbb48d2ca18dc45ba153666183c8046d42d71437d28ef6e0c9"
@@ -188,8 +188,7 @@ def test_a_resume_next_to_a_live_looplab_run_is_refused_and_effects_apply_once(
             lambda: bool(rows(db, "SELECT 1 FROM effects WHERE task_id = 'act:2.1'")),
             live,
         )
-        for _ in range(2):
-            assert_refused(cli(db, "resume", RUN, "--quiet", lab=lab), live.pid)
+        assert_refused(cli(db, "resume", RUN, "--quiet", lab=lab), live.pid)
     finally:
         _, err = live.communicate(timeout=120)
     assert live.returncode == 0, err
@@ -216,15 +215,15 @@ def test_two_resumes_of_a_crashed_looplab_run_apply_each_effect_once(tmp_path: P
         assert len(keys) == len(set(keys)), keys
 
 
-def _hold(db: Path, holder: Holder, seconds: float) -> None:
+def _hold(db: Path, holder: Holder, seconds: float, run: str = RUN) -> None:
     async def go() -> None:
         store = open_store(str(db))
         await store.open()
         try:
             try:
-                await store.acquire(RunId(RUN), holder, seconds)
+                await store.acquire(RunId(run), holder, seconds)
             except RunHeld as held:  # the crashed process's lease: known dead
-                await store.acquire(RunId(RUN), holder, seconds, takeover=held.attrs["epoch"])
+                await store.acquire(RunId(run), holder, seconds, takeover=held.attrs["epoch"])
         finally:
             await store.close()
 
@@ -235,20 +234,30 @@ def test_a_holder_elsewhere_is_waited_for_and_a_dead_one_here_is_taken_over(
     tmp_path: Path, spec_reference: str
 ) -> None:
     db = tmp_path / "runs.db"
-    crashed = cli(
-        db, "run", "speculation", "--run-id", RUN, "--quiet", *SPEC, crash_at="patch_committed:2"
-    )
-    assert was_killed(crashed), crashed.stderr
-    # Held from another machine: refused until its lease runs out, then taken over.
-    _hold(db, Holder(host="elsewhere.example", pid=4242, since=time.time()), 1.0)
+    for run in (RUN, "two"):
+        crashed = cli(
+            db,
+            "run",
+            "speculation",
+            "--run-id",
+            run,
+            "--quiet",
+            *SPEC,
+            crash_at="patch_committed:2",
+        )
+        assert was_killed(crashed), crashed.stderr
+    # Held from another machine: refused while its lease lasts, taken over once it ran out.
+    _hold(db, Holder(host="elsewhere.example", pid=4242, since=time.time()), 600)
     before = journal(db)
     refused = cli(db, "resume", RUN, "--quiet")
     assert refused.returncode == 7, refused.stderr
     assert "pid 4242 on host elsewhere.example" in refused.stderr
     assert journal(db) == before
-    [(until_,)] = rows(db, "SELECT lease_until FROM runs")
-    while time.time() <= until_:  # the lease's own end, not a guess
-        time.sleep(0.05)
+    with sqlite3.connect(db) as conn:  # no heartbeat came: its lease runs out
+        conn.execute("UPDATE runs SET lease_until = ? WHERE run_id = ?", (time.time() - 1, RUN))
+    resumed = cli(db, "resume", RUN, "--quiet")
+    assert resumed.returncode == 0, resumed.stderr
+    assert inspect(db)["digest"] == spec_reference
     # Held by a process of this machine that is gone: taken over at once, lease or not.
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
@@ -256,11 +265,11 @@ def test_a_holder_elsewhere_is_waited_for_and_a_dead_one_here_is_taken_over(
         text=True,
         check=True,
     )
-    _hold(db, Holder(host=socket.gethostname(), pid=int(dead.stdout), since=time.time()), 600)
-    resumed = cli(db, "resume", RUN, "--quiet")
+    gone = Holder(host=socket.gethostname(), pid=int(dead.stdout), since=time.time())
+    _hold(db, gone, 600, run="two")
+    resumed = cli(db, "resume", "two", "--quiet")
     assert resumed.returncode == 0, resumed.stderr
-    assert inspect(db)["digest"] == spec_reference
-    assert rows(db, "SELECT owner, lease_until FROM runs") == [(None, None)]
+    assert rows(db, "SELECT owner, lease_until FROM runs") == [(None, None), (None, None)]
 
 
 def test_on_postgresql_a_resume_next_to_a_live_run_is_refused_and_a_lost_server_retried(
