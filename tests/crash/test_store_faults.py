@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from lk_helpers import cli_env
+from lk_helpers import cli_env, tmpfs
 from loopkernel import BasePlanner, Event, GraphPatch, Kernel, RunStatus, Snapshot, TaskSpec
 from loopkernel.store import SQLiteStore
 from loopkernel.testing import read_trace, run_cli, was_killed
@@ -100,19 +100,8 @@ def test_a_write_lock_held_past_the_busy_timeout_leaves_the_run_resumable(
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A real 2 MiB tmpfs: a disk that can be filled to the last page."""
-    where = tmp_path / "disk"
-    where.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "disk", "2m") as where:
         yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def fill(disk: Path, leave: int) -> Path:

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from lk_helpers import tmpfs
 from loopkernel.errors import UsageError
 from loopkernel.testing import read_trace
 from loopkernel.tools import KeyLedger, read_ledger
@@ -23,19 +23,8 @@ PAGE = 4096
 @pytest.fixture
 def tiny_disk(tmp_path: Path) -> Iterator[Path]:
     """A real 64 KiB tmpfs."""
-    where = tmp_path / "disk"
-    where.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "disk", "64k") as where:
         yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def fill_up(disk: Path) -> Path:
