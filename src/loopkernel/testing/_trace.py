@@ -19,7 +19,7 @@ def trace(what: str, task_id: str) -> None:
     path = os.environ.get("LOOPKERNEL_TRACE")
     if not path:
         return
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         os.write(fd, f"{what} {task_id}\n".encode())
     finally:

@@ -10,7 +10,8 @@
           "description": "Append an entry to the durable run record.",
           "effect": "idempotent",             read_only | idempotent | irreversible
           "inputSchema":  {"type": "object", ...},
-          "outputSchema": {"type": "object", ...}
+          "outputSchema": {"type": "object", ...},
+          "keepSecrets": ["token_count"]     optional: result paths never redacted
         }
       ]
     }
@@ -18,6 +19,10 @@
 Both schemas are JSON Schema (2020-12 unless ``$schema`` says otherwise) with an object at
 the root, as MCP's 2025-11-25 revision requires. Unknown keys are refused: a defs file is
 a contract, and a typo in it must not pass silently.
+
+A tool's result is redacted before it is journaled (``loopkernel.evidence.redact``:
+secret-looking keys and credential-shaped text become ``[redacted:HASH]``);
+``keepSecrets`` lists the result paths (``"a"``, ``"a.b"``) this tool opts out for.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ EFFECTS: frozenset[str] = frozenset(get_args(Effect))
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 _TOOL_KEYS = frozenset({"name", "description", "effect", "inputSchema", "outputSchema"})
+_OPTIONAL_TOOL_KEYS = frozenset({"keepSecrets"})
 _FILE_KEYS = frozenset({"name", "tools"})
 
 
@@ -61,6 +67,8 @@ class ToolDef:
     ``None`` only for third-party tools that publish none."""
     effect: Effect
     """``read_only``, ``idempotent`` or ``irreversible``; the policy hook sees it."""
+    keep_secrets: tuple[str, ...] = ()
+    """Result paths (``"a"``, ``"a.b"``) left out of redaction: the tool's opt-out."""
 
     def to_json(self) -> dict[str, JSON]:
         """The defs-file form (camelCase schema keys, as on the MCP wire)."""
@@ -72,6 +80,8 @@ class ToolDef:
         }
         if self.output_schema is not None:
             out["outputSchema"] = dict(self.output_schema)
+        if self.keep_secrets:
+            out["keepSecrets"] = list(self.keep_secrets)
         return out
 
 
@@ -154,8 +164,8 @@ def _parse_tool(raw: JSON, bad: Callable[[str], UsageError]) -> ToolDef:
     missing = sorted(_TOOL_KEYS - set(raw))
     if missing:
         raise bad(f"missing key(s) {', '.join(map(repr, missing))}")
-    if extra := sorted(set(raw) - _TOOL_KEYS):
-        allowed = ", ".join(sorted(_TOOL_KEYS))
+    if extra := sorted(set(raw) - _TOOL_KEYS - _OPTIONAL_TOOL_KEYS):
+        allowed = ", ".join(sorted(_TOOL_KEYS | _OPTIONAL_TOOL_KEYS))
         raise bad(f"unknown key(s) {', '.join(map(repr, extra))}; allowed: {allowed}")
     name, description, effect = raw["name"], raw["description"], raw["effect"]
     if not isinstance(name, str) or not _NAME.match(name):
@@ -171,12 +181,16 @@ def _parse_tool(raw: JSON, bad: Callable[[str], UsageError]) -> ToolDef:
         if problem:
             raise bad(f"{name}: {key} {problem}")
         schemas.append(schema)
+    keep = raw.get("keepSecrets", [])
+    if not isinstance(keep, list) or not all(isinstance(k, str) and k for k in keep):
+        raise bad(f"{name}: keepSecrets must be a list of result paths like \"a.b\"")
     return ToolDef(
         name=name,
         description=description,
         effect=effect,
         input_schema=schemas[0],
         output_schema=schemas[1],
+        keep_secrets=tuple(keep),
     )
 
 

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 from loopkernel.errors import UsageError
 from loopkernel.graph import JSON
 from loopkernel.tools._defs import ToolDef, ToolDefs, load_tool_defs
+from loopkernel.tools._extra import require_mcp
 from loopkernel.tools._schema import Validator, compile_schema, json_problem
 
 if TYPE_CHECKING:
@@ -134,7 +135,7 @@ class KeyLedger:
         entry: dict[str, JSON] = {"key": key, "tool": tool, "result": result}
         if self.path is not None:
             line = json.dumps(entry, sort_keys=True, separators=(",", ":")) + "\n"
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             try:
                 os.write(fd, line.encode())
                 os.fsync(fd)
@@ -278,6 +279,11 @@ class ToolHost:
 
     def run(self) -> None:
         """Serve over this process's stdin/stdout until stdin closes (``python -m ...``)."""
+        try:
+            require_mcp()
+        except UsageError as exc:  # a server has no caller to raise to: one line, exit 2
+            print(f"{self.defs.name}: {exc}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from None
         import anyio
 
         self.check_complete()

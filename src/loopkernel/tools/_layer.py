@@ -39,12 +39,14 @@ from loopkernel.errors import (
     ToolUnavailable,
     UsageError,
 )
+from loopkernel.evidence import redact, redact_text
 from loopkernel.executor._context import NeedsApproval, TaskContext
 from loopkernel.executor._crash import crashpoint
 from loopkernel.graph import JSON
 from loopkernel.ids import RunId, TaskId
 from loopkernel.store import EffectRecord, Store
 from loopkernel.tools._defs import Effect, ToolDef
+from loopkernel.tools._extra import require_mcp
 from loopkernel.tools._schema import SchemaCache, canonical_json, json_problem
 from loopkernel.tools._source import SourceSession, ToolSource, check_arguments
 
@@ -109,6 +111,12 @@ RestartHook: TypeAlias = Callable[[str, str], Awaitable[None] | None]
 """``on_restart(source_name, reason)``, awaited before the dead server is restarted."""
 
 
+def _redacted_error(err: ToolError) -> ToolError:
+    """``err`` with credential-shaped text in its message and string attributes redacted."""
+    attrs = {k: redact_text(v) if isinstance(v, str) else v for k, v in err.attrs.items()}
+    return type(err)(redact_text(err.message), **attrs)
+
+
 def idempotency_key(run_id: str, task_id: str, index: int) -> str:
     """The key of the ``index``-th tool call of a task: the same in every execution."""
     return f"{run_id}/{task_id}/{index}"
@@ -168,7 +176,12 @@ class ToolLayer:
         policy_hook: PolicyHook = require_approval,
         default_timeout: float = 30.0,
         on_restart: RestartHook | None = None,
+        redact_secrets: bool = True,
     ) -> None:
+        require_mcp()
+        self.redact_secrets = redact_secrets
+        """Redact secrets in results and errors before they are journaled
+        (``loopkernel.evidence.redact``; a tool opts out per field with ``keepSecrets``)."""
         names = [s.name for s in sources]
         if len(set(names)) != len(names):
             raise UsageError(f"tool source names must be unique: {names}")
@@ -179,6 +192,9 @@ class ToolLayer:
         self.policy_hook = policy_hook
         self.default_timeout = default_timeout
         self.on_restart = on_restart
+        self.on_server: Callable[[str, str], None] | None = None
+        """``on_server(source_name, "starting" | "ready")`` around a server's start: a
+        progress view shows the second or so a server takes to start."""
         self.spawns = 0
         """Server processes started so far (restarts included)."""
         self.sent = 0
@@ -361,9 +377,14 @@ class ToolLayer:
             value = await self._send(slot, tool, args, key, limit, ctx)
         except ToolError as err:
             crashpoint("tool_returned")
-            await self.store.finish_effect(run_id, key, status="failed", error=err.verdict())
-            raise
+            clean = _redacted_error(err) if self.redact_secrets else err
+            await self.store.finish_effect(run_id, key, status="failed", error=clean.verdict())
+            if clean is err:
+                raise
+            raise clean from None
         crashpoint("tool_returned")
+        if self.redact_secrets:  # before it is journaled; the task sees what the journal keeps
+            value = redact(value, keep=tool.keep_secrets)
         await self.store.finish_effect(run_id, key, status="done", result=value)
         return value
 
@@ -439,11 +460,15 @@ class ToolLayer:
                     raise UsageError("the tool layer is closed")
                 session = SourceSession(slot.source, schemas=self._schemas)
                 self.spawns += 1
+                if self.on_server is not None:
+                    self.on_server(slot.source.name, "starting")
                 try:
                     await session.open()
                 except ToolUnavailable as err:
                     slot.failed = err
                     raise _again(err, tool) from None
+                if self.on_server is not None:
+                    self.on_server(slot.source.name, "ready")
                 slot.session = session
             return slot.session
 
