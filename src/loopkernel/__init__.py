@@ -8,7 +8,7 @@ Importing this package loads the kernel and the SQLite store only: the MCP tool 
 (``loopkernel.tools``) and the PostgreSQL store load when first used.
 """
 
-from loopkernel._app import App, AppParts, load_app
+from loopkernel._app import App, AppParts, Param, load_app
 from loopkernel.errors import (
     ApprovalRefused,
     LoopKernelError,
@@ -57,6 +57,7 @@ __all__ = [
     "Kernel",
     "LoopKernelError",
     "NeedsApproval",
+    "Param",
     "PatchRejected",
     "Planner",
     "RunError",

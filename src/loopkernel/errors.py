@@ -8,6 +8,7 @@
     │   └── ApprovalRefused         a forged, replayed or late approval
     ├── PatchRejected               a GraphPatch broke a rule; nothing of it was applied
     ├── StoreError                  the store cannot serve the request
+    │   ├── NotADatabase            missing, foreign, corrupt or unreadable database
     │   ├── SchemaTooNew            the database was written by a newer LoopKernel
     │   ├── ReplayDivergence        a replayed step does not match the journal
     │   ├── LeaseLost               another executor owns the run now (fencing)
@@ -36,6 +37,7 @@ __all__ = [
     "BudgetExceeded",
     "LeaseLost",
     "LoopKernelError",
+    "NotADatabase",
     "PatchRejected",
     "ReplayDivergence",
     "RunError",
@@ -104,6 +106,13 @@ class PatchRejected(LoopKernelError):
 
 class StoreError(LoopKernelError):
     code = "store_error"
+
+
+class NotADatabase(StoreError):
+    """The path or URL holds no usable LoopKernel database: nothing there, a directory,
+    another application's file, a corrupt or unreadable one. Nothing was written to it."""
+
+    code = "not_a_database"
 
 
 class SchemaTooNew(StoreError):

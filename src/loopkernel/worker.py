@@ -65,6 +65,9 @@ class WorkerConfig:
     are noticed this way; PostgreSQL notifies of everything else)."""
     task_concurrency: int = 16
     """Tasks at once within one run (the kernel's ``max_concurrency``)."""
+    apps: frozenset[str] = frozenset()
+    """Apps run besides the installed ones (entry points), e.g. ``module:attribute``; a run
+    of any other app ends ``failed`` (``app_refused``) instead of importing its module."""
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.task_concurrency < 1:
@@ -195,7 +198,9 @@ class RunWorker:
         run_id, epoch = claim.run_id, claim.epoch
         client = Client(store=self.store.fenced(run_id, epoch))
         run = asyncio.create_task(
-            client.run_owned(run_id, max_concurrency=self.config.task_concurrency)
+            client.run_owned(
+                run_id, max_concurrency=self.config.task_concurrency, apps=self.config.apps
+            )
         )
         beat = asyncio.create_task(self._heartbeat(claim, run))
         try:

@@ -13,6 +13,8 @@ Exit codes (also in ``docs/cli.md``):
 7     the run is held by another executor (its lease); nothing was written
 8     the store is unavailable (locked, disk full, I/O error, PostgreSQL down); the run
       is left resumable
+9     not a usable LoopKernel database (missing, foreign, corrupt, unreadable, too new)
+141   the output was closed early (``loopkernel runs | head``)
 ====  ==========================================
 """
 
@@ -21,18 +23,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shlex
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from loopkernel.cli._args import count, json_value, setting
-from loopkernel.cli._render import Progress, render_inspection
+from loopkernel._app import load_app
+from loopkernel.cli._args import count, json_value, max_events, run_id, setting, task_id
+from loopkernel.cli._render import Progress, one_line, render_inspection
 from loopkernel.client import DEFAULT_STORE_RETRY, Client
 from loopkernel.errors import (
     LeaseLost,
     LoopKernelError,
+    NotADatabase,
     RunHeld,
+    SchemaTooNew,
     StoreUnavailable,
     TransientFault,
     UsageError,
@@ -53,29 +59,35 @@ EXIT_CODES: dict[RunStatus, int] = {
 USAGE = 2
 HELD = 7
 STORE_UNAVAILABLE = 8
+NOT_A_DATABASE = 9
+BROKEN_PIPE = 141
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 
 
-async def _finish(client: Client, outcome: RunOutcome, args: argparse.Namespace) -> int:
+async def _finish(
+    client: Client, outcome: RunOutcome, args: argparse.Namespace, token: str | None = None
+) -> int:
+    waiting = (
+        await client.waiting(outcome.run_id) if outcome.status is RunStatus.WAITING else []
+    )
     if getattr(args, "json", False):
-        print(
-            json.dumps(
-                {
-                    "run_id": outcome.run_id,
-                    "status": outcome.status.value,
-                    "verdict": outcome.verdict,
-                },
-                indent=2,
-            )
-        )
+        out: dict[str, Any] = {
+            "run_id": outcome.run_id,
+            "status": outcome.status.value,
+            "verdict": outcome.verdict,
+            "waiting": [{"task_id": t.task_id, "reason": t.wait_reason} for t in waiting],
+        }
+        if token is not None:
+            out["token"] = token  # shown once: a script that ran --json must still get it
+        print(json.dumps(out, indent=2))
     else:
         print(f"run {outcome.run_id}: {outcome.status.value}")
         if outcome.verdict is not None:
             print(f"verdict: {json.dumps(outcome.verdict)}")
-        if outcome.status is RunStatus.WAITING:
+        if waiting:
             print("waiting for a human:")
-            for task in await client.waiting(outcome.run_id):
+            for task in waiting:
                 print(f"  {task.task_id}: {task.wait_reason}")
                 print(
                     f"    loopkernel approve {outcome.run_id} {task.task_id} "
@@ -83,6 +95,17 @@ async def _finish(client: Client, outcome: RunOutcome, args: argparse.Namespace)
                 )
             print(f"  then: loopkernel resume {outcome.run_id}")
     return EXIT_CODES[outcome.status]
+
+
+def check_app_arguments(args: argparse.Namespace) -> None:
+    """Refuse a bad app, scenario or parameter before the database is even opened: a
+    mistyped ``--set`` must not leave a new empty ``runs.db`` behind."""
+    app = load_app(args.app)
+    parts = app.build(app.params(args.scenario, dict(args.set or [])))
+    if parts.tool_layer is not None:  # its MCP layer is built once the store is open
+        from loopkernel.tools._extra import require_mcp
+
+        require_mcp()
 
 
 async def start_run(client: Client, args: argparse.Namespace) -> StartedRun:
@@ -93,13 +116,16 @@ async def start_run(client: Client, args: argparse.Namespace) -> StartedRun:
         overrides=dict(args.set or []),
         run_id=args.run_id,
         max_events=args.max_events,
+        require_token=args.require_token,
     )
     return started
 
 
 async def cmd_run(args: argparse.Namespace) -> int:
+    check_app_arguments(args)
     async with Client(args.db) as client:
         started = await start_run(client, args)
+        args.started = started.run_id  # for the resume hint on Ctrl-C
         if not args.json:
             print(
                 f"run {started.run_id} started ({args.app}"
@@ -113,8 +139,9 @@ async def cmd_run(args: argparse.Namespace) -> int:
             max_concurrency=args.concurrency,
             store_retry=args.store_retry,
             on_retry=_retrying(args),
+            on_tool_server=None if progress is None else progress.tool_server,
         )
-        return await _finish(client, outcome, args)
+        return await _finish(client, outcome, args, started.token)
 
 
 def _retrying(args: argparse.Namespace) -> Callable[[StoreUnavailable, float], None]:
@@ -136,6 +163,7 @@ def _retrying(args: argparse.Namespace) -> Callable[[StoreUnavailable, float], N
 
 async def cmd_demo(args: argparse.Namespace) -> int:
     args.app, args.scenario, args.set, args.run_id = "speculation", "demo", [], None
+    args.require_token = False
     args.max_events, args.quiet, args.json, args.concurrency = DEFAULT_MAX_EVENTS, False, False, 16
     args.store_retry = DEFAULT_STORE_RETRY
     print(
@@ -146,7 +174,7 @@ async def cmd_demo(args: argparse.Namespace) -> int:
 
 
 async def cmd_resume(args: argparse.Namespace) -> int:
-    async with Client(args.db) as client:
+    async with Client(args.db, create=False) as client:
         progress = None if args.quiet or args.json else Progress(sys.stdout)
         outcome = await client.execute(
             args.run,
@@ -154,12 +182,13 @@ async def cmd_resume(args: argparse.Namespace) -> int:
             max_concurrency=args.concurrency,
             store_retry=args.store_retry,
             on_retry=_retrying(args),
+            on_tool_server=None if progress is None else progress.tool_server,
         )
         return await _finish(client, outcome, args)
 
 
 async def cmd_decide(args: argparse.Namespace) -> int:
-    async with Client(args.db) as client:
+    async with Client(args.db, create=False) as client:
         event = await client.decide(
             args.run,
             args.task,
@@ -177,7 +206,7 @@ async def cmd_decide(args: argparse.Namespace) -> int:
 
 
 async def cmd_cancel(args: argparse.Namespace) -> int:
-    async with Client(args.db) as client:
+    async with Client(args.db, create=False) as client:
         status = await client.cancel(args.run, args.reason)
         if status is RunStatus.RUNNING:
             print(f"cancel requested for run {args.run}; its executor stops it at its next poll")
@@ -187,7 +216,7 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 async def cmd_inspect(args: argparse.Namespace) -> int:
-    async with Client(args.db) as client:
+    async with Client(args.db, create=False) as client:
         inspection = await client.inspect(args.run, journal=args.journal or args.json, at=args.at)
         if args.json:
             print(json.dumps(inspection.to_json(), indent=2, sort_keys=True))
@@ -197,7 +226,7 @@ async def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 async def cmd_runs(args: argparse.Namespace) -> int:
-    async with Client(args.db) as client:
+    async with Client(args.db, create=False) as client:
         for info in await client.store.list_runs(args.limit):
             counts = " ".join(f"{k}={v}" for k, v in sorted(info.task_counts.items()))
             print(
@@ -208,7 +237,7 @@ async def cmd_runs(args: argparse.Namespace) -> int:
 
 
 async def cmd_export(args: argparse.Namespace) -> int:
-    async with Client(args.db) as client:
+    async with Client(args.db, create=False) as client:
         await client.export(args.run, args.to)
         print(f"run {args.run} exported to {args.to}")
         return 0
@@ -225,12 +254,22 @@ def add_app_arguments(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="override an app parameter (VALUE is JSON or a string); repeatable",
     )
-    p.add_argument("--run-id", help="the run id (default: a random one)")
+    p.add_argument(
+        "--run-id",
+        type=run_id,
+        help="the run id: letters, digits and . _ : - , at most 128 (default: a random one)",
+    )
     p.add_argument(
         "--max-events",
-        type=int,
+        type=max_events,
         default=DEFAULT_MAX_EVENTS,
         help=f"runaway guard: most events a run may have (default {DEFAULT_MAX_EVENTS})",
+    )
+    p.add_argument(
+        "--require-token",
+        action="store_true",
+        help="approvals of this run need its approval token even from a caller with "
+        "database access (set LOOPKERNEL_REQUIRE_TOKEN=1 for every run)",
     )
 
 
@@ -242,7 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--db",
         default=None,
-        help="database: a SQLite path or postgresql:// URL (default: $LOOPKERNEL_DB, else runs.db)",
+        help="database: a SQLite path or postgresql:// URL (default: $LOOPKERNEL_DB, else "
+        "runs.db); also accepted after the command name, except for tools and bench",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -254,8 +294,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     def execution_flags(p: argparse.ArgumentParser) -> None:
         p.add_argument("--quiet", action="store_true", help="no progress lines")
-        p.add_argument("--json", action="store_true", help="print the outcome as JSON")
-        p.add_argument("--concurrency", type=int, default=16, help="tasks at once (default 16)")
+        p.add_argument(
+            "--json",
+            action="store_true",
+            help="print the outcome as JSON (run_id, status, verdict, waiting tasks; "
+            "run adds the approval token)",
+        )
+        p.add_argument("--concurrency", type=count, default=16, help="tasks at once (default 16)")
         p.add_argument(
             "--store-retry",
             type=float,
@@ -272,27 +317,31 @@ def build_parser() -> argparse.ArgumentParser:
     command("demo", cmd_demo, "run the speculation app with a live progress view")
 
     p = command("resume", cmd_resume, "resume a stopped, waiting or crashed run")
-    p.add_argument("run")
+    p.add_argument("run", type=run_id)
     execution_flags(p)
 
     for decision in ("approve", "reject"):
         p = command(decision, cmd_decide, f"{decision} a waiting task (journals human_input)")
-        p.add_argument("run")
-        p.add_argument("task")
+        p.add_argument("run", type=run_id)
+        p.add_argument("task", type=task_id)
         p.add_argument("--payload", type=json_value, default=None, help="JSON handed to the task")
         p.add_argument(
             "--token",
-            help="the run's approval token; without it, local access "
-            "to the database is the authority",
+            help="the run's approval token; without it, access to the database is the "
+            "authority, unless the run or LOOPKERNEL_REQUIRE_TOKEN requires the token",
         )
         p.set_defaults(decision=decision)
 
     p = command("cancel", cmd_cancel, "cancel a run")
-    p.add_argument("run")
-    p.add_argument("--reason", default="cancelled by an operator")
+    p.add_argument("run", type=run_id)
+    p.add_argument(
+        "--reason",
+        default="cancelled by an operator",
+        help="why, kept in the run's verdict (default: cancelled by an operator)",
+    )
 
     p = command("inspect", cmd_inspect, "show a run: graph, verdict, digest, journal")
-    p.add_argument("run")
+    p.add_argument("run", type=run_id)
     p.add_argument("--journal", action="store_true", help="also list events and patches")
     p.add_argument("--json", action="store_true", help="JSON with status, verdict and digest")
     p.add_argument(
@@ -303,18 +352,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = command("runs", cmd_runs, "list the runs in the database")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument(
+        "--limit", type=count, default=50, help="list at most N runs, newest first (default 50)"
+    )
 
     p = command("export", cmd_export, "write a consistent copy of one run to a new SQLite file")
-    p.add_argument("run")
+    p.add_argument("run", type=run_id)
     p.add_argument("--to", required=True, help="the new file")
 
-    for module in (
-        "loopkernel.cli._tools",
-        "loopkernel.cli._workers",
-        "loopkernel.cli._fork",
-        "loopkernel.cli._bench",
-    ):
+    for module in ("loopkernel.cli._tools", "loopkernel.cli._workers", "loopkernel.cli._fork"):
         _add_optional(sub, module)
     return parser
 
@@ -351,26 +397,44 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(asyncio.run(func(args)))
         return int(func(args))
     except UsageError as exc:
-        print(f"loopkernel: {exc}", file=sys.stderr)
+        print(f"loopkernel: {one_line(str(exc))}", file=sys.stderr)
         return USAGE
     except RunHeld as exc:
-        print(f"loopkernel: {exc}", file=sys.stderr)
+        print(f"loopkernel: {one_line(str(exc))}", file=sys.stderr)
         return HELD
     except LeaseLost as exc:
         print(
-            f"loopkernel: {exc}; another executor took the run over, so this one stopped",
+            f"loopkernel: {one_line(str(exc))}; another executor took the run over, "
+            "so this one stopped",
             file=sys.stderr,
         )
         return HELD
+    except (NotADatabase, SchemaTooNew) as exc:
+        print(f"loopkernel: {one_line(str(exc))}", file=sys.stderr)
+        return NOT_A_DATABASE
     except StoreUnavailable as exc:
-        print(f"loopkernel: store unavailable: {exc}{_resume_hint(args, exc)}", file=sys.stderr)
+        print(
+            f"loopkernel: store unavailable: {one_line(str(exc))}{_resume_hint(args, exc)}",
+            file=sys.stderr,
+        )
         return STORE_UNAVAILABLE
     except TransientFault as exc:
-        print(f"loopkernel: {exc}{_resume_hint(args, exc)}", file=sys.stderr)
+        print(f"loopkernel: {one_line(str(exc))}{_resume_hint(args, exc)}", file=sys.stderr)
         return EXIT_CODES[RunStatus.RUNNING]
     except LoopKernelError as exc:
-        print(f"loopkernel: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"loopkernel: {type(exc).__name__}: {one_line(str(exc))}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # The reader went away (``loopkernel runs | head``): stop quietly, as `cat` does.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return BROKEN_PIPE
     except KeyboardInterrupt:
-        print("loopkernel: interrupted; the run can be resumed", file=sys.stderr)
+        run = getattr(args, "started", None) or getattr(args, "run", None)
+        if run is not None and args.command in ("run", "demo", "resume"):
+            print(
+                f"loopkernel: interrupted; resume with: loopkernel resume {run}", file=sys.stderr
+            )
+        else:
+            print("loopkernel: interrupted", file=sys.stderr)
         return 130

@@ -3,6 +3,7 @@
 from loopkernel.executor._context import NeedsApproval, TaskContext, ToolCaller, Worker
 from loopkernel.executor._kernel import (
     DEFAULT_MAX_EVENTS,
+    TOKEN_REQUIRED,
     Kernel,
     PatchGuard,
     RunOutcome,
@@ -12,6 +13,7 @@ from loopkernel.executor._kernel import (
 
 __all__ = [
     "DEFAULT_MAX_EVENTS",
+    "TOKEN_REQUIRED",
     "Kernel",
     "NeedsApproval",
     "PatchGuard",

@@ -61,7 +61,7 @@ from loopkernel.graph import (
     TaskState,
     validate,
 )
-from loopkernel.ids import RunId, TaskId, new_run_id
+from loopkernel.ids import RunId, TaskId, check_id, new_run_id
 from loopkernel.planner import Planner, Snapshot
 from loopkernel.store import NewEvent, PatchRecord, Store, digest_of
 
@@ -121,6 +121,11 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+TOKEN_REQUIRED = "token-required:"
+"""Prefix of a run's stored token hash when its approvals need the token even from a
+caller with database access (``Kernel.start(require_token=True)``)."""
+
+
 class Kernel:
     """Runs one application's runs: its planner, its worker registry, one store."""
 
@@ -156,16 +161,20 @@ class Kernel:
         params: JSON = None,
         run_id: str | None = None,
         max_events: int = DEFAULT_MAX_EVENTS,
+        require_token: bool = False,
     ) -> StartedRun:
-        """Create a run and journal ``run_started``; ``run()`` executes it."""
+        """Create a run and journal ``run_started``; ``run()`` executes it.
+
+        ``require_token``: approvals of this run need its token even from a caller with
+        write access to the store (see ``Client.decide``)."""
         if max_events < 2:
             raise UsageError(f"max_events must be at least 2, not {max_events}")
         try:
             json.dumps(params, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise UsageError(f"run params must be JSON: {exc}") from None
-        rid = RunId(run_id) if run_id else new_run_id()
-        token = secrets.token_urlsafe(24)
+        rid = new_run_id() if run_id is None else RunId(check_id(run_id))
+        token = "lk_" + secrets.token_urlsafe(24)  # never "-...": it follows --token
         tracer, trace = telemetry.tracer(), None
         if tracer:  # the run's span: every execution of the run joins its trace
             span = tracer.start(f"run {app}", {"loopkernel.run_id": rid, "loopkernel.app": app})
@@ -176,7 +185,7 @@ class Kernel:
             app=app,
             params=params,
             max_events=max_events,
-            token_hash=hash_token(token),
+            token_hash=(TOKEN_REQUIRED if require_token else "") + hash_token(token),
             trace=trace,
         )
         return StartedRun(run_id=rid, token=token)

@@ -37,11 +37,12 @@ __all__ = [
 DEFAULT_DB = "runs.db"
 
 
-def open_store(url: str | None = None) -> Store:
+def open_store(url: str | None = None, *, create: bool = True) -> Store:
     """A store for ``url``: a path or ``sqlite:///path`` (SQLite), ``postgresql://...``.
 
     ``None`` reads ``LOOPKERNEL_DB``, then falls back to ``runs.db``. The store is not
-    opened yet: ``await store.open()``.
+    opened yet: ``await store.open()``. ``create=False``: opening a SQLite path that holds
+    no LoopKernel database raises ``NotADatabase`` instead of making one.
     """
     url = url or os.environ.get("LOOPKERNEL_DB") or DEFAULT_DB
     if url.startswith(("postgresql://", "postgres://")):
@@ -60,7 +61,7 @@ def open_store(url: str | None = None) -> Store:
         raise UsageError(
             f"unknown database URL {url!r}: use a file path, sqlite:///, postgresql://"
         )
-    return SQLiteStore(url, busy_timeout=_busy_timeout())
+    return SQLiteStore(url, create=create, busy_timeout=_busy_timeout())
 
 
 def _busy_timeout() -> float:

@@ -28,9 +28,11 @@ from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 from loopkernel.errors import (
     ApprovalRefused,
+    NotADatabase,
     ReplayDivergence,
     RunNotFound,
     SchemaTooNew,
+    StoreError,
     StoreUnavailable,
     UsageError,
 )
@@ -80,7 +82,81 @@ from loopkernel.store._protocol import (
 )
 from loopkernel.store._sqlite_schema import MIGRATIONS, SCHEMA_VERSION
 
-__all__ = ["SQLiteStore"]
+__all__ = ["APPLICATION_ID", "SQLiteStore"]
+
+APPLICATION_ID = 0x4C4B524E
+"""``PRAGMA application_id`` of a LoopKernel database ("LKRN"): how ``open`` knows a file
+is ours before it writes anything to it."""
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _prepare_file(path: Path, *, create: bool) -> bool:
+    """Check what is at ``path`` before SQLite touches it; make a new file 0600 (it will
+    hold results and tool outputs) when ``create``. True if the database is new."""
+    if path.is_dir():
+        raise NotADatabase(f"{path} is a directory, not a LoopKernel database", path=str(path))
+    wal = path.with_name(path.name + "-wal")
+    empty = path.is_file() and path.stat().st_size == 0
+    if not path.exists() or (empty and not (wal.is_file() and wal.stat().st_size > 0)):
+        if not create:
+            raise NotADatabase(f"no LoopKernel database at {path}", path=str(path))
+        if not path.parent.is_dir():
+            raise UsageError(f"no directory {path.parent} for the database {path}")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise NotADatabase(f"cannot create {path}: {exc.strerror}", path=str(path)) from None
+        os.close(fd)
+        return True
+    try:
+        with open(path, "rb") as f:
+            header = f.read(len(_SQLITE_HEADER))
+    except OSError as exc:
+        raise NotADatabase(f"cannot read {path}: {exc.strerror}", path=str(path)) from None
+    if header != _SQLITE_HEADER and not empty:
+        raise NotADatabase(f"{path} is not a SQLite database", path=str(path))
+    return False
+
+
+def _check_ours(db: sqlite3.Connection, path: Path, *, create: bool) -> None:
+    """Refuse a SQLite file of another application before anything is written to it."""
+    (app_id,) = db.execute("PRAGMA application_id").fetchone()
+    if app_id == APPLICATION_ID:
+        return
+    tables = {
+        name
+        for (name,) in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+    }
+    if app_id == 0 and "meta" in tables and "runs" in tables:
+        return  # written before LoopKernel set its application_id
+    if app_id == 0 and not tables:
+        if create:
+            return
+        raise NotADatabase(f"no LoopKernel database at {path} (empty)", path=str(path))
+    shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+    raise NotADatabase(
+        f"{path} is another application's SQLite database "
+        f"({f'tables: {shown}' if tables else f'application_id {app_id:#x}'}); "
+        "LoopKernel leaves it untouched",
+        path=str(path),
+    )
+
+
+def _not_usable(path: Path, exc: sqlite3.DatabaseError) -> StoreError:
+    """What a SQLite error while opening means: the database is busy or the disk is in
+    trouble (``StoreUnavailable``: try again), or the file cannot serve (``NotADatabase``)."""
+    text = str(exc)
+    why = transient(exc)
+    if why is not None or any(word in text for word in ("locked", "busy", "disk I/O", "full")):
+        return StoreUnavailable(f"{path}: {why or text} ({text})", path=str(path), reason=why)
+    if "readonly" in text or "read-only" in text:
+        text = "read-only: LoopKernel needs to write to it and to its directory"
+    elif "not a database" in text or "malformed" in text:
+        text = f"corrupt ({text})"
+    return NotADatabase(f"{path} is not a usable LoopKernel database: {text}", path=str(path))
 
 Synchronous = Literal["full", "normal"]
 
@@ -145,12 +221,15 @@ class SQLiteStore:
         *,
         synchronous: Synchronous = "full",
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        create: bool = True,
     ):
         if synchronous not in ("full", "normal"):
             raise UsageError(f"synchronous must be 'full' or 'normal', not {synchronous!r}")
         if not busy_timeout >= 0:
             raise UsageError(f"busy_timeout must be >= 0 seconds, not {busy_timeout!r}")
         self.path = Path(path)
+        self.create = create
+        """Whether ``open`` may make a new database; ``False``: only open an existing one."""
         self.url = f"sqlite:///{self.path}"
         self.synchronous = synchronous
         self.busy_timeout = busy_timeout
@@ -184,18 +263,26 @@ class SQLiteStore:
     def open_sync(self) -> None:
         if self._db is not None:
             return
-        if self.path.parent and not self.path.parent.exists():
-            raise UsageError(f"no directory {self.path.parent} for the database {self.path}")
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        fresh = _prepare_file(self.path, create=self.create)
+        try:
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise NotADatabase(f"cannot open {self.path}: {exc}", path=str(self.path)) from None
         try:
             db.execute(f"PRAGMA busy_timeout = {round(self.busy_timeout * 1000)}")
+            if not fresh:
+                _check_ours(db, self.path, create=self.create)
             db.execute("PRAGMA journal_mode = WAL")
             db.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
             self._db = db
             self._migrate()
-        except BaseException:
-            self._db = None
+        except sqlite3.DatabaseError as exc:
             db.close()
+            self._db = None
+            raise _not_usable(self.path, exc) from None
+        except BaseException:
+            db.close()
+            self._db = None
             raise
 
     def _migrate(self) -> None:
@@ -205,7 +292,19 @@ class SQLiteStore:
                 "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
             )
             row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            version = int(row[0]) if row else 0
+            try:
+                version = int(row[0]) if row else 0
+            except (TypeError, ValueError):
+                raise NotADatabase(
+                    f"{self.path} has a damaged meta table (schema_version {row[0]!r})",
+                    path=str(self.path),
+                ) from None
+            if version < 0:
+                raise NotADatabase(
+                    f"{self.path} has a damaged meta table (schema_version {version})",
+                    path=str(self.path),
+                )
+            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             if version > SCHEMA_VERSION:
                 raise SchemaTooNew(
                     f"{self.path} has schema version {version}; this LoopKernel knows up to "
@@ -753,7 +852,10 @@ class SQLiteStore:
         target = Path(to)
         if target.exists():
             raise UsageError(f"{target} exists; export writes a new file")
+        if not target.parent.is_dir():
+            raise UsageError(f"no directory {target.parent} for the export {target}")
         self._run_row(self._conn, run_id)
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         dest = sqlite3.connect(target, isolation_level=None)
         try:
             self._conn.backup(dest)

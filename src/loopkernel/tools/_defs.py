@@ -12,6 +12,7 @@
           "inputSchema":  {"type": "object", ...},
           "outputSchema": {"type": "object", ...},
           "retry": {"attempts": 3, "backoff": 0.5, "maxBackoff": 5}     optional
+          "keepSecrets": ["token_count"]     optional: result paths never redacted
         }
       ]
     }
@@ -25,6 +26,10 @@ handler out of disk; see ``docs/tools.md``): how many sends in all, and the back
 between them (doubling up to ``maxBackoff``). Without it, a ``read_only`` or
 ``idempotent`` tool gets ``DEFAULT_RETRY``; an ``irreversible`` tool is sent once and
 may not declare more.
+
+A tool's result is redacted before it is journaled (``loopkernel.evidence.redact``:
+secret-looking keys and credential-shaped text become ``[redacted:HASH]``);
+``keepSecrets`` lists the result paths (``"a"``, ``"a.b"``) this tool opts out for.
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ EFFECTS: frozenset[str] = frozenset(get_args(Effect))
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 _TOOL_KEYS = frozenset({"name", "description", "effect", "inputSchema", "outputSchema"})
-_OPTIONAL_KEYS = frozenset({"retry"})
+_OPTIONAL_KEYS = frozenset({"retry", "keepSecrets"})
 _RETRY_KEYS = frozenset({"attempts", "backoff", "maxBackoff"})
 
 
@@ -115,6 +120,8 @@ class ToolDef:
     """``read_only``, ``idempotent`` or ``irreversible``; the policy hook sees it."""
     retry: RetryPolicy | None = None
     """The declared retry policy; ``None``: the default for the effect (``retry_policy``)."""
+    keep_secrets: tuple[str, ...] = ()
+    """Result paths (``"a"``, ``"a.b"``) left out of redaction: the tool's opt-out."""
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -135,6 +142,8 @@ class ToolDef:
             out["outputSchema"] = dict(self.output_schema)
         if self.retry is not None:
             out["retry"] = self.retry.to_json()
+        if self.keep_secrets:
+            out["keepSecrets"] = list(self.keep_secrets)
         return out
 
 
@@ -234,6 +243,9 @@ def _parse_tool(raw: JSON, bad: Callable[[str], UsageError]) -> ToolDef:
         if problem:
             raise bad(f"{name}: {key} {problem}")
         schemas.append(schema)
+    keep = raw.get("keepSecrets", [])
+    if not isinstance(keep, list) or not all(isinstance(k, str) and k for k in keep):
+        raise bad(f"{name}: keepSecrets must be a list of result paths like \"a.b\"")
     return ToolDef(
         name=name,
         description=description,
@@ -241,6 +253,7 @@ def _parse_tool(raw: JSON, bad: Callable[[str], UsageError]) -> ToolDef:
         input_schema=schemas[0],
         output_schema=schemas[1],
         retry=_parse_retry(name, effect, raw.get("retry"), bad),
+        keep_secrets=tuple(keep),
     )
 
 

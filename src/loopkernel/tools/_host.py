@@ -50,6 +50,7 @@ from loopkernel._jsonl import append_line, dump_line, load_lines
 from loopkernel.errors import UsageError
 from loopkernel.graph import JSON
 from loopkernel.tools._defs import ToolDef, ToolDefs, load_tool_defs
+from loopkernel.tools._extra import require_mcp
 from loopkernel.tools._schema import Validator, compile_schema, json_problem
 
 if TYPE_CHECKING:
@@ -259,6 +260,11 @@ class ToolHost:
 
     def run(self) -> None:
         """Serve over this process's stdin/stdout until stdin closes (``python -m ...``)."""
+        try:
+            require_mcp()
+        except UsageError as exc:  # a server has no caller to raise to: one line, exit 2
+            print(f"{self.defs.name}: {exc}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from None
         import anyio
 
         self.check_complete()

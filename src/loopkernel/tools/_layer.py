@@ -46,12 +46,14 @@ from loopkernel.errors import (
     ToolUnavailable,
     UsageError,
 )
+from loopkernel.evidence import redact, redact_text
 from loopkernel.executor._context import NeedsApproval, TaskContext
 from loopkernel.executor._crash import crashpoint
 from loopkernel.graph import JSON
 from loopkernel.ids import RunId, TaskId
 from loopkernel.store import EffectRecord, Store
 from loopkernel.tools._defs import NO_RETRY, Effect, RetryPolicy, ToolDef
+from loopkernel.tools._extra import require_mcp
 from loopkernel.tools._schema import SchemaCache, canonical_json, json_problem
 from loopkernel.tools._source import SourceSession, ToolSource, check_arguments
 
@@ -117,6 +119,12 @@ RestartHook: TypeAlias = Callable[[str, str], Awaitable[None] | None]
 """``on_restart(source_name, reason)``, awaited before the dead server is restarted."""
 
 
+def _redacted_error(err: ToolError) -> ToolError:
+    """``err`` with credential-shaped text in its message and string attributes redacted."""
+    attrs = {k: redact_text(v) if isinstance(v, str) else v for k, v in err.attrs.items()}
+    return type(err)(redact_text(err.message), **attrs)
+
+
 def idempotency_key(run_id: str, task_id: str, index: int) -> str:
     """The key of the ``index``-th tool call of a task: the same in every execution."""
     return f"{run_id}/{task_id}/{index}"
@@ -178,7 +186,12 @@ class ToolLayer:
         on_restart: RestartHook | None = None,
         default_retry: RetryPolicy | None = None,
         retries: Mapping[str, RetryPolicy] | None = None,
+        redact_secrets: bool = True,
     ) -> None:
+        require_mcp()
+        self.redact_secrets = redact_secrets
+        """Redact secrets in results and errors before they are journaled
+        (``loopkernel.evidence.redact``; a tool opts out per field with ``keepSecrets``)."""
         names = [s.name for s in sources]
         if len(set(names)) != len(names):
             raise UsageError(f"tool source names must be unique: {names}")
@@ -193,6 +206,9 @@ class ToolLayer:
         """The policy of a tool that declares none (``None``: ``DEFAULT_RETRY``)."""
         self.retries = dict(retries or {})
         """Per tool name, a policy that overrides the declared one."""
+        self.on_server: Callable[[str, str], None] | None = None
+        """``on_server(source_name, "starting" | "ready")`` around a server's start: a
+        progress view shows the second or so a server takes to start."""
         self.spawns = 0
         """Server processes started so far (restarts included)."""
         self.sent = 0
@@ -376,9 +392,12 @@ class ToolLayer:
                 if not is_transient(err):
                     if isinstance(err, ToolError):  # an answer: journaled, raised on replay
                         crashpoint("tool_returned")
+                        clean = _redacted_error(err) if self.redact_secrets else err
                         await self.store.finish_effect(
-                            run_id, key, status="failed", error=err.verdict()
+                            run_id, key, status="failed", error=clean.verdict()
                         )
+                        if clean is not err:
+                            raise clean from None
                     raise
                 # It may pass: the effect stays `intended` (nobody knows whether it
                 # happened) and the same key goes out again.
@@ -386,6 +405,8 @@ class ToolLayer:
                     raise _gave_up(err, tool, sent) from err
                 await asyncio.sleep(policy.delay(sent))
         crashpoint("tool_returned")
+        if self.redact_secrets:  # before it is journaled; the task sees what the journal keeps
+            value = redact(value, keep=tool.keep_secrets)
         await self.store.finish_effect(run_id, key, status="done", result=value)
         return value
 
@@ -469,11 +490,15 @@ class ToolLayer:
                     raise UsageError("the tool layer is closed")
                 session = SourceSession(slot.source, schemas=self._schemas)
                 self.spawns += 1
+                if self.on_server is not None:
+                    self.on_server(slot.source.name, "starting")
                 try:
                     await session.open()
                 except ToolUnavailable as err:
                     slot.failed = err
                     raise _again(err, tool) from None
+                if self.on_server is not None:
+                    self.on_server(slot.source.name, "ready")
                 slot.session = session
             return slot.session
 

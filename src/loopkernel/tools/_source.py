@@ -37,6 +37,7 @@ from loopkernel import telemetry
 from loopkernel.errors import ToolError, ToolTimeout, ToolUnavailable, UsageError
 from loopkernel.graph import JSON
 from loopkernel.tools._defs import EFFECTS, Effect, ToolDef, ToolDefs, effect_of, retry_of
+from loopkernel.tools._extra import require_mcp
 from loopkernel.tools._host import (
     EFFECT_META_KEY,
     ERROR_META_KEY,
@@ -189,6 +190,7 @@ class SourceSession:
         """Spawn the server, initialize, list its tools. ``ToolUnavailable`` when it cannot."""
         if self._task is not None:
             raise UsageError(f"session with {self.source.name!r} was already opened")
+        require_mcp()
         loop = asyncio.get_running_loop()
         self._ready = loop.create_future()
         self._closing = asyncio.Event()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from loopkernel import JSON, App, AppParts, Store, UsageError
+from loopkernel import JSON, App, AppParts, Param, Store, UsageError
 from loopkernel.policy import Policy
 from loopkernel.tools import ToolLayer, policy_hook
 from loopkernel_apps.looplab._loop import WORKERS, LooplabPlanner
@@ -67,6 +67,17 @@ app = App(
         "fault": "",
         "tool_timeout": 30.0,
         "inject": "",
+    },
+    parameters={
+        "scenario": Param(kind="str", choices=tuple(SCENARIOS)),
+        "policy": Param(kind="object"),
+        "act_delay": Param(kind="number", minimum=0, maximum=3600),
+        "slow_step": Param(
+            kind="int", minimum=1, maximum=max(len(steps) for steps in SCENARIOS.values())
+        ),
+        "fault": Param(kind="str", choices=FAULTS),
+        "tool_timeout": Param(kind="number", minimum=0.001, maximum=3600),
+        "inject": Param(kind="str", choices=("", "plan", "guard", "act", "verify", "record")),
     },
     scenarios={name: {} for name in SCENARIOS},
 )
