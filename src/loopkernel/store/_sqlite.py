@@ -244,9 +244,16 @@ class SQLiteStore:
     # -- connection ------------------------------------------------------------------------
 
     def _unavailable(self, exc: sqlite3.Error) -> Exception:
-        """``StoreUnavailable`` for a passing fault; any other SQLite error as it is."""
+        """``StoreUnavailable`` for a passing fault, ``NotADatabase`` for a file that cannot
+        be written (read-only, immutable); any other SQLite error as it is."""
         why = transient(exc)
         if why is None:
+            if (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF == 8:  # SQLITE_READONLY
+                return NotADatabase(
+                    f"{self.path} is not a usable LoopKernel database: read-only (LoopKernel "
+                    "needs to write to it and to its directory)",
+                    path=str(self.path),
+                )
             return exc
         return StoreUnavailable(
             f"SQLite {self.path}: {why} ({' '.join(str(exc).split())})",
@@ -304,7 +311,9 @@ class SQLiteStore:
                     f"{self.path} has a damaged meta table (schema_version {version})",
                     path=str(self.path),
                 )
-            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            if db.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
+                # Only when it differs: an open writes nothing (a full disk still reads).
+                db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             if version > SCHEMA_VERSION:
                 raise SchemaTooNew(
                     f"{self.path} has schema version {version}; this LoopKernel knows up to "
