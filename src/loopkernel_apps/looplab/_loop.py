@@ -13,6 +13,8 @@ again (after a crash or an approval), so the record holds it once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from loopkernel import JSON, At, Flow, Step, TaskContext, TaskState
 from loopkernel.planner import for_each, retry
 from loopkernel.policy import BudgetExceeded, Policy, ToolCall, TripwireFired
@@ -29,6 +31,9 @@ def planner(policy: Policy) -> Flow:
         acts = [t for t in at.snapshot.in_state(TaskState.SUCCEEDED) if t.skill == "act"]
         return round(sum(float(t.result["cost_usd"]) for t in acts), 6)
 
+    def guard(at: At) -> JSON:
+        return {"index": at.index, "plan": at.prev.result, "spent_usd": spent(at)}
+
     def act(at: At) -> JSON:
         guard = at.result("guard")
         return {
@@ -41,41 +46,23 @@ def planner(policy: Policy) -> Flow:
             "guard": at.id("guard"),
         }
 
-    def verify(at: At) -> JSON:
-        return {
-            "index": at.index,
-            "step": at.prev.input["step"],
-            "attempt": at.attempt,
-            "guard": at.prev.input["guard"],
-        }
+    def carry(*keys: str) -> Callable[[At], JSON]:
+        """These fields of the previous task's input."""
+        return lambda at: {key: at.prev.input[key] for key in keys}
 
     return Flow(
         Step("load"),
         for_each(
             lambda at: at.result("load")["steps"],
             Step("plan", input=lambda at: {"index": at.index, "step": at.item}),
-            Step(
-                "guard",
-                input=lambda at: {
-                    "index": at.index,
-                    "plan": at.prev.result,
-                    "spent_usd": spent(at),
-                },
-            ),
+            Step("guard", input=guard),
             retry(
                 Step("act", input=act),
-                Step("verify", input=verify),
+                Step("verify", input=carry("index", "step", "attempt", "guard")),
                 until=lambda at: at.prev.result["passed"],
                 max=policy.tripwires.verify_stuck_after or 100,
             ),
-            Step(
-                "record",
-                input=lambda at: {
-                    "index": at.index,
-                    "step": at.prev.input["step"],
-                    "attempt": at.prev.input["attempt"],
-                },
-            ),
+            Step("record", input=carry("index", "step", "attempt")),
         ),
         verdict=lambda at: {"steps_done": len(at.result("load")["steps"]), "spent_usd": spent(at)},
     )
