@@ -60,6 +60,7 @@ def planner(policy: Policy) -> Flow:
                 Step("act", input=act),
                 Step("verify", input=carry("index", "step", "attempt", "guard")),
                 until=lambda at: at.prev.result["passed"],
+                # the policy's verify_stuck tripwire (in the verify skill) stops it first
                 max=policy.tripwires.verify_stuck_after or 100,
             ),
             Step("record", input=carry("index", "step", "attempt")),
@@ -106,15 +107,9 @@ async def guard(ctx: TaskContext) -> JSON:
     _inject(ctx, "guard")
     plan, spent_usd = ctx.input["plan"], float(ctx.input["spent_usd"])
     policy = _policy(ctx)
-    call = ToolCall(
-        tool=plan["tool"],
-        effect=TOOL_EFFECT[plan["tool"]],
-        arguments={"cost_usd": plan["price_usd"]},
-        run_id=ctx.run_id,
-        task_id=ctx.task_id,
-    )
+    call = ToolCall(tool=plan["tool"], effect=TOOL_EFFECT[plan["tool"]])
     try:
-        policy.budget.check_spend(spent_usd, policy.price(call.arguments))
+        policy.budget.check_spend(spent_usd, float(plan["price_usd"]))
         approval = policy.approval_reason(call)
     except (BudgetExceeded, TripwireFired) as exc:
         await _escalate(ctx, f"step {plan['index']} ({plan['step']})", exc)
