@@ -173,7 +173,8 @@ def _bound(what: str, max: int) -> int:
     return max
 
 
-def task_id(name: str, counters: Sequence[int]) -> str:
+def _task_id(name: str, counters: Sequence[int]) -> str:
+    """``name``, then ``:`` and the loop counters: ``act:2.3``."""
     return f"{name}:{'.'.join(map(str, counters))}" if counters else name
 
 
@@ -191,7 +192,7 @@ class At:
         self._flow = flow
         self.snapshot = snapshot
         """The run as it is now."""
-        self.loops = loops
+        self._loops = loops
         self.counters = counters
         """The counters of the loops around this place, outermost first."""
         self._prev = prev
@@ -222,9 +223,9 @@ class At:
     def item(self) -> JSON:
         """The innermost ``for_each``'s current item."""
         depth = self._depth(_ForEach, "for_each")
-        loop = self.loops[depth]
+        loop = self._loops[depth]
         assert isinstance(loop, _ForEach)
-        outside = self._moved(self.loops[:depth], self.counters[:depth])
+        outside = self._moved(self._loops[:depth], self.counters[:depth])
         return loop.items(outside)[self.counters[depth] - 1]
 
     def id(self, name: str) -> str:
@@ -232,18 +233,21 @@ class At:
         step inside a loop this place is not in, its latest task."""
         loops = self._flow._loops_of(name)
         shared = 0
-        while shared < min(len(loops), len(self.loops)) and loops[shared] is self.loops[shared]:
+        while shared < min(len(loops), len(self._loops)) and loops[shared] is self._loops[shared]:
             shared += 1
         if shared == len(loops):
-            return task_id(name, self.counters[:shared])
+            return _task_id(name, self.counters[:shared])
         best: tuple[int, ...] | None = None
         for tid in self.snapshot.tasks:
             found = self._flow._place(tid)
-            if found and found[0].name == name and found[1][:shared] == self.counters[:shared]:
-                best = max(best or found[1], found[1])
+            if found is None or found[0].name != name:
+                continue
+            counters = found[1]
+            if counters[:shared] == self.counters[:shared] and (best is None or counters > best):
+                best = counters
         if best is None:
             raise UsageError(f"step {name!r} has no task here yet")
-        return task_id(name, best)
+        return _task_id(name, best)
 
     def task(self, name: str) -> Task:
         """The task of step ``name`` (see ``id``)."""
@@ -258,8 +262,8 @@ class At:
         return self.task(name).result
 
     def _depth(self, kind: type, what: str) -> int:
-        for depth in range(len(self.loops) - 1, -1, -1):
-            if isinstance(self.loops[depth], kind):
+        for depth in range(len(self._loops) - 1, -1, -1):
+            if isinstance(self._loops[depth], kind):
                 return depth
         raise UsageError(f"this place is not inside a {what}")
 
@@ -378,9 +382,9 @@ class Flow(BasePlanner):
             case _ForEach(items=items, body=body):
                 if not items(at):
                     return self._next(node, at, after)
-                return self._enter(body[0], at._moved((*at.loops, node), (*at.counters, 1)), after)
+                return self._enter(body[0], at._moved((*at._loops, node), (*at.counters, 1)), after)
             case _Loop(body=body):
-                return self._enter(body[0], at._moved((*at.loops, node), (*at.counters, 1)), after)
+                return self._enter(body[0], at._moved((*at._loops, node), (*at.counters, 1)), after)
             case _Quorum(of=members):
                 patch = GraphPatch()
                 for member in members:
@@ -398,7 +402,7 @@ class Flow(BasePlanner):
         """``node`` is done (its last tasks are ``after``): go on to what follows it."""
         container, i = self._where[id(node)]
         if isinstance(container, _Loop) and container.kind == "repeat" and container.until(at):
-            return self._next(container, at._moved(at.loops[:-1], at.counters[:-1]), after)
+            return self._next(container, at._moved(at._loops[:-1], at.counters[:-1]), after)
         assert not isinstance(container, _Quorum)
         if i + 1 < len(container.body):
             return self._enter(container.body[i + 1], at, after)
@@ -406,21 +410,21 @@ class Flow(BasePlanner):
             case Flow():
                 return GraphPatch().finish("succeeded", self.verdict(at) if self.verdict else None)
             case _ForEach(items=items, body=body):
-                outside = at._moved(at.loops[:-1], at.counters[:-1])
+                outside = at._moved(at._loops[:-1], at.counters[:-1])
                 n = at.counters[-1]
                 if n < len(items(outside)):
                     return self._enter(
-                        body[0], at._moved(at.loops, (*outside.counters, n + 1)), after
+                        body[0], at._moved(at._loops, (*outside.counters, n + 1)), after
                     )
                 return self._next(container, outside, after)
             case _Loop(body=body, until=until, max=bound, kind=kind):
-                outside = at._moved(at.loops[:-1], at.counters[:-1])
+                outside = at._moved(at._loops[:-1], at.counters[:-1])
                 n = at.counters[-1]
                 if kind == "retry" and until(at):
                     return self._next(container, outside, after)
                 if n < bound:
                     return self._enter(
-                        body[0], at._moved(at.loops, (*outside.counters, n + 1)), after
+                        body[0], at._moved(at._loops, (*outside.counters, n + 1)), after
                     )
                 if kind == "repeat":
                     return self._next(container, outside, after)
@@ -435,7 +439,7 @@ class Flow(BasePlanner):
 
     def _add(self, patch: GraphPatch, step: Step, at: At, after: Sequence[str]) -> GraphPatch:
         spec = TaskSpec(
-            task_id=task_id(step.name, at.counters),
+            task_id=_task_id(step.name, at.counters),
             skill=step.skill,
             input=step.input(at) if callable(step.input) else step.input,
             evidence_scope=step.evidence_scope,
@@ -478,4 +482,4 @@ class Flow(BasePlanner):
         return self._loops[name]
 
     def _member(self, snapshot: Snapshot, step: Step, counters: tuple[int, ...]) -> Task | None:
-        return snapshot.get(task_id(step.name, counters))
+        return snapshot.get(_task_id(step.name, counters))
