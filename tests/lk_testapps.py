@@ -87,3 +87,16 @@ restart = App(
     build=_restart,
     defaults={"marker": ""},
 )
+
+
+def _unregistered(params: Mapping[str, Any]) -> AppParts:
+    from loopkernel.planner import Flow, Step
+
+    return AppParts(planner=Flow(Step("fetch"), Step("parse")), workers={"fetch": step})
+
+
+unregistered = App(
+    name="lk_testapps:unregistered",
+    description="a flow that names a skill its worker registry lacks",
+    build=_unregistered,
+)

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from lk_helpers import LOOPKERNEL, cli_env
 from loopkernel import (
     AppParts,
     Event,
@@ -447,3 +449,27 @@ def test_a_flow_runs_on_the_kernel_end_to_end(tmp_path: Path) -> None:
     assert (outcome.status.value, outcome.verdict) == ("succeeded", 20)
     per_item = ["act:{}.1", "check:{}.1", "act:{}.2", "check:{}.2"]
     assert calls == ["load"] + [c.format(i) for i in (1, 2) for c in per_item]
+
+
+def test_the_cli_refuses_a_flow_naming_an_unregistered_skill_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.db"
+    out = subprocess.run(
+        [*LOOPKERNEL, "--db", str(db), "run", "lk_testapps:unregistered"],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2, out.stderr
+    assert "nobody registered: parse (registered: fetch)" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    listed = subprocess.run(
+        [*LOOPKERNEL, "--db", str(db), "runs"],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (listed.returncode, listed.stdout) == (0, "")  # no run was written
