@@ -341,6 +341,10 @@ def test_a_task_the_flow_did_not_add_is_answered_with_the_empty_patch() -> None:
         (lambda: quorum(1, of=[]), "needs a non-empty list of Step"),
         (lambda: gate(Step("a"), reason=""), "give the reason"),
         (lambda: Flow(), "Flow() needs at least one step"),
+        (lambda: retry(Step("a"), until=True, max=2), "retry(): until must be a function of at"),
+        (lambda: for_each([1, 2], Step("a")), "for_each(): items must be a function of at"),
+        (lambda: guard("no"), "guard(): check must be a function of at"),
+        (lambda: Flow(Step("a"), verdict=6), "Flow(): verdict must be a function of at"),
     ],
 )
 def test_planner_mistakes_are_usage_errors_at_construction(build: Any, message: str) -> None:

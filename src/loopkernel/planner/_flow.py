@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import KW_ONLY, dataclass, replace
-from typing import Literal, TypeAlias, assert_never
+from typing import Literal, TypeAlias, TypeVar, assert_never
 
 from loopkernel.errors import UsageError
 from loopkernel.graph import JSON, TERMINAL_TASK, Event, GraphPatch, Task, TaskSpec, TaskState
@@ -53,6 +53,8 @@ __all__ = [
 ]
 
 MAX_NAME = 100
+
+_F = TypeVar("_F", bound=Callable[..., object])
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -117,7 +119,7 @@ def for_each(items: Callable[[At], Sequence[JSON]], *body: Node) -> Node:
     ``items`` is asked again whenever the flow needs it, so it must read only results that
     no longer change (those of steps before the loop). An empty list skips the loop.
     """
-    return _ForEach(items=items, body=_body("for_each", body))
+    return _ForEach(items=_callable("for_each", "items", items), body=_body("for_each", body))
 
 
 def retry(*body: Node, until: Callable[[At], bool], max: int) -> Node:
@@ -125,6 +127,7 @@ def retry(*body: Node, until: Callable[[At], bool], max: int) -> Node:
     that step's task). Not yet: run it again, after it, at most ``max`` attempts in all;
     then the run stops ``escalated`` (``retries_exhausted``). ``at.attempt`` counts from 1.
     """
+    until = _callable("retry", "until", until)
     return _Loop(body=_body("retry", body), until=until, max=_bound("retry", max), kind="retry")
 
 
@@ -132,6 +135,7 @@ def repeat(*body: Node, until: Callable[[At], bool], max: int) -> Node:
     """Rounds of ``body``: after each step, ``until(at)`` may end the loop; after ``max``
     rounds it ends anyway and the flow goes on (a bound, not a failure). ``at.attempt`` is
     the round, from 1. The shape of a bounded plan-and-act loop."""
+    until = _callable("repeat", "until", until)
     return _Loop(body=_body("repeat", body), until=until, max=_bound("repeat", max), kind="repeat")
 
 
@@ -158,7 +162,13 @@ def gate(step: Step, reason: str) -> Step:
 def guard(check: Callable[[At], str | None]) -> Node:
     """A check before what follows: ``check(at)`` returns ``None`` to go on, or a reason,
     and the run stops ``escalated`` with it before the next step is added."""
-    return _Guard(check=check)
+    return _Guard(check=_callable("guard", "check", check))
+
+
+def _callable(what: str, name: str, fn: _F) -> _F:
+    if not callable(fn):
+        raise UsageError(f"{what}(): {name} must be a function of at, not {fn!r}")
+    return fn
 
 
 def _body(what: str, body: tuple[Node, ...]) -> tuple[Node, ...]:
@@ -286,6 +296,8 @@ class Flow(BasePlanner):
     def __init__(self, *nodes: Node, verdict: Callable[[At], JSON] | None = None) -> None:
         if not nodes:
             raise UsageError("Flow() needs at least one step")
+        if verdict is not None:
+            _callable("Flow", "verdict", verdict)
         self.body: tuple[Node, ...] = nodes
         self.verdict = verdict
         self._steps: dict[str, Step] = {}
