@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from lk_helpers import LOOPKERNEL, cli_env
+from lk_looplab import DIGESTS
 from loopkernel import (
     AppParts,
     Event,
@@ -30,6 +31,8 @@ from loopkernel import (
 from loopkernel.graph import GraphState, validate
 from loopkernel.ids import RunId, TaskId
 from loopkernel.planner import At, Flow, Step, for_each, gate, guard, quorum, repeat, retry
+from loopkernel.policy import Policy
+from loopkernel_apps.looplab._loop import planner as looplab_planner
 from loopkernel_apps.speculation import planner as speculation_planner
 
 GOLDEN = Path(__file__).parent.parent / "golden"
@@ -414,6 +417,51 @@ def test_the_speculation_flow_reproduces_the_recorded_patches_op_for_op() -> Non
         if record["planner"] == "planner":
             assert patch.to_json() == record["ops"], f"event {e['seq']}"
         state.apply(validate(state, GraphPatch.from_json(record["ops"]), flow.skills))
+
+
+LOOPLAB = json.loads((GOLDEN / "looplab_v1.json").read_text())
+"""Runs of looplab recorded with its hand-written planner (LoopKernel 0.1, before the flow):
+params, journal, every task's final state, and the patch that answered each event."""
+
+
+@pytest.mark.parametrize("name", sorted(LOOPLAB))
+def test_the_looplab_flow_answers_the_hand_written_planners_journal_with_its_patches(
+    name: str,
+) -> None:
+    rec = LOOPLAB[name]
+    if name in DIGESTS:
+        assert rec["digest"] == DIGESTS[name]  # the recording is of the runs the tests pin
+    flow = looplab_planner(Policy.from_json(rec["params"]["policy"]))
+    state = GraphState(run_id=RunId(name), app="looplab", params=rec["params"])
+    events = {e["seq"]: e for e in rec["journal"]}
+    compared = 0
+    for record in rec["patches"]:
+        e = events[record["event_seq"]]
+        if e["task_id"] is not None and e["kind"] != "human_input":
+            tid = TaskId(e["task_id"])
+            final = rec["results"][tid]
+            new = {
+                "task_completed": {"state": TaskState.SUCCEEDED, "result": final["result"]},
+                "task_failed": {"state": TaskState.FAILED, "error": final["error"]},
+                "tripwire": {"state": TaskState.FAILED, "error": final["error"]},
+                "approval_required": {"state": TaskState.WAITING, "wait_epoch": 1},
+            }[e["kind"]]
+            state.tasks[tid] = replace(state.tasks[tid], done_seq=e["seq"], **new)
+        event = Event(
+            run_id=state.run_id,
+            seq=e["seq"],
+            kind=EventKind(e["kind"]),
+            task_id=e["task_id"],
+            data=e["data"],
+        )
+        if record["planner"] == "planner":
+            patch = flow.plan(state, event)
+            assert isinstance(patch, GraphPatch)
+            assert patch.to_json() == record["ops"], f"{name}: event {e['seq']}"
+            compared += 1
+        state.apply(validate(state, GraphPatch.from_json(record["ops"]), flow.skills))
+    assert state.status.value == rec["status"]
+    assert compared >= 8
 
 
 def test_a_flow_runs_on_the_kernel_end_to_end(tmp_path: Path) -> None:
