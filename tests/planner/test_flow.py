@@ -205,6 +205,17 @@ def test_repeat_is_a_bounded_plan_and_act_loop_that_may_end_after_any_step() -> 
     ]
 
 
+def test_at_tasks_lists_every_round_of_a_step_after_its_loop() -> None:
+    flow = Flow(
+        repeat(Step("act", input=lambda at: at.attempt), until=lambda at: False, max=3),
+        Step("report", input=lambda at: [t.result for t in at.tasks("act")]),
+    )
+    sim = Sim(flow)
+    for k in (1, 2, 3):
+        sim.done(f"act:{k}", f"found {k}")
+    assert sim.last.ops[0].task.input == ["found 1", "found 2", "found 3"]  # type: ignore[union-attr]
+
+
 def test_repeat_goes_on_after_its_last_round_instead_of_failing() -> None:
     flow = Flow(repeat(Step("plan"), until=lambda at: False, max=2), Step("report"))
     sim = Sim(flow)

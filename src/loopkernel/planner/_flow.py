@@ -241,23 +241,33 @@ class At:
     def id(self, name: str) -> str:
         """The task id of step ``name`` as seen from here: in the same iteration, and for a
         step inside a loop this place is not in, its latest task."""
+        loops, shared = self._shared(name)
+        if shared == len(loops):
+            return _task_id(name, self.counters[:shared])
+        found = self.tasks(name)
+        if not found:
+            raise UsageError(f"step {name!r} has no task here yet")
+        return found[-1].task_id
+
+    def tasks(self, name: str) -> list[Task]:
+        """Every task of step ``name`` seen from here, in loop order: one per iteration,
+        attempt or round of the loops around it that this place is not in (every round's
+        ``act`` after a ``repeat``), or the one task ``id`` names."""
+        _, shared = self._shared(name)
+        found: list[tuple[tuple[int, ...], Task]] = []
+        for tid, task in self.snapshot.tasks.items():
+            place = self._flow._place(tid)
+            if place and place[0].name == name and place[1][:shared] == self.counters[:shared]:
+                found.append((place[1], task))
+        return [task for _, task in sorted(found, key=lambda pair: pair[0])]
+
+    def _shared(self, name: str) -> tuple[tuple[_ForEach | _Loop, ...], int]:
+        """Step ``name``'s loops, and how many of the outermost this place is inside too."""
         loops = self._flow._loops_of(name)
         shared = 0
         while shared < min(len(loops), len(self._loops)) and loops[shared] is self._loops[shared]:
             shared += 1
-        if shared == len(loops):
-            return _task_id(name, self.counters[:shared])
-        best: tuple[int, ...] | None = None
-        for tid in self.snapshot.tasks:
-            found = self._flow._place(tid)
-            if found is None or found[0].name != name:
-                continue
-            counters = found[1]
-            if counters[:shared] == self.counters[:shared] and (best is None or counters > best):
-                best = counters
-        if best is None:
-            raise UsageError(f"step {name!r} has no task here yet")
-        return _task_id(name, best)
+        return loops, shared
 
     def task(self, name: str) -> Task:
         """The task of step ``name`` (see ``id``)."""
