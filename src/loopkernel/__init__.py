@@ -39,7 +39,7 @@ from loopkernel.graph import (
     TaskState,
 )
 from loopkernel.ids import RunId, TaskId
-from loopkernel.planner import BasePlanner, Planner, Snapshot
+from loopkernel.planner import At, BasePlanner, Flow, Planner, Snapshot, Step
 from loopkernel.store import SQLiteStore, Store, open_store
 
 __version__ = "0.1.0"
@@ -50,9 +50,11 @@ __all__ = [
     "App",
     "AppParts",
     "ApprovalRefused",
+    "At",
     "BasePlanner",
     "Event",
     "EventKind",
+    "Flow",
     "GraphPatch",
     "Kernel",
     "LoopKernelError",
@@ -67,6 +69,7 @@ __all__ = [
     "SQLiteStore",
     "Snapshot",
     "StartedRun",
+    "Step",
     "Store",
     "Task",
     "TaskContext",

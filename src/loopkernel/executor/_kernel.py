@@ -62,7 +62,7 @@ from loopkernel.graph import (
     validate,
 )
 from loopkernel.ids import RunId, TaskId, check_id, new_run_id
-from loopkernel.planner import Planner, Snapshot
+from loopkernel.planner import Flow, Planner, Snapshot
 from loopkernel.store import NewEvent, PatchRecord, Store, digest_of
 
 if TYPE_CHECKING:
@@ -147,6 +147,8 @@ class Kernel:
         self.store = store
         self.planner = planner
         self.workers = dict(workers)
+        if isinstance(planner, Flow):
+            planner.check_workers(self.workers)
         self.tools = tools
         self.max_concurrency = max_concurrency
         self.poll_interval = poll_interval

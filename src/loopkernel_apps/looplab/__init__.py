@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from loopkernel import JSON, App, AppParts, Param, Store, UsageError
 from loopkernel.policy import Policy
 from loopkernel.tools import ToolLayer, policy_hook
-from loopkernel_apps.looplab._loop import WORKERS, LooplabPlanner
+from loopkernel_apps.looplab._loop import WORKERS, planner
 from loopkernel_apps.looplab.scenarios import EXPECTED, POLICY, SCENARIOS
 from loopkernel_apps.looplab.tools import data_dir, tool_source
 
@@ -27,7 +27,6 @@ __all__ = [
     "POLICY",
     "SCENARIOS",
     "WORKERS",
-    "LooplabPlanner",
     "app",
     "data_dir",
     "tool_source",
@@ -48,7 +47,7 @@ def build(params: Mapping[str, JSON]) -> AppParts:
         return ToolLayer(store, [source], policy_hook=policy_hook(policy, store))
 
     return AppParts(
-        planner=LooplabPlanner(),
+        planner=planner(policy),
         workers=WORKERS,
         tool_layer=layer,
         guard=policy.guard(),
