@@ -267,12 +267,12 @@ def _image_pull(
         )
         yield Finding(
             detector="image_pull", pod=name, container=c, text=text, quote=quote,
-            identifiers=(name, image), refs=_refs(ev_ref if registry_msg else ref, ref),
+            identifiers=(name, image), refs=_refs(*_same(events, {"message": registry_msg}), ev_ref, ref),
             extra={"image": image, "reason": waiting["reason"]},
         )  # fmt: skip
 
 
-_INSUFFICIENT = re.compile(r"Insufficient ([\w./-]+)")
+_INSUFFICIENT = re.compile(r"Insufficient ([\w/-]+(?:\.[\w/-]+)*)")
 
 
 def _unschedulable(
@@ -302,7 +302,8 @@ def _unschedulable(
     quote = f"Insufficient {resources[0]}" if resources else message[:80]
     yield Finding(
         detector="unschedulable", pod=name, container=None, text=text, quote=quote,
-        identifiers=(name,), refs=_refs(msg_ref, ref), weight=count,
+        identifiers=(name,), refs=_refs(msg_ref, *_same(events, {"message": message}), ref),
+        weight=count,
         extra={"message": message, "requests": requests, "resources": resources},
     )  # fmt: skip
 
@@ -331,9 +332,15 @@ def _probe_failure(
         )
         yield Finding(
             detector="probe_failure", pod=name, container=c, text=text,
-            quote=msg.strip()[:200], identifiers=(name,), refs=_refs(item["ref"], ref),
+            quote=msg.strip()[:200], identifiers=(name,),
+            refs=_refs(*_same(events, ev), ref),
             weight=count, extra={"probe": m.group(1).lower(), "spec": how},
         )  # fmt: skip
+
+
+def _same(events: list[dict[str, Any]], ev: dict[str, Any]) -> list[str | None]:
+    """The refs of every item holding an event with this message (describe and events)."""
+    return [i["ref"] for i in events if i["event"].get("message") == ev.get("message")]
 
 
 def _describe_probe(probe: dict[str, Any]) -> str:
@@ -425,7 +432,7 @@ def _log_detectors(
             )
             yield Finding(
                 detector="missing_env", pod=name, container=c, text=text, quote=line.strip(),
-                identifiers=(var,), refs=_refs(ref, pod_ref), extra={"variable": var, "log": which},
+                identifiers=(var,), refs=_refs(ref), extra={"variable": var, "log": which},
             )  # fmt: skip
     found = _first(_DNS, lines)
     if found is not None:
@@ -488,13 +495,13 @@ def _crash_reason(
         return
     code = int(term.get("exitCode", 0))
     text = (
-        f"Container {c} of pod {name} exited with code {code} "
-        f"({term.get('reason', 'Error')}); the decisive line of its "
+        f"Container {c} of pod {name} exited (exit code {code}, "
+        f"{term.get('reason', 'Error')}); the decisive line of its "
         f"{'previous' if log.get('previous') else 'current'} log: {decisive.strip()!r}"
     )
     yield Finding(
         detector="crash_log_reason", pod=name, container=c, text=text, quote=decisive.strip(),
-        identifiers=(), refs=_refs(log["ref"], pod_ref), weight=int(cs.get("restartCount", 0)),
+        identifiers=(name, c, f"exit code {code}"), refs=_refs(log["ref"], pod_ref), weight=int(cs.get("restartCount", 0)),
         extra={"exit_code": code, "exit_code_ref": pod_ref},
     )  # fmt: skip
 
