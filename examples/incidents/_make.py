@@ -136,7 +136,9 @@ class Cluster:
             current = rev == revision
             h = hashlib.sha256(f"{name}{rev}".encode()).hexdigest()[:10]
             rs = f"{name}-{h[:9]}"
-            image_note = containers[0]["image"] if current else (previous_image or containers[0]["image"])
+            image_note = (
+                containers[0]["image"] if current else (previous_image or containers[0]["image"])
+            )
             tmpl = json.loads(json.dumps(template))
             tmpl["spec"]["containers"][0]["image"] = image_note
             self.add(
@@ -306,7 +308,12 @@ _KINDS = {
 
 def _write(path: Path, kind: str, items: list[dict[str, Any]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": "48213"}, "items": items}
+    doc = {
+        "kind": kind,
+        "apiVersion": "v1",
+        "metadata": {"resourceVersion": "48213"},
+        "items": items,
+    }
     path.write_text(json.dumps(doc, indent=4) + "\n")
 
 
@@ -480,11 +487,15 @@ def _image(k: Cluster) -> None:
     k.healthy("api")
     image = "registry.example.com/shop/web:2.4.1"
     c = container("web", image)
-    rs, rs_uid = k.deployment("web", [c], replicas=2, ready=0, previous_image="registry.example.com/shop/web:2.4.0")
+    rs, rs_uid = k.deployment(
+        "web", [c], replicas=2, ready=0, previous_image="registry.example.com/shop/web:2.4.0"
+    )
     name = podname(rs)
     s = running("web", image, ready=False)
     s["started"] = False
-    s["state"] = {"waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'}}
+    s["state"] = {
+        "waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'}
+    }
     s.pop("imageID")
     pod = k.pod(name, [c], [s], owner=("ReplicaSet", rs, rs_uid), phase="Pending")
     k.log(name, "web", [])
@@ -533,7 +544,10 @@ def _env(k: Cluster) -> None:
         "    raise KeyError(key) from None",
         "KeyError: 'DATABASE_URL'",
     ]
-    env = [{"name": "LOG_LEVEL", "value": "info"}, {"name": "CHECKOUT_DB_PASSWORD", "value": SECRET}]
+    env = [
+        {"name": "LOG_LEVEL", "value": "info"},
+        {"name": "CHECKOUT_DB_PASSWORD", "value": SECRET},
+    ]
     crashing_deployment(k, "checkout", "registry.example.com/shop/checkout:4.0.0", restarts=9,
                         last=terminated("Error", 1), previous_log=prev, env=env)  # fmt: skip
 
@@ -651,7 +665,7 @@ def _stale(k: Cluster) -> None:
     k.healthy("frontend")
     prev = noise("search", 25, "sr") + [
         "2026-11-30T09:18:40.010Z INFO loading /etc/search/search.toml",
-        "2026-11-30T09:18:40.012Z FATAL failed to parse config: toml: line 7 (last key \"index.shards\"): expected integer, found string \"four\"",
+        '2026-11-30T09:18:40.012Z FATAL failed to parse config: toml: line 7 (last key "index.shards"): expected integer, found string "four"',
     ]
     pod = crashing_deployment(k, "search", "registry.example.com/shop/search:3.3.0", restarts=5,
                               last=terminated("Error", 1), previous_log=prev)  # fmt: skip

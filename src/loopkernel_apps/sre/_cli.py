@@ -86,10 +86,8 @@ async def cmd_investigate(args: argparse.Namespace) -> int:
     from loopkernel import RunStatus, UsageError
     from loopkernel.cli import EXIT_CODES, Progress
     from loopkernel.client import Client
-    from loopkernel_apps.sre._dump import load_dump
 
-    dump = Path(args.dump).resolve()
-    load_dump(dump).namespace(args.namespace)  # bad input: one line, exit 2, nothing written
+    dump = _check_dump(args.dump, args.namespace)
     overrides: dict[str, Any] = dict(args.set or [])
     for key in ("question", "dump", "namespace", "model"):
         if key in overrides:
@@ -114,6 +112,15 @@ async def cmd_investigate(args: argparse.Namespace) -> int:
         print(report["markdown"], end="")
     print(f"report digest {report['digest']} (run {outcome.run_id})", file=sys.stderr)
     return EXIT_CODES[outcome.status]
+
+
+def _check_dump(path: str, namespace: str) -> Path:
+    """The dump's absolute path; bad input is one line and exit 2, before anything is written."""
+    from loopkernel_apps.sre._dump import load_dump
+
+    dump = Path(path).resolve()
+    load_dump(dump).namespace(namespace)
+    return dump
 
 
 async def report_of(client: Any, run_id: str) -> dict[str, Any]:

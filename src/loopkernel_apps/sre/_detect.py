@@ -64,11 +64,41 @@ BASE_SCORE = {
 line the program wrote, and a specific log line beats the generic last fatal line."""
 
 COMMON_BINARIES = (
-    "python", "python3", "node", "java", "sh", "bash", "nginx", "gunicorn", "uvicorn",
-    "npm", "yarn", "ruby", "bundle", "rails", "php", "php-fpm", "dotnet", "go", "perl",
-    "redis-server", "postgres", "mysqld", "envoy", "celery", "supervisord", "tini",
-    "dumb-init", "httpd", "caddy", "deno", "bun", "flask", "django-admin", "pip",
-)  # fmt: skip
+    "python",
+    "python3",
+    "node",
+    "java",
+    "sh",
+    "bash",
+    "nginx",
+    "gunicorn",
+    "uvicorn",
+    "npm",
+    "yarn",
+    "ruby",
+    "bundle",
+    "rails",
+    "php",
+    "php-fpm",
+    "dotnet",
+    "go",
+    "perl",
+    "redis-server",
+    "postgres",
+    "mysqld",
+    "envoy",
+    "celery",
+    "supervisord",
+    "tini",
+    "dumb-init",
+    "httpd",
+    "caddy",
+    "deno",
+    "bun",
+    "flask",
+    "django-admin",
+    "pip",
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -116,7 +146,9 @@ def _meta(obj: dict[str, Any]) -> dict[str, Any]:
 
 def _containers(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
     spec = pod.get("spec", {})
-    return {c.get("name", ""): c for c in spec.get("containers", []) + spec.get("initContainers", [])}
+    return {
+        c.get("name", ""): c for c in spec.get("containers", []) + spec.get("initContainers", [])
+    }
 
 
 def _statuses(pod: dict[str, Any]) -> list[dict[str, Any]]:
@@ -130,9 +162,7 @@ def _statuses(pod: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _event_time(ev: dict[str, Any]) -> str:
-    return str(
-        ev.get("lastTimestamp") or ev.get("eventTime") or ev.get("firstTimestamp") or ""
-    )
+    return str(ev.get("lastTimestamp") or ev.get("eventTime") or ev.get("firstTimestamp") or "")
 
 
 def _stale_reason(ev: dict[str, Any], pods: dict[str, dict[str, Any]]) -> str | None:
@@ -189,10 +219,16 @@ def _oomkilled(ref: str | None, pod: dict[str, Any]) -> Iterator[Finding]:
             )
             ids = (name, c, "OOMKilled") + ((str(limit),) if limit else ())
             yield Finding(
-                detector="oomkilled", pod=name, container=c, text=text, quote="OOMKilled",
-                identifiers=ids, refs=_refs(ref), weight=restarts,
+                detector="oomkilled",
+                pod=name,
+                container=c,
+                text=text,
+                quote="OOMKilled",
+                identifiers=ids,
+                refs=_refs(ref),
+                weight=restarts,
                 extra={"memory_limit": limit, "exit_code": code},
-            )  # fmt: skip
+            )
             break
 
 
@@ -221,11 +257,16 @@ def _command_not_found(ref: str | None, pod: dict[str, Any]) -> Iterator[Finding
                 f"executable {binary!r} not found in $PATH{hint}"
             )
             yield Finding(
-                detector="command_not_found", pod=name, container=c, text=text,
-                quote=m.group(0), identifiers=(name, c, binary), refs=_refs(ref),
+                detector="command_not_found",
+                pod=name,
+                container=c,
+                text=text,
+                quote=m.group(0),
+                identifiers=(name, c, binary),
+                refs=_refs(ref),
                 weight=int(cs.get("restartCount", 0)),
                 extra={"binary": binary, "suggestion": guess},
-            )  # fmt: skip
+            )
             return
 
 
@@ -260,16 +301,21 @@ def _image_pull(
             if item["event"].get("reason") == "Failed" and image in msg and "pull" in msg.lower():
                 registry_msg, ev_ref = msg, item["ref"] or ref
                 break
-        quote = waiting["reason"] if not registry_msg else registry_msg
+        quote = registry_msg or waiting["reason"]
         text = (
             f"Container {c} of pod {name} cannot pull image {image} ({waiting['reason']}): "
             f"{registry_msg or 'no message from the registry'}"
         )
         yield Finding(
-            detector="image_pull", pod=name, container=c, text=text, quote=quote,
-            identifiers=(name, image), refs=_refs(*_same(events, {"message": registry_msg}), ev_ref, ref),
+            detector="image_pull",
+            pod=name,
+            container=c,
+            text=text,
+            quote=quote,
+            identifiers=(name, image),
+            refs=_refs(*_same(events, {"message": registry_msg}), ev_ref, ref),
             extra={"image": image, "reason": waiting["reason"]},
-        )  # fmt: skip
+        )
 
 
 _INSUFFICIENT = re.compile(r"Insufficient ([\w/-]+(?:\.[\w/-]+)*)")
@@ -301,11 +347,16 @@ def _unschedulable(
     text = f"Pod {name} cannot be scheduled ({short}): {asked or 'no requests found'}."
     quote = f"Insufficient {resources[0]}" if resources else message[:80]
     yield Finding(
-        detector="unschedulable", pod=name, container=None, text=text, quote=quote,
-        identifiers=(name,), refs=_refs(msg_ref, *_same(events, {"message": message}), ref),
+        detector="unschedulable",
+        pod=name,
+        container=None,
+        text=text,
+        quote=quote,
+        identifiers=(name,),
+        refs=_refs(msg_ref, *_same(events, {"message": message}), ref),
         weight=count,
         extra={"message": message, "requests": requests, "resources": resources},
-    )  # fmt: skip
+    )
 
 
 def _probe_failure(
@@ -331,11 +382,16 @@ def _probe_failure(
             f"({how}): {m.group(2).strip()}"
         )
         yield Finding(
-            detector="probe_failure", pod=name, container=c, text=text,
-            quote=msg.strip()[:200], identifiers=(name,),
+            detector="probe_failure",
+            pod=name,
+            container=c,
+            text=text,
+            quote=msg.strip()[:200],
+            identifiers=(name,),
             refs=_refs(*_same(events, ev), ref),
-            weight=count, extra={"probe": m.group(1).lower(), "spec": how},
-        )  # fmt: skip
+            weight=count,
+            extra={"probe": m.group(1).lower(), "spec": how},
+        )
 
 
 def _same(events: list[dict[str, Any]], ev: dict[str, Any]) -> list[str | None]:
@@ -361,8 +417,10 @@ def _describe_probe(probe: dict[str, Any]) -> str:
 _MISSING_ENV = [
     re.compile(r"KeyError: ['\"]([A-Z][A-Z0-9_]{2,})['\"]"),
     re.compile(
-        r"(?i)(?:env(?:ironment)?(?: variable| var)?|variable)\s+['\"`]?([A-Z][A-Z0-9_]{2,})['\"`]?"
-        r"\s+(?:is\s+)?(?:not set|unset|missing|undefined|not defined|is required|must be set|empty)"
+        r"(?i)(?:env(?:ironment)?(?: variable| var)?|variable)\s+"
+        r"['\"`]?([A-Z][A-Z0-9_]{2,})['\"`]?"
+        r"\s+(?:is\s+)?(?:not set|unset|missing|undefined|not defined|is required|must be set"
+        r"|empty)"
     ),
     re.compile(
         r"(?i)missing (?:required )?env(?:ironment)?(?: variable| var)?:?\s+['\"`]?"
@@ -374,7 +432,9 @@ _DNS = [
     re.compile(r"(?i)could not resolve host:?\s*['\"]?([\w.-]+\.[\w-]+)"),
     re.compile(r"getaddrinfo (?:ENOTFOUND|EAI_AGAIN) ([\w.-]+)"),
     re.compile(r"lookup ([\w.-]+)(?: on [\d.:\[\]]+)?: (?:no such host|server misbehaving)"),
-    re.compile(r"(?i)(?:failed to resolve|unknown host|unable to resolve)\s+['\"]?([\w.-]+\.[\w-]+)"),
+    re.compile(
+        r"(?i)(?:failed to resolve|unknown host|unable to resolve)\s+['\"]?([\w.-]+\.[\w-]+)"
+    ),
     re.compile(
         r"(?i)(?:host|hostname)[= ]['\"]?([\w.-]+\.[\w-]+)['\"]?.*"
         r"(?:Name or service not known|Temporary failure in name resolution|nodename nor servname)"
@@ -431,34 +491,58 @@ def _log_detectors(
                 f"not set; the container spec defines no {var} (and no envFrom)."
             )
             yield Finding(
-                detector="missing_env", pod=name, container=c, text=text, quote=line.strip(),
-                identifiers=(var,), refs=_refs(ref), extra={"variable": var, "log": which},
-            )  # fmt: skip
+                detector="missing_env",
+                pod=name,
+                container=c,
+                text=text,
+                quote=line.strip(),
+                identifiers=(var,),
+                refs=_refs(ref),
+                extra={"variable": var, "log": which},
+            )
     found = _first(_DNS, lines)
     if found is not None:
         line, m = found
         host = m.group(1)
         text = f"Container {c} of pod {name} cannot resolve host {host} ({which} log)."
         yield Finding(
-            detector="dns_resolution", pod=name, container=c, text=text, quote=line.strip(),
-            identifiers=(host,), refs=_refs(ref), extra={"host": host, "log": which},
-        )  # fmt: skip
+            detector="dns_resolution",
+            pod=name,
+            container=c,
+            text=text,
+            quote=line.strip(),
+            identifiers=(host,),
+            refs=_refs(ref),
+            extra={"host": host, "log": which},
+        )
     found = _first(_CERT, lines)
     if found is not None:
         line, m = found
         text = f"Container {c} of pod {name} fails a TLS handshake: a certificate has expired."
         yield Finding(
-            detector="cert_expired", pod=name, container=c, text=text, quote=line.strip(),
-            identifiers=(), refs=_refs(ref), extra={"log": which},
-        )  # fmt: skip
+            detector="cert_expired",
+            pod=name,
+            container=c,
+            text=text,
+            quote=line.strip(),
+            identifiers=(),
+            refs=_refs(ref),
+            extra={"log": which},
+        )
     found = _first(_CONFIG, lines)
     if found is not None and _crashed(pod, c):
         line, m = found
         text = f"Container {c} of pod {name} exits on a configuration error ({which} log)."
         yield Finding(
-            detector="config_invalid", pod=name, container=c, text=text, quote=line.strip(),
-            identifiers=(), refs=_refs(ref), extra={"log": which},
-        )  # fmt: skip
+            detector="config_invalid",
+            pod=name,
+            container=c,
+            text=text,
+            quote=line.strip(),
+            identifiers=(),
+            refs=_refs(ref),
+            extra={"log": which},
+        )
     yield from _crash_reason(log, pod, pod_ref, lines)
 
 
@@ -500,10 +584,16 @@ def _crash_reason(
         f"{'previous' if log.get('previous') else 'current'} log: {decisive.strip()!r}"
     )
     yield Finding(
-        detector="crash_log_reason", pod=name, container=c, text=text, quote=decisive.strip(),
-        identifiers=(name, c, f"exit code {code}"), refs=_refs(log["ref"], pod_ref), weight=int(cs.get("restartCount", 0)),
+        detector="crash_log_reason",
+        pod=name,
+        container=c,
+        text=text,
+        quote=decisive.strip(),
+        identifiers=(name, c, f"exit code {code}"),
+        refs=_refs(log["ref"], pod_ref),
+        weight=int(cs.get("restartCount", 0)),
         extra={"exit_code": code, "exit_code_ref": pod_ref},
-    )  # fmt: skip
+    )
 
 
 # -- all of them ------------------------------------------------------------------------------
@@ -536,7 +626,9 @@ def detect(
         findings += _probe_failure(item["ref"], pod, mine)
     for log in logs:
         owner = by_name.get(log["pod"])
-        findings += _log_detectors(log, owner["pod"] if owner else None, owner and owner["ref"])
+        findings += _log_detectors(
+            log, owner["pod"] if owner else None, owner["ref"] if owner else None
+        )
     return _dedupe(findings), stale
 
 
@@ -548,12 +640,12 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
     return list(out.values())
 
 
-def rank(
-    findings: list[Finding], focus: set[str]
-) -> list[tuple[Finding, int, str]]:
+def rank(findings: list[Finding], focus: set[str]) -> list[tuple[Finding, int, str]]:
     """``[(finding, score, why)]``, best first; ``focus`` names the pods the question is about."""
     specific_on = {
-        (f.pod, f.container) for f in findings if f.detector not in ("crash_log_reason", "probe_failure")
+        (f.pod, f.container)
+        for f in findings
+        if f.detector not in ("crash_log_reason", "probe_failure")
     }
     scored = []
     for f in findings:
@@ -565,7 +657,10 @@ def rank(
             bonus = min(f.weight, 10)
             score += bonus
             why.append(f"+{bonus} seen {f.weight} times")
-        if f.detector in ("crash_log_reason", "probe_failure") and (f.pod, f.container) in specific_on:
+        if (
+            f.detector in ("crash_log_reason", "probe_failure")
+            and (f.pod, f.container) in specific_on
+        ):
             score -= 30
             why.append("-30 a more specific detector explains the same container")
         scored.append((f, score, "; ".join(why)))

@@ -50,7 +50,8 @@ UNVERIFIED_NOTE = "(unverified: no detector observed this directly)"
 
 def evidence_items(calls: list[dict[str, Any]], *, max_chars: int | None) -> list[dict[str, Any]]:
     """E1, E2 ... for each successful call, in journal order; the run's cap cuts content."""
-    items, total = [], 0
+    items: list[dict[str, Any]] = []
+    total = 0
     for call in calls:
         if call["status"] != "ok":
             continue
@@ -61,11 +62,17 @@ def evidence_items(calls: list[dict[str, Any]], *, max_chars: int | None) -> lis
             note = f"[truncated: the run's evidence budget of {max_chars} characters is spent]"
             content, truncated = content[:room] + ("\n" if room else "") + note, True
         total += len(content)
-        items.append({
-            "ref": f"E{len(items) + 1}", "tool": call["tool"], "args": call["args"],
-            "source": result["source"], "content": content, "truncated": truncated,
-            "data": result["data"],
-        })  # fmt: skip
+        items.append(
+            {
+                "ref": f"E{len(items) + 1}",
+                "tool": call["tool"],
+                "args": call["args"],
+                "source": result["source"],
+                "content": content,
+                "truncated": truncated,
+                "data": result["data"],
+            }
+        )
     return items
 
 
@@ -115,13 +122,18 @@ _REMEDY = {
 def _fmt(template: str, f: dict[str, Any], workload: str | None) -> str:
     extra = f.get("extra", {})
     values = {
-        "pod": f["pod"], "container": f.get("container") or "", "workload": workload or f["pod"],
-        "limit": extra.get("memory_limit") or "the current limit", "image": extra.get("image", ""),
-        "variable": extra.get("variable", ""), "host": extra.get("host", ""),
+        "pod": f["pod"],
+        "container": f.get("container") or "",
+        "workload": workload or f["pod"],
+        "limit": extra.get("memory_limit") or "the current limit",
+        "image": extra.get("image", ""),
+        "variable": extra.get("variable", ""),
+        "host": extra.get("host", ""),
         "binary": extra.get("binary", ""),
         "suggestion_text": f" (did you mean {extra['suggestion']!r}?)"
-        if extra.get("suggestion") else "",
-    }  # fmt: skip
+        if extra.get("suggestion")
+        else "",
+    }
     return template.format(**values)
 
 
@@ -148,37 +160,64 @@ def build_draft(
             + (f", last terminated {c['last_reason']}" if c.get("last_reason") else "")
             for c in u.get("containers", [])
         )
-        facts.append({
-            "text": f"Pod {u['pod']} is {u['phase']}" + (f": {desc}" if desc else "") + ".",
-            "evidence": [triage_ref] if triage_ref else [], "quote": None,
-            "identifiers": [u["pod"]],
-        })  # fmt: skip
+        facts.append(
+            {
+                "text": f"Pod {u['pod']} is {u['phase']}" + (f": {desc}" if desc else "") + ".",
+                "evidence": [triage_ref] if triage_ref else [],
+                "quote": None,
+                "identifiers": [u["pod"]],
+            }
+        )
     if triage_ref and not triage.get("unhealthy"):
-        facts.append({"text": f"{triage.get('pods', 0)} pods in namespace "
-                              f"{params['namespace']}, none unhealthy.",
-                      "evidence": [triage_ref], "quote": f"{triage.get('pods', 0)} pods",
-                      "identifiers": []})  # fmt: skip
+        facts.append(
+            {
+                "text": f"{triage.get('pods', 0)} pods in namespace "
+                f"{params['namespace']}, none unhealthy.",
+                "evidence": [triage_ref],
+                "quote": f"{triage.get('pods', 0)} pods",
+                "identifiers": [],
+            }
+        )
     for f, _, _ in ranked:
         where = f"pod {f.pod}" + (f", container {f.container}" if f.container else "")
-        facts.append({"text": f"{where}: `{f.quote}`", "evidence": list(f.refs),
-                      "quote": f.quote, "identifiers": []})  # fmt: skip
+        facts.append(
+            {
+                "text": f"{where}: `{f.quote}`",
+                "evidence": list(f.refs),
+                "quote": f.quote,
+                "identifiers": [],
+            }
+        )
     for item, why in stale:
         ev = item["event"]
         msg = str(ev.get("message", ""))
-        facts.append({
-            "text": f"Stale event set aside: {ev.get('reason')} ({msg[:120]}) — {why}; "
-                    "it is not the stated cause.",
-            "evidence": [item["ref"]] if item["ref"] else [], "quote": msg[:80], "identifiers": [],
-            "stale": True,
-        })  # fmt: skip
+        facts.append(
+            {
+                "text": f"Stale event set aside: {ev.get('reason')} ({msg[:120]}) — {why}; "
+                "it is not the stated cause.",
+                "evidence": [item["ref"]] if item["ref"] else [],
+                "quote": msg[:80],
+                "identifiers": [],
+                "stale": True,
+            }
+        )
     facts = _merge(facts)
     verified = []
     for i, (f, score, why) in enumerate(ranked, 1):
-        verified.append({
-            "detector": f.detector, "text": f.text, "evidence": list(f.refs), "quote": f.quote,
-            "identifiers": list(f.identifiers), "pod": f.pod, "container": f.container,
-            "rank": i, "score": score, "ranking": why,
-        })  # fmt: skip
+        verified.append(
+            {
+                "detector": f.detector,
+                "text": f.text,
+                "evidence": list(f.refs),
+                "quote": f.quote,
+                "identifiers": list(f.identifiers),
+                "pod": f.pod,
+                "container": f.container,
+                "rank": i,
+                "score": score,
+                "ranking": why,
+            }
+        )
     suspected = []
     explained = {(f.pod, f.container) for f, _, _ in ranked}
     pod_refs = {i["args"].get("pod"): i["ref"] for i in items if i["tool"] == "describe_pod"}
@@ -188,20 +227,27 @@ def build_draft(
                 continue
             if c.get("restarts") or c.get("last_reason") or c.get("reason"):
                 ref = pod_refs.get(u["pod"]) or triage_ref
-                suspected.append({
-                    "text": f"Container {c['name']} of pod {u['pod']} is failing "
-                            f"({c.get('reason') or c.get('last_reason') or 'restarts'}) but no "
-                            "detector observed why.",
-                    "confidence": "low", "evidence": [ref] if ref else [], "quote": None,
-                    "identifiers": [u["pod"], c["name"]],
-                })  # fmt: skip
-    missing = []
-    for i in items:
-        if i["tool"] == "pod_logs" and not i["data"].get("available"):
-            missing.append(i["content"])
-    for c in calls:
-        if c["status"] == "skipped":
-            missing.append(f"{c['tool']} {json.dumps(c['args'])} not collected: {c['note']}")
+                suspected.append(
+                    {
+                        "text": f"Container {c['name']} of pod {u['pod']} is failing "
+                        f"({c.get('reason') or c.get('last_reason') or 'restarts'}) but no "
+                        "detector observed why.",
+                        "confidence": "low",
+                        "evidence": [ref] if ref else [],
+                        "quote": None,
+                        "identifiers": [u["pod"], c["name"]],
+                    }
+                )
+    missing = [
+        item["content"]
+        for item in items
+        if item["tool"] == "pod_logs" and not item["data"].get("available")
+    ]
+    missing += [
+        f"{call['tool']} {json.dumps(call['args'])} not collected: {call['note']}"
+        for call in calls
+        if call["status"] == "skipped"
+    ]
     if any(f.detector == "oomkilled" for f, _, _ in ranked):
         missing.append("memory usage over time (a cluster-info dump holds no metrics)")
     if not triage.get("unhealthy"):
@@ -213,8 +259,9 @@ def build_draft(
             continue
         seen.add(f.detector)
         next_steps.append(_fmt(_NEXT[f.detector], fj, workloads.get(f.pod)))
-        remediation.append({"action": _fmt(_REMEDY[f.detector], fj, workloads.get(f.pod)),
-                            "detector": f.detector})  # fmt: skip
+        remediation.append(
+            {"action": _fmt(_REMEDY[f.detector], fj, workloads.get(f.pod)), "detector": f.detector}
+        )
     refused = [
         {"tool": c["tool"], "args": c["args"], "reason": c["result"]["refused"]}
         for c in calls
@@ -331,12 +378,18 @@ def finalize(draft: dict[str, Any], evidence: list[dict[str, Any]]) -> dict[str,
     for cause in draft.get("verified_causes", []):
         refs = check(cause, f"cause {cause.get('detector')}")
         if refs and cause.get("detector"):
-            verified.append({**{k: v for k, v in cause.items() if k != "identifiers"},
-                             "evidence": refs})  # fmt: skip
+            verified.append(
+                {**{k: v for k, v in cause.items() if k != "identifiers"}, "evidence": refs}
+            )
         else:
             dropped.append(f"cause {cause.get('detector')} downgraded to suspected (low)")
-            suspected.append({"text": f"{cause['text']} {UNVERIFIED_NOTE}", "confidence": "low",
-                              "evidence": refs})  # fmt: skip
+            suspected.append(
+                {
+                    "text": f"{cause['text']} {UNVERIFIED_NOTE}",
+                    "confidence": "low",
+                    "evidence": refs,
+                }
+            )
     for n, cause in enumerate(draft.get("suspected_causes", []), 1):
         refs = check(cause, f"suspected {n}")
         confidence = cause.get("confidence", "low")
@@ -349,8 +402,12 @@ def finalize(draft: dict[str, Any], evidence: list[dict[str, Any]]) -> dict[str,
     for i, v in enumerate(verified, 1):
         v["rank"] = i
     remediation = [
-        {"action": str(r["action"]), "requires_approval": True, "executable": False,
-         **_opt(r, "detector")}  # fmt: skip
+        {
+            "action": str(r["action"]),
+            "requires_approval": True,
+            "executable": False,
+            **_opt(r, "detector"),
+        }
         for r in draft.get("proposed_remediation", [])
     ]
     coverage = dict(draft["coverage"])
@@ -364,8 +421,10 @@ def finalize(draft: dict[str, Any], evidence: list[dict[str, Any]]) -> dict[str,
         "next_steps": list(draft.get("next_steps", [])),
         "proposed_remediation": remediation,
         "coverage": coverage,
-        "evidence": [{k: e[k] for k in ("ref", "tool", "args", "source", "content", "truncated")}
-                     for e in evidence],  # fmt: skip
+        "evidence": [
+            {k: e[k] for k in ("ref", "tool", "args", "source", "content", "truncated")}
+            for e in evidence
+        ],
         "validation": dropped,
         "question": draft.get("question"),
         "namespace": draft.get("namespace"),
@@ -383,7 +442,11 @@ def _opt(d: dict[str, Any], key: str) -> dict[str, Any]:
 def _summary(draft: dict[str, Any], verified: list[dict[str, Any]], cov: dict[str, Any]) -> str:
     if verified:
         top = verified[0]
-        more = f" ({len(verified) - 1} more verified cause(s) ranked below)" if len(verified) > 1 else ""
+        more = (
+            f" ({len(verified) - 1} more verified cause(s) ranked below)"
+            if len(verified) > 1
+            else ""
+        )
         return f"Verified ({top['detector']}): {top['text']}{more}"
     if draft.get("suspected_causes"):
         return "No cause verified; suspected: " + str(draft["suspected_causes"][0]["text"])
@@ -400,8 +463,14 @@ def _cite(refs: Iterable[str]) -> str:
 
 def render_markdown(r: dict[str, Any]) -> str:
     cov = r["coverage"]
-    out = [f"# Investigation: {r.get('question') or ''}".rstrip(), "",
-           f"Namespace `{r.get('namespace')}`.", "", f"**Summary.** {r['summary']}", ""]  # fmt: skip
+    out = [
+        f"# Investigation: {r.get('question') or ''}".rstrip(),
+        "",
+        f"Namespace `{r.get('namespace')}`.",
+        "",
+        f"**Summary.** {r['summary']}",
+        "",
+    ]
     out += ["## Verified causes", ""]
     out += [
         f"{v['rank']}. **{v['detector']}**: {v['text']}{_cite(v['evidence'])}\n"
@@ -409,7 +478,9 @@ def render_markdown(r: dict[str, Any]) -> str:
         for v in r["verified_causes"]
     ] or ["None: no detector observed a cause directly."]
     out += ["", "## Suspected causes", ""]
-    out += [f"- ({s['confidence']}) {s['text']}{_cite(s['evidence'])}" for s in r["suspected_causes"]] or ["None."]
+    out += [
+        f"- ({s['confidence']}) {s['text']}{_cite(s['evidence'])}" for s in r["suspected_causes"]
+    ] or ["None."]
     out += ["", "## Observed facts", ""]
     out += [f"- {f['text']}{_cite(f['evidence'])}" for f in r["observed_facts"]] or ["None."]
     out += ["", "## Missing evidence", ""]
@@ -418,10 +489,14 @@ def render_markdown(r: dict[str, Any]) -> str:
     out += [f"- {s}" for s in r["next_steps"]] or ["None."]
     out += ["", "## Proposed remediation (requires approval; nothing is executed)", ""]
     out += [f"- {p['action']}" for p in r["proposed_remediation"]] or ["None."]
-    out += ["", "## Coverage", "",
-            f"- exit: {cov['exit']} ({cov['exit_reason']}); {cov['tool_calls']} tool calls, "
-            f"{cov['already_collected']} answered 'already collected'",
-            f"- sources: {', '.join(cov['sources']) or 'none'}"]  # fmt: skip
+    out += [
+        "",
+        "## Coverage",
+        "",
+        f"- exit: {cov['exit']} ({cov['exit_reason']}); {cov['tool_calls']} tool calls, "
+        f"{cov['already_collected']} answered 'already collected'",
+        f"- sources: {', '.join(cov['sources']) or 'none'}",
+    ]
     for s in cov["skills"]:
         out.append(f"- playbook {s['name']}: chosen for {', '.join(s['why'])}")
     for ref in cov["refused_requests"]:

@@ -72,7 +72,9 @@ class InvestigationPlanner(BasePlanner):
                 if task.result["calls"]:
                     spec = TaskSpec(task_id=f"act:{n}", skill="act", input={"round": n})
                     return GraphPatch().add(spec, after=after)
-                return GraphPatch().add(TaskSpec(task_id="correlate", skill="correlate"), after=after)
+                return GraphPatch().add(
+                    TaskSpec(task_id="correlate", skill="correlate"), after=after
+                )
             case "act":
                 return GraphPatch().add(_plan(int(task.input["round"]) + 1), after=after)
             case "correlate":
@@ -128,7 +130,7 @@ class _Collector:
 
     def __init__(self, ctx: TaskContext) -> None:
         self.ctx = ctx
-        self.prior = collected_calls(ctx.evidence)
+        self.prior = collected_calls(_ev(ctx))
         self.calls: list[dict[str, Any]] = []
         self.seen = {
             _key(c["tool"], c["args"]): i
@@ -157,7 +159,9 @@ class _Collector:
         try:
             result: Any = await self.ctx.call_tool(tool, args)
         except (ToolError, ToolTimeout, ToolUnavailable) as exc:
-            self.calls.append({**record, "status": "failed", "error": f"{type(exc).__name__}: {exc}"})
+            self.calls.append(
+                {**record, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+            )
             return None
         if result.get("refused"):
             self.calls.append({**record, "status": "refused", "result": result})
@@ -169,6 +173,11 @@ class _Collector:
         return {"calls": self.calls, "exhausted": self.exhausted, **extra}
 
 
+def _ev(ctx: TaskContext) -> dict[str, Any]:
+    """The results this task may see, by task id."""
+    return {str(k): v for k, v in ctx.evidence.items()}
+
+
 def _params(ctx: TaskContext) -> dict[str, Any]:
     return dict(ctx.params)
 
@@ -178,7 +187,7 @@ def _word_in(word: str, text: str) -> bool:
 
 
 def _triage(ctx: TaskContext) -> dict[str, Any]:
-    result: dict[str, Any] = ctx.evidence["triage"]  # type: ignore[assignment]
+    result: dict[str, Any] = _ev(ctx)["triage"]
     return result
 
 
@@ -186,11 +195,19 @@ def focus_pods(triage: dict[str, Any], question: str) -> list[dict[str, Any]]:
     """The unhealthy pods the question is about (by workload or pod name), else all of them."""
     unhealthy = triage.get("unhealthy", [])
     named = [
-        u for u in unhealthy
-        if any(n and _word_in(str(n), question) for n in (u.get("workload"), u.get("owner"), u.get("pod")))
-    ]  # fmt: skip
+        u
+        for u in unhealthy
+        if any(
+            n and _word_in(str(n), question)
+            for n in (u.get("workload"), u.get("owner"), u.get("pod"))
+        )
+    ]
     if not named:
-        names = {str(w["name"]) for w in triage.get("workloads", []) if _word_in(str(w["name"]), question)}
+        names = {
+            str(w["name"])
+            for w in triage.get("workloads", [])
+            if _word_in(str(w["name"]), question)
+        }
         named = [u for u in unhealthy if u.get("workload") in names]
     return (named or unhealthy)[:MAX_FOCUS_PODS]
 
@@ -252,8 +269,14 @@ def select_skills(
         why += [f"question mentions {k!r}" for k in when["keywords"] if k in question.lower()]
         why += [f"resource kind {k}" for k in when["kinds"] if k in kinds]
         if why:
-            chosen.append({"name": skill["name"], "description": skill["description"],
-                           "why": why, "steps": skill["steps"]})  # fmt: skip
+            chosen.append(
+                {
+                    "name": skill["name"],
+                    "description": skill["description"],
+                    "why": why,
+                    "steps": skill["steps"],
+                }
+            )
     return chosen
 
 
@@ -273,12 +296,16 @@ async def skills(ctx: TaskContext) -> JSON:
             symptoms.update(x for x in (c.get("reason"), c.get("last_reason")) if x)
             if int(c.get("restarts", 0)) > 0:
                 symptoms.add("restarts")
-    detectors = _current_findings(ctx.evidence)
+    detectors = _current_findings(_ev(ctx))
     chosen = select_skills(
         detectors=detectors, symptoms=symptoms, question=str(ctx.params["question"]), kinds=kinds
     )
-    return {"skills": chosen, "detectors": detectors, "symptoms": sorted(symptoms),
-            "kinds": sorted(kinds)}  # fmt: skip
+    return {
+        "skills": chosen,
+        "detectors": detectors,
+        "symptoms": sorted(symptoms),
+        "kinds": sorted(kinds),
+    }
 
 
 _STARTED: dict[str, float] = {}
@@ -313,7 +340,7 @@ async def plan(ctx: TaskContext) -> JSON:
         return {"calls": [], "stop": "max_rounds", "round": n}
     if time.monotonic() - started > float(params["max_wall_s"]):
         return {"calls": [], "stop": "max_wall_s", "round": n}
-    prior = collected_calls(ctx.evidence)
+    prior = collected_calls(_ev(ctx))
     made, chars = _spent(prior)
     if made >= int(params["max_tool_calls"]):
         return {"calls": [], "stop": "max_tool_calls", "round": n}
@@ -326,15 +353,22 @@ async def plan(ctx: TaskContext) -> JSON:
     if n == 1:
         for m in _OTHER_NS.finditer(str(params["question"])):
             if m.group(1) != params["namespace"]:
-                wanted.append({"tool": "events", "args": {"namespace": m.group(1)},
-                               "why": f"the question names namespace {m.group(1)}"})  # fmt: skip
-    skills_result: Any = ctx.evidence["skills"]
+                wanted.append(
+                    {
+                        "tool": "events",
+                        "args": {"namespace": m.group(1)},
+                        "why": f"the question names namespace {m.group(1)}",
+                    }
+                )
+    skills_result: Any = _ev(ctx)["skills"]
     for skill in skills_result["skills"]:
         for step in skill["steps"]:
             for pod in focus or [{}]:
                 args = _expand(step, pod)
                 if args is not None:
-                    wanted.append({"tool": step["tool"], "args": args, "why": f"skill {skill['name']}"})
+                    wanted.append(
+                        {"tool": step["tool"], "args": args, "why": f"skill {skill['name']}"}
+                    )
     calls, keys = [], set()
     for w in wanted:
         key = _key(w["tool"], w["args"])
@@ -350,7 +384,7 @@ async def plan(ctx: TaskContext) -> JSON:
 
 async def act(ctx: TaskContext) -> JSON:
     col = _Collector(ctx)
-    planned: Any = ctx.evidence[f"plan:{ctx.input['round']}"]
+    planned: Any = _ev(ctx)[f"plan:{ctx.input['round']}"]
     for call in planned["calls"]:
         await col.call(call["tool"], call["args"])
     return col.done()
@@ -367,14 +401,21 @@ def _detector_inputs(
         if e["tool"] in ("describe_pod", "events"):
             events += [{"ref": e["ref"], "event": ev} for ev in data.get("events", [])]
         if e["tool"] == "pod_logs" and data.get("available"):
-            logs_.append({"ref": e["ref"], "pod": data["pod"], "container": data["container"],
-                          "previous": data["previous"], "text": e["content"]})  # fmt: skip
+            logs_.append(
+                {
+                    "ref": e["ref"],
+                    "pod": data["pod"],
+                    "container": data["container"],
+                    "previous": data["previous"],
+                    "text": e["content"],
+                }
+            )
     return pods, events, logs_
 
 
 async def correlate(ctx: TaskContext) -> JSON:
     params = _params(ctx)
-    calls = collected_calls(ctx.evidence)
+    calls = collected_calls(_ev(ctx))
     items = evidence_items(calls, max_chars=int(params["max_evidence_chars"]))
     findings, stale = detect(*_detector_inputs(items))
     tri = _triage(ctx)
@@ -382,10 +423,10 @@ async def correlate(ctx: TaskContext) -> JSON:
     ranked = rank(findings, focus)
     stops = [
         r.get("stop") or r.get("exhausted")
-        for tid, r in sorted(ctx.evidence.items())
+        for tid, r in sorted(_ev(ctx).items())
         if isinstance(r, dict) and (r.get("stop") or r.get("exhausted"))
     ]
-    skills_result: Any = ctx.evidence["skills"]
+    skills_result: Any = _ev(ctx)["skills"]
     draft = build_draft(
         params=params,
         triage=tri,
@@ -400,7 +441,7 @@ async def correlate(ctx: TaskContext) -> JSON:
 
 
 async def report(ctx: TaskContext) -> JSON:
-    corr: Any = ctx.evidence["correlate"]
+    corr: Any = _ev(ctx)["correlate"]
     return finalize(corr["draft"], corr["evidence"])
 
 

@@ -1,4 +1,6 @@
-"""The SRE tool set, read-only, over stdio: ``python -m loopkernel_apps.sre.tools --dump D --namespace NS``.
+"""The SRE tool set, read-only, over stdio.
+
+``python -m loopkernel_apps.sre.tools --dump DUMP --namespace NS [--audit FILE]``
 
 ::
 
@@ -22,8 +24,9 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +36,7 @@ from loopkernel_apps.sre._detect import detect, stale_events
 from loopkernel_apps.sre._dump import Dump, Namespace, load_dump
 from loopkernel_apps.sre._redact import redact, secret_values
 
-__all__ = ["DEFS", "ITEM_CAP", "build_host", "main", "tool_source"]
+__all__ = ["AUDIT_ENV", "DEFS", "ITEM_CAP", "build_host", "main", "tool_source"]
 
 DEFS = Path(__file__).with_name("tool-defs.json")
 ITEM_CAP = 3500
@@ -45,15 +48,19 @@ def _defs() -> ToolDefs:
     return load_tool_defs(DEFS)
 
 
+AUDIT_ENV = "LOOPKERNEL_SRE_AUDIT"
+"""A file the server appends one line to per request it serves (``--audit``)."""
+
+
 def tool_source(dump: str, namespace: str, *, timeout: float = 30.0) -> ToolSource:
-    """The tools server for one run: its dump and its namespace."""
+    """The tools server for one run: its dump and its namespace (and ``$LOOPKERNEL_SRE_AUDIT``)."""
+    args = ["--dump", os.fspath(Path(dump).resolve()), "--namespace", namespace]
+    if os.environ.get(AUDIT_ENV):
+        args += ["--audit", os.fspath(Path(os.environ[AUDIT_ENV]).resolve())]
     return ToolSource.python_module(
         "sre",
         "loopkernel_apps.sre.tools",
-        "--dump",
-        os.fspath(Path(dump).resolve()),
-        "--namespace",
-        namespace,
+        *args,
         defs=_defs(),
         timeouts={name: timeout for name in _defs().names()},
     )
@@ -112,10 +119,18 @@ def _probe(p: dict[str, Any]) -> str:
 def _pod_subset(pod: dict[str, Any]) -> dict[str, Any]:
     m = _meta(pod)
     spec = pod.get("spec", {})
-    keep = (
-        "name image command args env envFrom resources livenessProbe readinessProbe "
-        "startupProbe".split()
-    )
+    keep = [
+        "name",
+        "image",
+        "command",
+        "args",
+        "env",
+        "envFrom",
+        "resources",
+        "livenessProbe",
+        "readinessProbe",
+        "startupProbe",
+    ]
     containers = [{k: c[k] for k in keep if k in c} for c in spec.get("containers", [])]
     status = pod.get("status", {})
     return {
@@ -127,8 +142,15 @@ def _pod_subset(pod: dict[str, Any]) -> dict[str, Any]:
         "spec": {"containers": containers, "nodeName": spec.get("nodeName")},
         "status": {
             k: status[k]
-            for k in ("phase", "conditions", "containerStatuses", "initContainerStatuses",
-                      "startTime", "reason", "message")  # fmt: skip
+            for k in (
+                "phase",
+                "conditions",
+                "containerStatuses",
+                "initContainerStatuses",
+                "startTime",
+                "reason",
+                "message",
+            )
             if k in status
         },
     }
@@ -236,8 +258,13 @@ class Scope:
             f"namespace {asked!r} is outside this investigation's scope "
             f"(namespace {self.name!r}); {tool} was not run"
         )
-        return {"source": f"{tool} {asked}", "content": why, "truncated": False, "data": {},
-                "refused": why}  # fmt: skip
+        return {
+            "source": f"{tool} {asked}",
+            "content": why,
+            "truncated": False,
+            "data": {},
+            "refused": why,
+        }
 
     def pod(self, name: str) -> dict[str, Any]:
         pod = self.ns.pod(name)
@@ -251,14 +278,15 @@ class Scope:
             for e in self.ns.items("events")
             if name is None or e.get("involvedObject", {}).get("name") == name
         ]
-        return sorted(
-            evs, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or "")
-        )
+        return sorted(evs, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
 
     def stale_map(self, events: list[dict[str, Any]]) -> dict[int, str]:
         pods = [{"ref": None, "pod": p} for p in self.ns.items("pods")]
         items = [{"ref": None, "event": e} for e in events]
         return {id(item["event"]): why for item, why in stale_events(items, pods)}
+
+
+_Fn = Callable[[dict[str, JSON]], JSON]
 
 
 def _unhealthy(pod: dict[str, Any]) -> bool:
@@ -273,15 +301,28 @@ def _unhealthy(pod: dict[str, Any]) -> bool:
     return False
 
 
-def build_host(dump: Dump, namespace: str) -> ToolHost:
+def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolHost:
+    """The tool set over ``dump``, serving ``namespace`` only; ``audit`` logs each request."""
     host = ToolHost(_defs())
     scope = Scope(dump, namespace)
 
-    def scoped(tool: str):  # type: ignore[no-untyped-def]
-        def wrap(fn):  # type: ignore[no-untyped-def]
+    def log(call: CallInfo, args: dict[str, JSON], refused: bool) -> None:
+        if audit is None:
+            return
+        line = {"key": call.key, "tool": call.tool, "args": args, "refused": refused}
+        fd = os.open(audit, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (json.dumps(line, sort_keys=True) + "\n").encode())
+        finally:
+            os.close(fd)
+
+    def scoped(tool: str) -> Callable[[_Fn], _Fn]:
+        def wrap(fn: _Fn) -> _Fn:
             async def handler(args: dict[str, JSON], call: CallInfo) -> JSON:
                 asked = args.get("namespace")
-                if asked is not None and asked != namespace:
+                refused = asked is not None and asked != namespace
+                log(call, args, refused)
+                if refused:
                     return scope.refuse(tool, str(asked))
                 result: JSON = fn(args)
                 return result
@@ -308,8 +349,15 @@ def build_host(dump: Dump, namespace: str) -> ToolHost:
                 state = next(iter(s.get("state") or {"unknown": {}}))
                 reason = ((s.get("state") or {}).get(state) or {}).get("reason")
                 last = ((s.get("lastState") or {}).get("terminated") or {}).get("reason")
-                containers.append({"name": s.get("name"), "restarts": s.get("restartCount", 0),
-                                   "state": state, "reason": reason, "last_reason": last})  # fmt: skip
+                containers.append(
+                    {
+                        "name": s.get("name"),
+                        "restarts": s.get("restartCount", 0),
+                        "state": state,
+                        "reason": reason,
+                        "last_reason": last,
+                    }
+                )
             entry = {
                 "pod": _meta(p).get("name"),
                 "phase": p.get("status", {}).get("phase"),
@@ -335,14 +383,23 @@ def build_host(dump: Dump, namespace: str) -> ToolHost:
                 want = w.get("spec", {}).get("replicas", st.get("desiredNumberScheduled"))
                 ready = st.get("readyReplicas", st.get("numberReady", st.get("succeeded", 0)))
                 failed = st.get("failed", 0)
-                workloads.append({"kind": kind[:-1], "name": _meta(w).get("name"),
-                                  "desired": want, "ready": ready or 0, "failed": failed})  # fmt: skip
+                workloads.append(
+                    {
+                        "kind": kind[:-1],
+                        "name": _meta(w).get("name"),
+                        "desired": want,
+                        "ready": ready or 0,
+                        "failed": failed,
+                    }
+                )
                 lines.append(
                     f"{kind[:-1]} {_meta(w).get('name')}: ready {ready or 0}/{want}"
                     + (f", failed {failed}" if failed else "")
                 )
         lines.append("findings:")
-        lines += [f"- {f.detector}: {f.text}" for f in findings] or ["- none from status and events"]
+        lines += [f"- {f.detector}: {f.text}" for f in findings] or [
+            "- none from status and events"
+        ]
         for item, why in stale:
             lines.append(f"- stale event set aside: {_event_line(item['event'])} ({why})")
         data = {
@@ -369,8 +426,15 @@ def build_host(dump: Dump, namespace: str) -> ToolHost:
                 f"{st.get('phase')}  restarts={restarts}  "
                 f"owner={owner[0] + '/' + owner[1] if owner else '-'}"
             )
-            data.append({"name": name, "phase": st.get("phase"), "ready": ready,
-                         "restarts": restarts, "owner": owner[1] if owner else None})  # fmt: skip
+            data.append(
+                {
+                    "name": name,
+                    "phase": st.get("phase"),
+                    "ready": ready,
+                    "restarts": restarts,
+                    "owner": owner[1] if owner else None,
+                }
+            )
         return scope.result(f"pods.json {namespace}", "\n".join(rows), {"pods": data})
 
     @scoped("describe_pod")
@@ -398,20 +462,24 @@ def build_host(dump: Dump, namespace: str) -> ToolHost:
         if container not in names:
             raise ToolError(f"pod {name} has no container {container!r} ({names})", tool="pod_logs")
         previous = bool(args.get("previous", False))
-        tail = int(args.get("tail", 200))  # type: ignore[arg-type]
+        tail = int(str(args.get("tail", 200)))
         text = scope.ns.logs.get((name, str(container), previous))
         which = "previous" if previous else "current"
         source = f"logs {namespace}/{name}/{container} ({which})"
         if text is None:
-            note = (
-                f"no {which} log for container {container} of pod {name} in the dump"
-                + (" (collect it with kubectl logs --previous)" if previous else "")
+            note = f"no {which} log for container {container} of pod {name} in the dump" + (
+                " (collect it with kubectl logs --previous)" if previous else ""
             )
             data = {"pod": name, "container": container, "previous": previous, "available": False}
             return scope.result(source, note, data)
         lines = text.splitlines()[-tail:]
-        data = {"pod": name, "container": container, "previous": previous, "available": True,
-                "lines": len(lines)}  # fmt: skip
+        data = {
+            "pod": name,
+            "container": container,
+            "previous": previous,
+            "available": True,
+            "lines": len(lines),
+        }
         return scope.result(source, "\n".join(lines), data, tail=True)
 
     @scoped("events")
@@ -439,8 +507,12 @@ def build_host(dump: Dump, namespace: str) -> ToolHost:
                         f"  condition {c.get('type')}={c.get('status')} "
                         f"{c.get('reason', '')}: {c.get('message', '')}".rstrip(": ")
                     )
-                data = {"kind": kind, "name": name, "status": st,
-                        "replicas": w.get("spec", {}).get("replicas")}  # fmt: skip
+                data = {
+                    "kind": kind,
+                    "name": name,
+                    "status": st,
+                    "replicas": w.get("spec", {}).get("replicas"),
+                }
                 return scope.result(f"{kind}s.json {namespace}/{name}", "\n".join(lines), data)
         raise ToolError(f"no {kind} {name!r} in namespace {namespace!r}", tool="workload_status")
 
@@ -453,13 +525,24 @@ def build_host(dump: Dump, namespace: str) -> ToolHost:
             if owner != ("Deployment", dep):
                 continue
             rev = _meta(rs).get("annotations", {}).get("deployment.kubernetes.io/revision", "?")
-            images = [c.get("image") for c in rs.get("spec", {}).get("template", {})
-                      .get("spec", {}).get("containers", [])]  # fmt: skip
+            images = [
+                c.get("image")
+                for c in rs.get("spec", {})
+                .get("template", {})
+                .get("spec", {})
+                .get("containers", [])
+            ]
             st = rs.get("status", {})
-            revisions.append({"revision": rev, "replicaset": _meta(rs).get("name"),
-                              "images": images, "replicas": st.get("replicas", 0),
-                              "ready": st.get("readyReplicas", 0),
-                              "created": _meta(rs).get("creationTimestamp")})  # fmt: skip
+            revisions.append(
+                {
+                    "revision": rev,
+                    "replicaset": _meta(rs).get("name"),
+                    "images": images,
+                    "replicas": st.get("replicas", 0),
+                    "ready": st.get("readyReplicas", 0),
+                    "created": _meta(rs).get("creationTimestamp"),
+                }
+            )
         if not revisions:
             raise ToolError(f"no ReplicaSets of deployment {dep!r}", tool="rollout_history")
         revisions.sort(key=lambda r: int(r["revision"]) if str(r["revision"]).isdigit() else 0)
@@ -469,7 +552,9 @@ def build_host(dump: Dump, namespace: str) -> ToolHost:
             f"{r['ready']}/{r['replicas']} {r['created']}"
             for r in revisions
         ]
-        return scope.result(f"rollout {namespace}/{dep}", "\n".join(lines), {"revisions": revisions})
+        return scope.result(
+            f"rollout {namespace}/{dep}", "\n".join(lines), {"revisions": revisions}
+        )
 
     @scoped("node_capacity")
     def node_capacity(args: dict[str, JSON]) -> JSON:
@@ -508,6 +593,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loopkernel_apps.sre.tools")
     parser.add_argument("--dump", required=True, help="a kubectl cluster-info dump (dir or file)")
     parser.add_argument("--namespace", required=True, help="the only namespace served")
+    parser.add_argument("--audit", help="append one JSON line per request served to this file")
     args = parser.parse_args(argv)
-    build_host(load_dump(args.dump), args.namespace).run()
+    build_host(load_dump(args.dump), args.namespace, audit=args.audit).run()
     return 0
