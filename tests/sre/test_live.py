@@ -65,7 +65,7 @@ class _Api(BaseHTTPRequestHandler):
                 return
             blocks = load_dump(SOURCE).namespace(ns).logs
             self._send(200, blocks.get((pod, container, False), "").encode(), "text/plain")
-        elif len(parts) in (5, 6) and parts[-2] in ("namespaces",) or "namespaces" in parts:
+        elif "namespaces" in parts:
             ns, stem = parts[parts.index("namespaces") + 1], parts[-1]
             path = SOURCE / ns / f"{STEMS.get(stem, stem)}.json"
             body = path.read_bytes() if path.exists() else b'{"kind":"List","items":[]}'

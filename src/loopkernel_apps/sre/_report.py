@@ -8,9 +8,9 @@ path today, a model tomorrow). Its rules, in order:
    or every identifier the claim names (pod, container, exit code, image, host, variable;
    for a claim without a quote, also the quoted names and exit codes in its text). A
    citation that does not is dropped;
-3. an observed fact left with no citation is dropped; a verified cause left with none
-   becomes a suspected cause of ``low`` confidence; a suspected cause left with none
-   falls to ``low``;
+3. an observed fact left with no citation is dropped; a verified cause left with none, or
+   not named after one of the ten detectors, becomes a suspected cause of ``low``
+   confidence; a suspected cause left with none falls to ``low``;
 4. "root cause is confirmed" and its kin on anything unverified get an explicit note;
 5. every proposed remediation has ``requires_approval: true, executable: false``.
 
@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from loopkernel_apps.sre._detect import Finding
+from loopkernel_apps.sre._detect import DETECTORS, Finding
 
 __all__ = ["REPORT_FIELDS", "build_draft", "evidence_items", "finalize", "render_markdown"]
 
@@ -244,7 +244,7 @@ def build_draft(
         if item["tool"] == "pod_logs" and not item["data"].get("available")
     ]
     missing += [
-        f"{call['tool']} {json.dumps(call['args'])} not collected: {call['note']}"
+        f"{call['tool']} {json.dumps(call['args'], sort_keys=True)} not collected: {call['note']}"
         for call in calls
         if call["status"] == "skipped"
     ]
@@ -377,9 +377,18 @@ def finalize(draft: dict[str, Any], evidence: list[dict[str, Any]]) -> dict[str,
     verified, suspected = [], []
     for cause in draft.get("verified_causes", []):
         refs = check(cause, f"cause {cause.get('detector')}")
-        if refs and cause.get("detector"):
+        if refs and cause.get("detector") in DETECTORS:
             verified.append(
-                {**{k: v for k, v in cause.items() if k != "identifiers"}, "evidence": refs}
+                {
+                    "detector": cause["detector"],
+                    "text": str(cause["text"]),
+                    "evidence": refs,
+                    "quote": str(cause.get("quote") or ""),
+                    "pod": cause.get("pod"),
+                    "container": cause.get("container"),
+                    "score": cause.get("score"),
+                    "ranking": str(cause.get("ranking") or "as drafted"),
+                }
             )
         else:
             dropped.append(f"cause {cause.get('detector')} downgraded to suspected (low)")
@@ -500,9 +509,11 @@ def render_markdown(r: dict[str, Any]) -> str:
     for s in cov["skills"]:
         out.append(f"- playbook {s['name']}: chosen for {', '.join(s['why'])}")
     for ref in cov["refused_requests"]:
-        out.append(f"- declined: {ref['tool']} {json.dumps(ref['args'])}: {ref['reason']}")
+        out.append(
+            f"- declined: {ref['tool']} {json.dumps(ref['args'], sort_keys=True)}: {ref['reason']}"
+        )
     for f in cov["failed_tools"]:
-        out.append(f"- failed: {f['tool']} {json.dumps(f['args'])}: {f['error']}")
+        out.append(f"- failed: {f['tool']} {json.dumps(f['args'], sort_keys=True)}: {f['error']}")
     if cov.get("model"):
         out.append(f"- model: {cov['model']}")
     if r.get("validation"):
@@ -510,5 +521,6 @@ def render_markdown(r: dict[str, Any]) -> str:
     out += ["", "## Evidence", ""]
     for e in r["evidence"]:
         cut = " (truncated)" if e["truncated"] else ""
-        out.append(f"- {e['ref']}: {e['tool']} {json.dumps(e['args'])} — {e['source']}{cut}")
+        args = json.dumps(e["args"], sort_keys=True)
+        out.append(f"- {e['ref']}: {e['tool']} {args} — {e['source']}{cut}")
     return "\n".join(out) + "\n"

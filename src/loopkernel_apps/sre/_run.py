@@ -216,6 +216,7 @@ def focus_pods(triage: dict[str, Any], question: str) -> list[dict[str, Any]]:
 
 
 async def triage(ctx: TaskContext) -> JSON:
+    _STARTED.setdefault(ctx.run_id, time.monotonic())  # the wall-time bound counts from here
     col = _Collector(ctx)
     result = await col.call("triage", {})
     data = (result or {}).get("data", {})
@@ -336,16 +337,8 @@ async def plan(ctx: TaskContext) -> JSON:
     params = _params(ctx)
     n = int(ctx.input["round"])
     started = _STARTED.setdefault(ctx.run_id, time.monotonic())
-    if n > int(params["max_rounds"]):
-        return {"calls": [], "stop": "max_rounds", "round": n}
-    if time.monotonic() - started > float(params["max_wall_s"]):
-        return {"calls": [], "stop": "max_wall_s", "round": n}
     prior = collected_calls(_ev(ctx))
     made, chars = _spent(prior)
-    if made >= int(params["max_tool_calls"]):
-        return {"calls": [], "stop": "max_tool_calls", "round": n}
-    if chars >= int(params["max_evidence_chars"]):
-        return {"calls": [], "stop": "max_evidence_chars", "round": n}
     seen = {_key(c["tool"], c["args"]) for c in prior}
     tri = _triage(ctx)
     focus = [u for u in tri.get("unhealthy", []) if u["pod"] in tri.get("focus", [])]
@@ -369,16 +362,51 @@ async def plan(ctx: TaskContext) -> JSON:
                     wanted.append(
                         {"tool": step["tool"], "args": args, "why": f"skill {skill['name']}"}
                     )
-    calls, keys = [], set()
-    for w in wanted:
-        key = _key(w["tool"], w["args"])
-        if key not in seen and key not in keys:
-            keys.add(key)
-            calls.append(w)
+    # Follow-ups from what earlier rounds found: a deployment's history names its newest
+    # ReplicaSet, whose events (FailedCreate: quota, admission) explain missing pods.
+    for c in prior:
+        if c["status"] == "ok" and c["tool"] == "rollout_history":
+            dep = c["args"]["deployment"]
+            revisions = c["result"]["data"].get("revisions", [])
+            if revisions:
+                rs = revisions[-1]["replicaset"]
+                wanted.append(
+                    {
+                        "tool": "events",
+                        "args": {"object": rs},
+                        "why": f"follow-up: the newest ReplicaSet of {dep}",
+                    }
+                )
+            wanted.append(
+                {
+                    "tool": "events",
+                    "args": {"object": dep},
+                    "why": f"follow-up: events of deployment {dep}",
+                }
+            )
+    # Steps of earlier rounds are not asked again; two playbooks asking for the same thing in
+    # one round both stay, and the second is answered "already collected" at no cost.
+    calls: list[dict[str, Any]] = []
+    keys: list[str] = []
     room = int(params["max_tool_calls"]) - made
     stop = None
-    if len(calls) > room:
-        calls, stop = calls[:room], "max_tool_calls"
+    for w in wanted:
+        key = _key(w["tool"], w["args"])
+        if key in seen:
+            continue
+        if key not in keys:
+            if len(keys) >= room:
+                stop = "max_tool_calls"
+                break
+            keys.append(key)
+        calls.append(w)
+    # A bound ends the loop only when there was something left to ask.
+    if calls and n > int(params["max_rounds"]):
+        return {"calls": [], "stop": "max_rounds", "round": n}
+    if calls and time.monotonic() - started > float(params["max_wall_s"]):
+        return {"calls": [], "stop": "max_wall_s", "round": n}
+    if calls and chars >= int(params["max_evidence_chars"]):
+        return {"calls": [], "stop": "max_evidence_chars", "round": n}
     return {"calls": calls, "stop": stop, "round": n}
 
 
