@@ -22,15 +22,15 @@ from loopkernel import JSON, App, AppParts, Store, UsageError
 from loopkernel.tools import ToolLayer, allow_all
 from loopkernel_apps.sre._detect import DETECTORS
 from loopkernel_apps.sre._report import REPORT_FIELDS, finalize, render_markdown
-from loopkernel_apps.sre._run import WORKERS, InvestigationPlanner, select_skills
+from loopkernel_apps.sre._run import WORKERS, investigation_flow, select_skills
 
 __all__ = [
     "DETECTORS",
     "REPORT_FIELDS",
     "WORKERS",
-    "InvestigationPlanner",
     "app",
     "finalize",
+    "investigation_flow",
     "render_markdown",
     "select_skills",
 ]
@@ -65,7 +65,8 @@ def build(params: Mapping[str, JSON]) -> AppParts:
     def layer(store: Store) -> ToolLayer:
         return ToolLayer(store, [source], policy_hook=allow_all)
 
-    return AppParts(planner=InvestigationPlanner(), workers=WORKERS, tool_layer=layer)
+    planner = investigation_flow(int(params["max_rounds"]))
+    return AppParts(planner=planner, workers=WORKERS, tool_layer=layer)
 
 
 app = App(

@@ -1,4 +1,4 @@
-"""The investigation as a LoopKernel run: a deterministic planner and its workers.
+"""The investigation as a LoopKernel run: a deterministic planner (a ``Flow``) and its workers.
 
 ::
 
@@ -28,69 +28,49 @@ from collections.abc import Iterable, Mapping
 from importlib import resources
 from typing import Any
 
-from loopkernel import (
-    JSON,
-    BasePlanner,
-    Event,
-    GraphPatch,
-    Snapshot,
-    TaskContext,
-    TaskSpec,
-    ToolError,
-    ToolTimeout,
-    ToolUnavailable,
-)
+from loopkernel import JSON, TaskContext, ToolError, ToolTimeout, ToolUnavailable
+from loopkernel.planner import At, Flow, Step, repeat
 from loopkernel_apps.sre._detect import detect, rank
 from loopkernel_apps.sre._report import build_draft, evidence_items, finalize
 
-__all__ = ["WORKERS", "InvestigationPlanner", "collected_calls", "load_skills", "select_skills"]
+__all__ = ["WORKERS", "collected_calls", "investigation_flow", "load_skills", "select_skills"]
 
 MAX_FOCUS_PODS = 4
 LOG_TAIL = 200
 _CHAIN = ("triage", "logs")
 
 
-class InvestigationPlanner(BasePlanner):
-    """Deterministic: the next task follows from the one that finished."""
+def investigation_flow(max_rounds: int) -> Flow:
+    """The run's shape: fixed steps, a bounded plan <-> act loop, fixed steps."""
 
-    def on_start(self, snapshot: Snapshot, event: Event) -> GraphPatch:
-        return GraphPatch().add(TaskSpec(task_id="triage", skill="triage"))
+    def round_input(at: At) -> JSON:
+        return {"round": at.attempt}
 
-    def on_completed(self, snapshot: Snapshot, event: Event) -> GraphPatch:
-        assert event.task_id is not None
-        task = snapshot.task(event.task_id)
-        after = [task.task_id]
-        match task.skill:
-            case "triage":
-                return GraphPatch().add(TaskSpec(task_id="logs", skill="logs"), after=after)
-            case "logs":
-                return GraphPatch().add(TaskSpec(task_id="skills", skill="skills"), after=after)
-            case "skills":
-                return GraphPatch().add(_plan(1), after=after)
-            case "plan":
-                n = int(task.input["round"])
-                if task.result["calls"]:
-                    spec = TaskSpec(task_id=f"act:{n}", skill="act", input={"round": n})
-                    return GraphPatch().add(spec, after=after)
-                return GraphPatch().add(
-                    TaskSpec(task_id="correlate", skill="correlate"), after=after
-                )
-            case "act":
-                return GraphPatch().add(_plan(int(task.input["round"]) + 1), after=after)
-            case "correlate":
-                return GraphPatch().add(TaskSpec(task_id="report", skill="report"), after=after)
-            case "report":
-                verdict = {
-                    "digest": task.result["digest"],
-                    "summary": task.result["report"]["summary"],
-                    "exit": task.result["report"]["coverage"]["exit"],
-                }
-                return GraphPatch().finish("succeeded", verdict)
-        return GraphPatch()
+    def nothing_left(at: At) -> bool:
+        return at.prev.skill == "plan" and not at.prev.result["calls"]
 
+    def verdict(at: At) -> JSON:
+        report: Any = at.result("report")
+        return {
+            "digest": report["digest"],
+            "summary": report["report"]["summary"],
+            "exit": report["report"]["coverage"]["exit"],
+        }
 
-def _plan(n: int) -> TaskSpec:
-    return TaskSpec(task_id=f"plan:{n}", skill="plan", input={"round": n})
+    return Flow(
+        Step("triage"),
+        Step("logs"),
+        Step("skills"),
+        repeat(
+            Step("plan", input=round_input),
+            Step("act", input=round_input),
+            until=nothing_left,
+            max=max_rounds,
+        ),
+        Step("correlate"),
+        Step("report"),
+        verdict=verdict,
+    )
 
 
 # -- shared helpers ------------------------------------------------------------------------------
@@ -400,9 +380,10 @@ async def plan(ctx: TaskContext) -> JSON:
                 break
             keys.append(key)
         calls.append(w)
-    # A bound ends the loop only when there was something left to ask.
-    if calls and n > int(params["max_rounds"]):
-        return {"calls": [], "stop": "max_rounds", "round": n}
+    # A bound ends the loop only when there was something left to ask. The flow runs at
+    # most max_rounds rounds; a last round that still asked ends as max_rounds.
+    if calls and n >= int(params["max_rounds"]):
+        stop = stop or "max_rounds"
     if calls and time.monotonic() - started > float(params["max_wall_s"]):
         return {"calls": [], "stop": "max_wall_s", "round": n}
     if calls and chars >= int(params["max_evidence_chars"]):
