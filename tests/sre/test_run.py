@@ -171,3 +171,10 @@ def test_run_sre_with_set(tmp_path: Path) -> None:
     assert "Verified (command_not_found)" in done.stdout
     missing = run_cli(["run", "sre", "--quiet"], db=tmp_path / "runs.db")
     assert missing.returncode == 2 and "sre needs a question" in missing.stderr
+
+
+def test_the_wall_clock_of_one_run_does_not_leak_into_the_next(tmp_path: Path) -> None:
+    first = investigate(tmp_path / "a.db", "oom-payments", run_id="same", max_wall_s=1e-9)
+    assert first["report"]["coverage"]["exit"] == "max_wall_s"
+    second = investigate(tmp_path / "b.db", "oom-payments", run_id="same")
+    assert second["report"]["coverage"]["exit"] == "complete"

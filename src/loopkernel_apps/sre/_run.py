@@ -196,7 +196,9 @@ def focus_pods(triage: dict[str, Any], question: str) -> list[dict[str, Any]]:
 
 
 async def triage(ctx: TaskContext) -> JSON:
-    _STARTED.setdefault(ctx.run_id, time.monotonic())  # the wall-time bound counts from here
+    # The wall-time bound counts from here (a new run, even one reusing an id in this
+    # process), or from the first round a resumed process plans.
+    _STARTED[ctx.run_id] = time.monotonic()
     col = _Collector(ctx)
     result = await col.call("triage", {})
     data = (result or {}).get("data", {})
