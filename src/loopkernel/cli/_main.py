@@ -267,6 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
         "loopkernel.cli._workers",
         "loopkernel.cli._fork",
         "loopkernel.cli._bench",
+        "loopkernel.cli._gateway",
     ):
         _add_optional(sub, module)
     return parser
