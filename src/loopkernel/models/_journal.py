@@ -24,6 +24,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import loopkernel.telemetry as telemetry
 from loopkernel.errors import BudgetExceeded, ModelError, ReplayDivergence
 from loopkernel.executor._context import TaskContext
 from loopkernel.executor._crash import crashpoint
@@ -64,6 +65,40 @@ class ModelLayer:
         index: int,
         messages: Sequence[Message],
         *,
+        max_tokens: int,
+        response_schema: dict[str, Any] | None,
+        timeout: float,  # noqa: ASYNC109 - a per-call deadline handed on
+    ) -> Completion:
+        tracer = telemetry.tracer()
+        if not tracer:
+            return await self._complete(ctx, index, messages, max_tokens, response_schema, timeout)
+        key = model_key(ctx.run_id, ctx.task_id, index)
+        span = tracer.start("model", {"loopkernel.key": key, "loopkernel.max_tokens": max_tokens})
+        with tracer.current(span):  # the client sends this span's traceparent to the gateway
+            try:
+                reply = await self._complete(
+                    ctx, index, messages, max_tokens, response_schema, timeout
+                )
+            except BaseException as exc:
+                tracer.end(span, error=exc)
+                raise
+        tracer.end(
+            span,
+            {
+                "loopkernel.model": reply.model,
+                "loopkernel.replayed": reply.replayed,
+                "loopkernel.input_tokens": reply.input_tokens,
+                "loopkernel.output_tokens": reply.output_tokens,
+                "loopkernel.cost_usd": reply.cost_usd,
+            },
+        )
+        return reply
+
+    async def _complete(
+        self,
+        ctx: TaskContext,
+        index: int,
+        messages: Sequence[Message],
         max_tokens: int,
         response_schema: dict[str, Any] | None,
         timeout: float,  # noqa: ASYNC109 - a per-call deadline handed on
