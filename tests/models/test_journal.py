@@ -256,3 +256,23 @@ def test_a_model_call_is_a_span_under_its_task_and_its_trace_reaches_the_gateway
     assert models[0].attributes["loopkernel.key"] == "r/ask/model/0"
     trace_id = format(task.context.trace_id, "032x")
     assert (tmp_path / "gateway.log").read_text().count(f"trace={trace_id}") == 2
+
+
+def test_a_wrong_gateway_token_is_not_journaled_as_the_calls_answer(
+    backend: Backend, tmp_path: Path
+) -> None:
+    from loopkernel.errors import ModelError
+
+    async def body(store: Store) -> None:
+        await _run_row(store)
+        async with ScriptedProvider(["A"]) as p, gateway_for(p, tmp_path) as (_gw, client):
+            wrong = ModelClient(client.address, "a-wrong-token-0123456789")
+            with pytest.raises(ModelError, match="token"):
+                await ctx_for(store, wrong).complete(ask("one"), max_tokens=16)
+            [effect] = await store.effects(RunId("r"))
+            assert effect.status == "intended"
+            # fixed configuration, the task runs again: the call is sent, with the same key
+            reply = await ctx_for(store, client).complete(ask("one"), max_tokens=16)
+            assert (reply.text, p.calls) == ("A", 1)
+
+    backend.run(body)
