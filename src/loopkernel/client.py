@@ -29,7 +29,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from loopkernel._app import App, load_app, registered
 from loopkernel.errors import (
@@ -78,6 +78,9 @@ from loopkernel.store import (
     open_store,
 )
 from loopkernel.store._lease import Holder
+
+if TYPE_CHECKING:
+    from loopkernel.models import ModelLayer
 
 __all__ = ["DEFAULT_LEASE_SECONDS", "DEFAULT_STORE_RETRY", "Client", "Inspection"]
 
@@ -185,9 +188,18 @@ class Client:
     def kernel(self, app: App, params: Mapping[str, JSON], **options: Any) -> Kernel:
         parts = app.build(params)
         tools = None if parts.tool_layer is None else parts.tool_layer(self.store)
+        options.setdefault("models", self.model_layer())
         return Kernel(
             self.store, parts.planner, parts.workers, tools=tools, guard=parts.guard, **options
         )
+
+    def model_layer(self) -> ModelLayer | None:
+        """``ctx.complete`` through the gateway that ``LOOPKERNEL_GATEWAY`` names, journaled
+        in this store; None when no gateway is configured."""
+        from loopkernel.models import ModelClient, ModelLayer
+
+        client = ModelClient.from_env()
+        return None if client is None else ModelLayer(self.store, client)
 
     async def start(
         self,

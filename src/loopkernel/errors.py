@@ -20,6 +20,9 @@
         ├── ToolUnavailable         the tool server would not start, died, or spoke no MCP
         ├── TransientFault          a fault that may pass outlasted its retries; the run
         │                           was left running, resumable
+        ├── ModelError              the model gateway refused the call or the reply was unusable
+        ├── ModelTimeout            the model call passed its deadline
+        ├── ModelUnavailable        the gateway or its provider could not be reached; retry
         ├── BudgetExceeded          a budget limit would be passed
         ├── TripwireFired           a tripwire stopped the run
         └── RunawayRun              the run passed its ``max_events``
@@ -37,6 +40,9 @@ __all__ = [
     "BudgetExceeded",
     "LeaseLost",
     "LoopKernelError",
+    "ModelError",
+    "ModelTimeout",
+    "ModelUnavailable",
     "NotADatabase",
     "PatchRejected",
     "ReplayDivergence",
@@ -173,6 +179,27 @@ class TransientFault(RunError):
     idempotency key. ``cause`` is the error type, ``tool`` and ``task_id`` name the call."""
 
     code = "transient_fault"
+
+
+class ModelError(RunError):
+    """The model gateway answered with an error that retrying will not fix: a bad request,
+    a refused token, a reply that is not the JSON the schema asks for. ``kind`` names it."""
+
+    code = "model_error"
+
+
+class ModelTimeout(RunError):
+    """The model call passed its deadline (the gateway's, or the client's)."""
+
+    code = "model_timeout"
+    retryable = True
+
+
+class ModelUnavailable(RunError):
+    """The gateway could not be reached, or its provider kept failing (429 / 5xx) after
+    the gateway's retries. Retrying later is safe: the call carries its idempotency key."""
+
+    code = "model_unavailable"
     retryable = True
 
 

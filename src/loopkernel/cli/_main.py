@@ -360,7 +360,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", type=run_id)
     p.add_argument("--to", required=True, help="the new file")
 
-    for module in ("loopkernel.cli._tools", "loopkernel.cli._workers", "loopkernel.cli._fork"):
+    for module in (
+        "loopkernel.cli._tools",
+        "loopkernel.cli._workers",
+        "loopkernel.cli._fork",
+        "loopkernel.cli._gateway",
+    ):
         _add_optional(sub, module)
     _add_app_commands(sub)
     return parser
@@ -404,8 +409,23 @@ def _resume_hint(args: argparse.Namespace, exc: LoopKernelError) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    raw = list(sys.argv[1:] if argv is None else argv)
+    if raw[:1] == ["gateway"]:  # the gateway has its own command line (and process)
+        from loopkernel.cli._gateway import run_gateway
+
+        return run_gateway(raw[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command != "gateway":
+        # The runtime never holds provider keys (docs/models.md). As the process's entry
+        # point, re-execute without them, so even /proc/PID/environ is clean; called as a
+        # function (tests, embedding), clean os.environ, so nothing started later gets them.
+        from loopkernel.models._scrub import reexec_without_credentials, scrub
+
+        if argv is None:
+            reexec_without_credentials()
+        else:
+            scrub()
     func = args.func
     try:
         if asyncio.iscoroutinefunction(func):

@@ -1,6 +1,12 @@
 """The executor: the loop that runs a run, its worker context, and the crash points."""
 
-from loopkernel.executor._context import NeedsApproval, TaskContext, ToolCaller, Worker
+from loopkernel.executor._context import (
+    ModelCaller,
+    NeedsApproval,
+    TaskContext,
+    ToolCaller,
+    Worker,
+)
 from loopkernel.executor._kernel import (
     DEFAULT_MAX_EVENTS,
     TOKEN_REQUIRED,
@@ -15,6 +21,7 @@ __all__ = [
     "DEFAULT_MAX_EVENTS",
     "TOKEN_REQUIRED",
     "Kernel",
+    "ModelCaller",
     "NeedsApproval",
     "PatchGuard",
     "RunOutcome",

@@ -38,7 +38,13 @@ from loopkernel.errors import (
     TripwireFired,
     UsageError,
 )
-from loopkernel.executor._context import NeedsApproval, TaskContext, ToolCaller, Worker
+from loopkernel.executor._context import (
+    ModelCaller,
+    NeedsApproval,
+    TaskContext,
+    ToolCaller,
+    Worker,
+)
 from loopkernel.executor._crash import crashpoint
 from loopkernel.executor._outcomes import (
     event_data,
@@ -136,6 +142,7 @@ class Kernel:
         workers: Mapping[str, Worker],
         *,
         tools: ToolCaller | None = None,
+        models: ModelCaller | None = None,
         max_concurrency: int = 16,
         poll_interval: float = 0.2,
         cancel_grace: float = 5.0,
@@ -150,6 +157,7 @@ class Kernel:
         if isinstance(planner, Flow):
             planner.check_workers(self.workers)
         self.tools = tools
+        self.models = models
         self.max_concurrency = max_concurrency
         self.poll_interval = poll_interval
         self.cancel_grace = cancel_grace
@@ -323,6 +331,7 @@ class _RunLoop:
                 attempt=task.attempts,
                 upto_seq=self.known_seq,
                 tools=self.k.tools,
+                models=self.k.models,
             )
             worker = self.k.workers[task.skill]
             if self.tracer:
