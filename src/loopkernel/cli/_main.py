@@ -266,6 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
         "loopkernel.cli._tools",
         "loopkernel.cli._workers",
         "loopkernel.cli._fork",
+        "loopkernel.cli._web",
         "loopkernel.cli._bench",
     ):
         _add_optional(sub, module)
