@@ -23,7 +23,7 @@ def require_extra() -> None:
     """Fail with one line naming the install command when the ``web`` extra is missing."""
     try:
         import jinja2  # noqa: F401
-        import multipart  # noqa: F401
+        import multipart  # type: ignore[import-untyped]  # noqa: F401
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:

@@ -169,7 +169,9 @@ def create_app(
         state = await client.graph(run_id)
         task = state.get(task_id)
         if task is None:
-            return render(request, "error.html", 404, message=f"run {run_id} has no task {task_id!r}")
+            return render(
+                request, "error.html", 404, message=f"run {run_id} has no task {task_id!r}"
+            )
         events = [e for e in await client.events(run_id) if e.task_id == task_id]
         patches = {p.event_seq: p for p in await client.patches(run_id)}
         return render(
@@ -290,9 +292,7 @@ def create_app(
         except ApprovalRefused as exc:
             return render(request, "error.html", 409, message=str(exc))
         notice = f"{decision} journaled for {task_id} (event #{event.seq})"
-        return RedirectResponse(
-            f"/runs/{quote(run_id)}?notice={quote(notice)}", status_code=303
-        )
+        return RedirectResponse(f"/runs/{quote(run_id)}?notice={quote(notice)}", status_code=303)
 
     async def cancel(request: Request) -> Response:
         run_id = request.path_params["run_id"]
@@ -303,15 +303,15 @@ def create_app(
             info = await client.info(run_id)
             if info.status in TERMINAL_RUN:
                 raise _Refused(409, f"run {run_id} is already {info.status.value}")
-            await client.cancel(run_id, reason, token=token, local=token is None, finish_waiting=False)
+            await client.cancel(
+                run_id, reason, token=token, local=token is None, finish_waiting=False
+            )
         except _Refused as exc:
             return render(request, "error.html", exc.status, message=exc.message)
         except LoopKernelError as exc:
             return render(request, "error.html", 409, message=str(exc))
         notice = "cancel journaled; the run's executor (or the next resume) stops it"
-        return RedirectResponse(
-            f"/runs/{quote(run_id)}?notice={quote(notice)}", status_code=303
-        )
+        return RedirectResponse(f"/runs/{quote(run_id)}?notice={quote(notice)}", status_code=303)
 
     async def login_page(request: Request) -> Response:
         return render(request, "login.html", next=request.query_params.get("next", "/"))

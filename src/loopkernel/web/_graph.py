@@ -135,7 +135,10 @@ def layout(
         x1, y1 = pos[src][0] + BOX_W, pos[src][1] + BOX_H / 2
         x2, y2 = pos[dst][0], pos[dst][1] + BOX_H / 2
         bend = max(24.0, (x2 - x1) / 2)
-        d = f"M{x1:.0f},{y1:.0f} C{x1 + bend:.0f},{y1:.0f} {x2 - bend:.0f},{y2:.0f} {x2:.0f},{y2:.0f}"
+        d = (
+            f"M{x1:.0f},{y1:.0f} "
+            f"C{x1 + bend:.0f},{y1:.0f} {x2 - bend:.0f},{y2:.0f} {x2:.0f},{y2:.0f}"
+        )
         wires.append(Wire(src=src, dst=dst, d=d, live=info[src][2] == "succeeded"))
     width = PAD * 2 + len(columns) * BOX_W + max(0, len(columns) - 1) * COL_GAP
     return Layout(boxes=boxes, wires=wires, width=max(width, 0), height=max(height, 0))
