@@ -7,15 +7,26 @@ import os
 import re
 import signal
 import subprocess
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 from lk_helpers import LOOPKERNEL, cli_env
 from loopkernel.client import Client
 from loopkernel.graph import RunStatus
+
+T = TypeVar("T")
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run`` in a thread of its own: Playwright's sync API keeps an event loop
+    running in the test's thread."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 def make_run(
@@ -30,7 +41,7 @@ def make_run(
                 await client.execute(started.run_id)
             return started.run_id, started.token
 
-    return asyncio.run(go())
+    return run_async(go())
 
 
 def status_of(db: Path | str, run_id: str) -> RunStatus:
@@ -38,7 +49,7 @@ def status_of(db: Path | str, run_id: str) -> RunStatus:
         async with Client(str(db)) as client:
             return (await client.info(run_id)).status
 
-    return asyncio.run(go())
+    return run_async(go())
 
 
 def csrf_of(http: httpx.Client, path: str) -> str:
@@ -114,3 +125,13 @@ def stop_server(served: Served) -> None:
         served.proc.wait()
     if served.proc.stdout is not None:
         served.proc.stdout.close()
+
+
+def screenshot(page: Any, tmp_path: Path, name: str) -> Path:
+    """Save a full-page screenshot in the test's directory (and in ``$LOOPKERNEL_SCREENSHOTS``)."""
+    path = tmp_path / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
+    return path

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from lk_web import SHOTS, Served, start_server, stop_server
+from lk_web import Served, start_server, stop_server
 
 _skipped: list[str] = []
 CHROMIUM = os.environ.get("LOOPKERNEL_CHROMIUM", "/usr/bin/chromium")
@@ -73,16 +73,6 @@ def page(chromium: Any) -> Iterator[Any]:
         yield page
     finally:
         context.close()
-
-
-def screenshot(page: Any, tmp_path: Path, name: str) -> Path:
-    """Save a full-page screenshot in the test's directory (and in ``$LOOPKERNEL_SCREENSHOTS``)."""
-    path = tmp_path / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    if SHOTS:
-        Path(SHOTS).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
-    return path
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

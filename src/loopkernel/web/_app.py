@@ -143,6 +143,7 @@ def create_app(
             "state": state,
             "tasks": list(state.tasks.values()),
             "waiting": state.in_state(TaskState.WAITING),
+            "answered": views.answered(events, state),
             "graph": views.graph_of(state, late),
             "late": late,
             "live": views.is_live(info),
@@ -222,7 +223,10 @@ def create_app(
                 "head": fragment("_head.html", **ctx),
                 "graph": fragment("_graph.html", run_id=rid, **ctx),
                 "tasks": fragment("_tasks.html", run_id=rid, **ctx),
-                "actions_key": "".join(f"{t.task_id}@{t.wait_epoch}," for t in ctx["waiting"])
+                "actions_key": "".join(
+                    f"{t.task_id}@{t.wait_epoch}{ctx['answered'].get(t.task_id, '')},"
+                    for t in ctx["waiting"]
+                )
                 + f"|{info.status.value}",
                 "actions": fragment(
                     "_actions.html",
@@ -389,7 +393,7 @@ class _Headers:
                 message["headers"] += [
                     (b"content-security-policy", CSP.encode()),
                     (b"x-content-type-options", b"nosniff"),
-                    (b"referrer-policy", b"no-referrer"),
+                    (b"referrer-policy", b"same-origin"),
                     (b"x-frame-options", b"DENY"),
                 ]
             await send(message)

@@ -16,6 +16,7 @@ __all__ = [
     "JournalRow",
     "PatchView",
     "age",
+    "answered",
     "graph_of",
     "journal_rows",
     "late_tasks",
@@ -134,6 +135,20 @@ def journal_rows(events: Iterable[Event], patches: dict[int, PatchRecord]) -> li
             )
         )
     return rows
+
+
+def answered(events: Iterable[Event], state: GraphState) -> dict[str, str]:
+    """Waiting tasks whose current wait a human already answered (journaled, not yet
+    planned: the run's executor or a worker picks it up), with the decision."""
+    out: dict[str, str] = {}
+    for ev in events:
+        if ev.kind is not EventKind.HUMAN_INPUT or ev.task_id is None:
+            continue
+        task = state.get(ev.task_id)
+        data = ev.data if isinstance(ev.data, dict) else {}
+        if task is not None and data.get("wait_epoch") == task.wait_epoch:
+            out[ev.task_id] = str(data.get("decision"))
+    return out
 
 
 def late_tasks(events: Iterable[Event]) -> frozenset[str]:
