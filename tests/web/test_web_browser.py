@@ -71,6 +71,8 @@ def test_waiting_looplab_run_is_approved_by_a_click_then_finishes(
     run_id = re.search(r"run (\S+) started", started.stdout).group(1)  # type: ignore[union-attr]
     token = re.search(r"approval token \(shown once\): (\S+)", started.stdout).group(1)  # type: ignore[union-attr]
 
+    make_run(server.db, "speculation", "fast")  # company on the runs page
+    make_run(server.db, "lk_testapps:gate")
     page.goto(f"{server.url}/")
     page.wait_for_selector(f'a[href="/runs/{run_id}"]')
     screenshot(page, tmp_path, "runs")

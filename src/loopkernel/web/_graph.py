@@ -4,6 +4,8 @@ Pure Python, no I/O: each task goes in the column after its deepest predecessor 
 path from a source), rows within a column are ordered by the mean row of their
 predecessors (a few barycentre sweeps, which untangles most crossings of small graphs),
 and edges are cubic curves from the right side of one box to the left side of the next.
+A deep graph (more than ``MAX_ACROSS`` layers, like looplab's long chain) is drawn top to
+bottom instead, so that it fits the page's width.
 The template draws it; every text in it is escaped there.
 """
 
@@ -19,6 +21,10 @@ BOX_H = 46
 COL_GAP = 64
 ROW_GAP = 16
 PAD = 12
+ROW_STEP = 28
+"""Vertical gap between layers when drawn top to bottom."""
+MAX_ACROSS = 6
+"""Most layers drawn left to right."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -54,6 +60,8 @@ class Layout:
     wires: list[Wire]
     width: float
     height: float
+    vertical: bool = False
+    """Layers top to bottom (a deep graph) rather than left to right."""
     box_w: int = BOX_W
     box_h: int = BOX_H
 
@@ -111,14 +119,8 @@ def layout(
             col.sort(key=key)
             for i, n in enumerate(col):
                 row[n] = float(i)
-    tallest = max((len(c) for c in columns), default=0)
-    height = PAD * 2 + tallest * BOX_H + max(0, tallest - 1) * ROW_GAP
-    pos: dict[str, tuple[float, float]] = {}
-    for c, col in enumerate(columns):
-        used = len(col) * BOX_H + max(0, len(col) - 1) * ROW_GAP
-        top = (height - used) / 2  # centre each column vertically
-        for i, n in enumerate(col):
-            pos[n] = (PAD + c * (BOX_W + COL_GAP), top + i * (BOX_H + ROW_GAP))
+    vertical = len(columns) > MAX_ACROSS
+    pos = _positions(columns, vertical)
     boxes = [
         Box(
             task_id=n,
@@ -132,13 +134,46 @@ def layout(
     ]
     wires = []
     for src, dst in wires_in:
-        x1, y1 = pos[src][0] + BOX_W, pos[src][1] + BOX_H / 2
-        x2, y2 = pos[dst][0], pos[dst][1] + BOX_H / 2
-        bend = max(24.0, (x2 - x1) / 2)
-        d = (
-            f"M{x1:.0f},{y1:.0f} "
-            f"C{x1 + bend:.0f},{y1:.0f} {x2 - bend:.0f},{y2:.0f} {x2:.0f},{y2:.0f}"
-        )
+        if vertical:
+            x1, y1 = pos[src][0] + BOX_W / 2, pos[src][1] + BOX_H
+            x2, y2 = pos[dst][0] + BOX_W / 2, pos[dst][1]
+            bend = max(12.0, (y2 - y1) / 2)
+            d = (
+                f"M{x1:.0f},{y1:.0f} "
+                f"C{x1:.0f},{y1 + bend:.0f} {x2:.0f},{y2 - bend:.0f} {x2:.0f},{y2:.0f}"
+            )
+        else:
+            x1, y1 = pos[src][0] + BOX_W, pos[src][1] + BOX_H / 2
+            x2, y2 = pos[dst][0], pos[dst][1] + BOX_H / 2
+            bend = max(24.0, (x2 - x1) / 2)
+            d = (
+                f"M{x1:.0f},{y1:.0f} "
+                f"C{x1 + bend:.0f},{y1:.0f} {x2 - bend:.0f},{y2:.0f} {x2:.0f},{y2:.0f}"
+            )
         wires.append(Wire(src=src, dst=dst, d=d, live=info[src][2] == "succeeded"))
-    width = PAD * 2 + len(columns) * BOX_W + max(0, len(columns) - 1) * COL_GAP
-    return Layout(boxes=boxes, wires=wires, width=max(width, 0), height=max(height, 0))
+    width = max((x for x, _ in pos.values()), default=-BOX_W) + BOX_W + PAD
+    height = max((y for _, y in pos.values()), default=-BOX_H) + BOX_H + PAD
+    return Layout(
+        boxes=boxes,
+        wires=wires,
+        width=max(width, 0),
+        height=max(height, 0),
+        vertical=vertical,
+    )
+
+
+def _positions(columns: list[list[str]], vertical: bool) -> dict[str, tuple[float, float]]:
+    """Top-left corners: layers as columns (left to right) or as rows (top to bottom),
+    each layer centred across the widest one."""
+    across = BOX_W + COL_GAP if not vertical else BOX_H + ROW_STEP
+    along, size = (BOX_H + ROW_GAP, BOX_H) if not vertical else (BOX_W + ROW_GAP, BOX_W)
+    widest = max((len(c) for c in columns), default=0)
+    span = widest * along - (along - size) if widest else 0
+    pos: dict[str, tuple[float, float]] = {}
+    for c, col in enumerate(columns):
+        used = len(col) * along - (along - size)
+        start = PAD + (span - used) / 2
+        for i, n in enumerate(col):
+            a, b = PAD + c * across, start + i * along
+            pos[n] = (b, a) if vertical else (a, b)
+    return pos
