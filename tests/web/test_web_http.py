@@ -24,9 +24,9 @@ from lk_web import (
     stop_server,
 )
 from loopkernel.client import Client
-from loopkernel.graph import RunStatus
+from loopkernel.graph import EventKind, RunStatus
 from loopkernel.ids import RunId
-from loopkernel.store import SQLiteStore
+from loopkernel.store import NewEvent, SQLiteStore
 from loopkernel.store._codec import run_page_filter
 
 
@@ -346,3 +346,26 @@ def test_serve_refuses_bad_arguments_with_exit_2(tmp_path: Path) -> None:
             timeout=60,
         )
         assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+
+
+def test_a_long_journal_shows_its_last_entries_and_all_on_request(server: Served) -> None:
+    async def long_run() -> None:
+        store = SQLiteStore(server.db)
+        await store.open()
+        try:
+            await store.create_run(
+                run_id=RunId("long"), app="x", params={}, max_events=10_000, token_hash="h"
+            )
+            news = [NewEvent(kind=EventKind.TOOL_RESTARTED, data={"n": n}) for n in range(620)]
+            await store.append_events(RunId("long"), news)
+        finally:
+            await store.close()
+
+    asyncio.run(long_run())
+    with server.client() as http:
+        tail = http.get("/runs/long").text
+        assert tail.count('<tr id="ev-') == 500 and 'id="ev-621"' in tail
+        assert 'id="ev-121"' not in tail and "121 earlier entries not shown" in tail
+        assert 'events?after=621"' in tail  # the stream goes on after the last entry
+        whole = http.get("/runs/long?journal=all").text
+        assert whole.count('<tr id="ev-') == 621

@@ -35,6 +35,8 @@ __all__ = ["create_app"]
 
 HERE = Path(__file__).parent
 PAGE_SIZE = 50
+JOURNAL_TAIL = 500
+"""The run page shows the journal's last entries; ``?journal=all`` shows every one."""
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
@@ -156,10 +158,22 @@ def create_app(
         run_id = request.path_params["run_id"]
         info = await client.info(run_id)
         ctx = await run_context(run_id, info)
-        patches = {p.event_seq: p for p in await client.patches(run_id)}
-        rows = views.journal_rows(ctx["events"], patches)
+        whole = request.query_params.get("journal") == "all"
+        start = 0 if whole else max(0, info.last_seq - JOURNAL_TAIL)
+        shown = [e for e in ctx["events"] if e.seq > start]
+        patches = {p.event_seq: p for p in await client.patches(run_id, after=start)}
+        rows = views.journal_rows(shown, patches)
         notice = request.query_params.get("notice")
-        return render(request, "run.html", rows=rows, notice=notice, run_id=run_id, **ctx)
+        return render(
+            request,
+            "run.html",
+            rows=rows,
+            hidden=start,
+            last=ctx["events"][-1].seq if ctx["events"] else 0,
+            notice=notice,
+            run_id=run_id,
+            **ctx,
+        )
 
     async def task_page(request: Request) -> Response:
         if (denied := gate(request)) is not None:
