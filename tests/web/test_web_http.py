@@ -289,6 +289,11 @@ def test_operator_signs_in_and_cancels_a_waiting_run(server: Served) -> None:
         csrf = csrf_of(http, "/login")
         refused = http.post("/login", data={"csrf": csrf, "token": "wrong", "next": "/"})
         assert refused.status_code == 403
+        for elsewhere in ("//evil.example/", "/\\evil.example/", "https://evil.example/"):
+            away = http.post(
+                "/login", data={"csrf": csrf, "token": OPERATOR_TOKEN, "next": elsewhere}
+            )
+            assert away.status_code == 303 and away.headers["location"] == "/"
         signed = http.post("/login", data={"csrf": csrf, "token": OPERATOR_TOKEN, "next": "/"})
         assert signed.status_code == 303 and "lk_session" in signed.headers["set-cookie"]
         assert OPERATOR_TOKEN not in signed.headers["set-cookie"]

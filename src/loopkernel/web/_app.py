@@ -343,9 +343,10 @@ def create_app(
         if not auth.is_operator_token(token if isinstance(token, str) else None):
             return render(request, "login.html", 403, next="/", error="wrong token")
         target = form.get("next")
-        target = target if isinstance(target, str) and target.startswith("/") else "/"
-        if target.startswith("//"):
-            target = "/"
+        # Only a path on this server: never "//host" or "/\\host", which browsers treat as
+        # another site.
+        ok = isinstance(target, str) and target.startswith("/") and target[1:2] not in "/\\"
+        target = target if ok and isinstance(target, str) else "/"
         response = RedirectResponse(target, status_code=303)
         response.set_cookie(SESSION_COOKIE, auth.session_value, httponly=True, samesite="strict")
         return response

@@ -63,7 +63,10 @@ class Watcher:
 
     async def _watch(self) -> None:
         while True:
-            await self.client.wait_for_journal(self.poll_s)
+            try:
+                await self.client.wait_for_journal(self.poll_s)
+            except Exception:  # the store is unreachable for now: poll until it is back
+                await asyncio.sleep(self.poll_s)
             async with self._changed:
                 self.version += 1
                 self._changed.notify_all()
@@ -126,7 +129,8 @@ async def stream(
                 yield _message("journal", {"seq": ev.seq, "html": html}, seq=ev.seq)
                 sent = ev.seq
             planned = max(planned, max(patches, default=0))
-            key = (info.status, info.updated_at, info.last_seq, planned)
+            counts = tuple(sorted(info.task_counts.items()))  # a task started or stopped
+            key = (info.status, info.updated_at, info.last_seq, planned, counts)
             if key != last_state:
                 last_state = key
                 yield _message("state", {**(await render.state(run_id, info))})
