@@ -40,9 +40,11 @@ def server(db_path: Path, tmp_path: Path) -> Iterator[Served]:
         stop_server(served)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
-    """The system Chromium under Playwright (never a downloaded browser)."""
+    """The system Chromium under Playwright (never a downloaded browser). Module-scoped:
+    Playwright's sync API keeps an event loop running in the test thread while it is open,
+    which ``asyncio.run`` in later tests could not live with."""
     if os.environ.get("LOOPKERNEL_TEST_BROWSER") == "skip":
         reason = "LOOPKERNEL_TEST_BROWSER=skip: the browser tests were SKIPPED on purpose"
         _skipped.append(reason)

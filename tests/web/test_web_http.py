@@ -7,7 +7,9 @@ import asyncio
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -18,6 +20,7 @@ from lk_web import (
     Served,
     csrf_of,
     make_run,
+    run_async,
     sse,
     start_server,
     status_of,
@@ -28,6 +31,9 @@ from loopkernel.graph import EventKind, RunStatus
 from loopkernel.ids import RunId
 from loopkernel.store import NewEvent, SQLiteStore
 from loopkernel.store._codec import run_page_filter
+
+if TYPE_CHECKING:
+    from lk_stores import Backend
 
 
 def test_import_loopkernel_stays_free_of_the_web_stack() -> None:
@@ -74,7 +80,7 @@ def status_seq(db: str, run_id: str) -> int:
         async with Client(db) as client:
             return (await client.info(run_id)).last_seq
 
-    return asyncio.run(go())
+    return run_async(go())
 
 
 def token_hash(db: str, run_id: str) -> str:
@@ -82,7 +88,7 @@ def token_hash(db: str, run_id: str) -> str:
         async with Client(db) as client:
             return await client.store.token_hash(RunId(run_id))
 
-    return asyncio.run(go())
+    return run_async(go())
 
 
 def fill_runs(db: Path, n: int, *, apps: int = 3) -> None:
@@ -93,7 +99,7 @@ def fill_runs(db: Path, n: int, *, apps: int = 3) -> None:
         await store.open()
         await store.close()
 
-    asyncio.run(schema())
+    run_async(schema())
     statuses = ["succeeded", "failed", "waiting", "running", "cancelled", "escalated"]
     t0 = 1_700_000_000.0
     con = sqlite3.connect(db)
@@ -224,7 +230,7 @@ def test_stream_resumes_after_last_event_id_without_loss_or_doubles(server: Serv
             async with Client(server.db) as client:
                 await client.execute(run_id)
 
-        asyncio.run(execute())
+        run_async(execute())
         resumed = sse(http.get(f"/runs/{run_id}/events", headers={"Last-Event-ID": "1"}).text)
         ids = [int(m["id"]) for m in resumed if m["event"] == "journal"]
         last = status_seq(server.db, run_id)
@@ -280,7 +286,7 @@ def journal(db: str, run_id: str) -> list:  # type: ignore[type-arg]
         async with Client(db) as client:
             return await client.events(run_id)
 
-    return asyncio.run(go())
+    return run_async(go())
 
 
 def test_operator_signs_in_and_cancels_a_waiting_run(server: Served) -> None:
@@ -366,7 +372,7 @@ def test_a_long_journal_shows_its_last_entries_and_all_on_request(server: Served
         finally:
             await store.close()
 
-    asyncio.run(long_run())
+    run_async(long_run())
     with server.client() as http:
         tail = http.get("/runs/long").text
         assert tail.count('<tr id="ev-') == 500 and 'id="ev-621"' in tail
@@ -374,3 +380,34 @@ def test_a_long_journal_shows_its_last_entries_and_all_on_request(server: Served
         assert 'events?after=621"' in tail  # the stream goes on after the last entry
         whole = http.get("/runs/long?journal=all").text
         assert whole.count('<tr id="ev-') == 621
+
+
+def test_stream_follows_a_run_live_on_both_stores(backend: Backend, tmp_path: Path) -> None:
+    """Connected before the run starts executing, the stream gets every event as it is
+    committed (SQLite: data_version; PostgreSQL: LISTEN/NOTIFY), then ``end``."""
+    run_id, _ = make_run(backend.url, "speculation", "fast", execute=False)
+    served = start_server(backend.url, tmp_path)
+    try:
+        with served.client() as http, http.stream("GET", f"/runs/{run_id}/events") as live:
+            chunks = live.iter_text()
+            text = ""
+            while not any(m["event"] == "journal" for m in sse(text)):
+                text += next(chunks)
+
+            async def execute() -> None:
+                async with Client(backend.url) as client:
+                    await client.execute(run_id)
+
+            worker = threading.Thread(target=lambda: asyncio.run(execute()))  # its own thread
+            worker.start()
+            for chunk in chunks:  # the server ends the stream once the run is finished
+                text += chunk
+            worker.join()
+        messages = sse(text)
+        ids = [int(m["id"]) for m in messages if m["event"] == "journal"]
+        assert ids == list(range(1, status_seq(backend.url, run_id) + 1))
+        assert messages[-1]["event"] == "end" and '"succeeded"' in messages[-1]["data"]
+        states = [m for m in messages if m["event"] == "state"]
+        assert len(states) >= 2 and '"status":"succeeded"' in states[-1]["data"]
+    finally:
+        stop_server(served)
