@@ -210,6 +210,10 @@ class Client:
         found = await self.store.effects(RunId(run_id))
         return found if task_id is None else [e for e in found if e.task_id == task_id]
 
+    async def origin(self, run_id: str) -> tuple[RunId, int] | None:
+        """``(run, seq)`` the run was forked from, or ``None``."""
+        return await self.store.origin(RunId(run_id))
+
     async def wait_for_journal(self, seconds: float) -> None:
         """Return when some run's journal may have changed, or after ``seconds``."""
         await self.store.wait_for_journal(seconds)

@@ -411,3 +411,17 @@ def test_stream_follows_a_run_live_on_both_stores(backend: Backend, tmp_path: Pa
         assert len(states) >= 2 and '"status":"succeeded"' in states[-1]["data"]
     finally:
         stop_server(served)
+
+
+def test_a_forked_run_links_to_its_origin(server: Served) -> None:
+    run_id, _ = make_run(server.db, "speculation", "fast")
+
+    async def fork() -> str:
+        async with Client(server.db) as client:
+            return (await client.fork(run_id, at=3)).run_id
+
+    forked = run_async(fork())
+    with server.client() as http:
+        page = http.get(f"/runs/{forked}").text
+        assert f'<a class="mono" href="/runs/{run_id}">{run_id}</a> at event #3' in page
+        assert "Forked from" not in http.get(f"/runs/{run_id}").text

@@ -150,6 +150,7 @@ def create_app(
             "late": late,
             "live": views.is_live(info),
             "events": events,
+            "origin": await client.origin(run_id),
         }
 
     async def run_page(request: Request) -> Response:
