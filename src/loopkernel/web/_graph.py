@@ -4,8 +4,9 @@ Pure Python, no I/O: each task goes in the column after its deepest predecessor 
 path from a source), rows within a column are ordered by the mean row of their
 predecessors (a few barycentre sweeps, which untangles most crossings of small graphs),
 and edges are cubic curves from the right side of one box to the left side of the next.
-A deep graph (more than ``MAX_ACROSS`` layers, like looplab's long chain) is drawn top to
-bottom instead, so that it fits the page's width.
+A deep graph (more than ``MAX_ACROSS`` layers, like looplab's long chain) wraps like
+text: ``MAX_ACROSS`` layers per band, bands one under the other, so it fits the page's
+width; an edge into a later band leaves its box at the bottom and enters at the top.
 The template draws it; every text in it is escaped there.
 """
 
@@ -21,10 +22,10 @@ BOX_H = 46
 COL_GAP = 64
 ROW_GAP = 16
 PAD = 12
-ROW_STEP = 28
-"""Vertical gap between layers when drawn top to bottom."""
-MAX_ACROSS = 6
-"""Most layers drawn left to right."""
+BAND_GAP = 36
+"""Vertical gap between two bands of a wrapped graph."""
+MAX_ACROSS = 5
+"""Most layers side by side in one band (about the width of the page)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -36,6 +37,8 @@ class Box:
     state: str
     x: float
     y: float
+    layer: int
+    """Its layer: one more than its deepest predecessor's."""
     late: bool
     """A result arrived after the task was cancelled and was discarded."""
 
@@ -60,8 +63,8 @@ class Layout:
     wires: list[Wire]
     width: float
     height: float
-    vertical: bool = False
-    """Layers top to bottom (a deep graph) rather than left to right."""
+    bands: int = 1
+    """How many bands the layers wrap into."""
     box_w: int = BOX_W
     box_h: int = BOX_H
 
@@ -119,8 +122,7 @@ def layout(
             col.sort(key=key)
             for i, n in enumerate(col):
                 row[n] = float(i)
-    vertical = len(columns) > MAX_ACROSS
-    pos = _positions(columns, vertical)
+    pos = _positions(columns)
     boxes = [
         Box(
             task_id=n,
@@ -128,27 +130,28 @@ def layout(
             state=info[n][2],
             x=pos[n][0],
             y=pos[n][1],
+            layer=layer[n],
             late=n in late,
         )
         for n in nodes
     ]
     wires = []
     for src, dst in wires_in:
-        if vertical:
-            x1, y1 = pos[src][0] + BOX_W / 2, pos[src][1] + BOX_H
-            x2, y2 = pos[dst][0] + BOX_W / 2, pos[dst][1]
-            bend = max(12.0, (y2 - y1) / 2)
-            d = (
-                f"M{x1:.0f},{y1:.0f} "
-                f"C{x1:.0f},{y1 + bend:.0f} {x2:.0f},{y2 - bend:.0f} {x2:.0f},{y2:.0f}"
-            )
-        else:
+        if layer[src] // MAX_ACROSS == layer[dst] // MAX_ACROSS:  # same band: left to right
             x1, y1 = pos[src][0] + BOX_W, pos[src][1] + BOX_H / 2
             x2, y2 = pos[dst][0], pos[dst][1] + BOX_H / 2
             bend = max(24.0, (x2 - x1) / 2)
             d = (
                 f"M{x1:.0f},{y1:.0f} "
                 f"C{x1 + bend:.0f},{y1:.0f} {x2 - bend:.0f},{y2:.0f} {x2:.0f},{y2:.0f}"
+            )
+        else:  # into a later band: down through the gap
+            x1, y1 = pos[src][0] + BOX_W / 2, pos[src][1] + BOX_H
+            x2, y2 = pos[dst][0] + BOX_W / 2, pos[dst][1]
+            bend = max(BAND_GAP, (y2 - y1) / 2)
+            d = (
+                f"M{x1:.0f},{y1:.0f} "
+                f"C{x1:.0f},{y1 + bend:.0f} {x2:.0f},{y2 - bend:.0f} {x2:.0f},{y2:.0f}"
             )
         wires.append(Wire(src=src, dst=dst, d=d, live=info[src][2] == "succeeded"))
     width = max((x for x, _ in pos.values()), default=-BOX_W) + BOX_W + PAD
@@ -158,22 +161,23 @@ def layout(
         wires=wires,
         width=max(width, 0),
         height=max(height, 0),
-        vertical=vertical,
+        bands=max(1, -(-len(columns) // MAX_ACROSS)),
     )
 
 
-def _positions(columns: list[list[str]], vertical: bool) -> dict[str, tuple[float, float]]:
-    """Top-left corners: layers as columns (left to right) or as rows (top to bottom),
-    each layer centred across the widest one."""
-    across = BOX_W + COL_GAP if not vertical else BOX_H + ROW_STEP
-    along, size = (BOX_H + ROW_GAP, BOX_H) if not vertical else (BOX_W + ROW_GAP, BOX_W)
-    widest = max((len(c) for c in columns), default=0)
-    span = widest * along - (along - size) if widest else 0
+def _positions(columns: list[list[str]]) -> dict[str, tuple[float, float]]:
+    """Top-left corners: layers as columns, ``MAX_ACROSS`` to a band, bands stacked; in
+    each band every column is centred on the band's tallest."""
     pos: dict[str, tuple[float, float]] = {}
-    for c, col in enumerate(columns):
-        used = len(col) * along - (along - size)
-        start = PAD + (span - used) / 2
-        for i, n in enumerate(col):
-            a, b = PAD + c * across, start + i * along
-            pos[n] = (b, a) if vertical else (a, b)
+    top = float(PAD)
+    for start in range(0, len(columns), MAX_ACROSS):
+        band = columns[start : start + MAX_ACROSS]
+        tallest = max(len(c) for c in band)
+        span = tallest * BOX_H + (tallest - 1) * ROW_GAP
+        for c, col in enumerate(band):
+            used = len(col) * BOX_H + (len(col) - 1) * ROW_GAP
+            y0 = top + (span - used) / 2
+            for i, n in enumerate(col):
+                pos[n] = (PAD + c * (BOX_W + COL_GAP), y0 + i * (BOX_H + ROW_GAP))
+        top += span + BAND_GAP
     return pos
