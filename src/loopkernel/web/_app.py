@@ -307,9 +307,9 @@ def create_app(
                 local=token is None,
             )
         except _Refused as exc:
-            return render(request, "error.html", exc.status, message=exc.message)
+            return render(request, "error.html", exc.status, message=exc.message, back=run_id)
         except ApprovalRefused as exc:
-            return render(request, "error.html", 409, message=str(exc))
+            return render(request, "error.html", 409, message=str(exc), back=run_id)
         notice = f"{decision} journaled for {task_id} (event #{event.seq})"
         return RedirectResponse(f"/runs/{quote(run_id)}?notice={quote(notice)}", status_code=303)
 
@@ -326,9 +326,9 @@ def create_app(
                 run_id, reason, token=token, local=token is None, finish_waiting=False
             )
         except _Refused as exc:
-            return render(request, "error.html", exc.status, message=exc.message)
+            return render(request, "error.html", exc.status, message=exc.message, back=run_id)
         except LoopKernelError as exc:
-            return render(request, "error.html", 409, message=str(exc))
+            return render(request, "error.html", 409, message=str(exc), back=run_id)
         notice = "cancel journaled; the run's executor (or the next resume) stops it"
         return RedirectResponse(f"/runs/{quote(run_id)}?notice={quote(notice)}", status_code=303)
 
