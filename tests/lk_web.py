@@ -116,7 +116,8 @@ def start_server(db: str, tmp_path: Path, *extra: str) -> Served:
     return Served(url=found.group(1).rstrip("/"), token=OPERATOR_TOKEN, proc=proc, db=db)
 
 
-def stop_server(served: Served) -> None:
+def stop_server(served: Served) -> int:
+    """Ctrl-C the server; its exit code."""
     served.proc.send_signal(signal.SIGINT)
     try:
         served.proc.wait(timeout=15)
@@ -125,6 +126,7 @@ def stop_server(served: Served) -> None:
         served.proc.wait()
     if served.proc.stdout is not None:
         served.proc.stdout.close()
+    return served.proc.returncode
 
 
 def screenshot(page: Any, tmp_path: Path, name: str) -> Path:

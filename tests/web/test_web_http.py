@@ -329,7 +329,7 @@ def test_locked_reads_and_bearer_token(db_path: Path, tmp_path: Path) -> None:
             ok = http.get(f"/runs/{run_id}", headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"})
             assert ok.status_code == 200 and run_id in ok.text
     finally:
-        stop_server(served)
+        assert stop_server(served) == 0  # Ctrl-C stops the server cleanly
 
 
 def test_live_streams_are_capped(db_path: Path, tmp_path: Path) -> None:

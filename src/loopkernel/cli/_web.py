@@ -23,21 +23,25 @@ def port(text: str) -> int:
     return value
 
 
-async def cmd_serve(args: argparse.Namespace) -> int:
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Serve until Ctrl-C or SIGTERM, then exit 0: stopping a server is not an error."""
     from loopkernel.web import require_extra
 
     require_extra()
     from loopkernel.web._serve import serve
 
-    with contextlib.suppress(asyncio.CancelledError, KeyboardInterrupt):
-        await serve(
-            args.db,
-            host=args.host,
-            port=args.port,
-            token_file=args.token_file,
-            require_token_for_reads=args.require_token_for_reads,
-            max_streams=args.max_streams,
+    with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the signal it handled
+        asyncio.run(
+            serve(
+                args.db,
+                host=args.host,
+                port=args.port,
+                token_file=args.token_file,
+                require_token_for_reads=args.require_token_for_reads,
+                max_streams=args.max_streams,
+            )
         )
+    print("inspector stopped")
     return 0
 
 
