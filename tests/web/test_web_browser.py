@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from lk_helpers import LOOPKERNEL, cli_env
-from lk_web import Served, make_run, screenshot, status_of
+from lk_web import Served, make_run, screenshot, start_server, status_of, stop_server
 from loopkernel.graph import RunStatus
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -151,3 +151,36 @@ def test_a_wrong_token_is_refused_and_nothing_is_journaled(
     assert page.inner_text("#event-count") == before
     assert page.locator("section.waiting").count() == 1
     assert status_of(server.db, run_id) is RunStatus.WAITING
+
+
+def test_the_page_resumes_after_the_server_restarts(
+    server: Served, page: Any, tmp_path: Path
+) -> None:
+    """The server goes away while the run moves on; the browser reconnects by itself with
+    ``Last-Event-ID`` and gets exactly the entries it missed. The page's stream URL says
+    ``after=2`` (what the page was rendered with) and the page has seen seq 3 live, so a
+    reconnect that ignored ``Last-Event-ID`` would send seq 3 twice (the page warns)."""
+    run_id, token = make_run(server.db, "lk_testapps:gate")
+    warnings: list[str] = []
+    page.on("console", lambda m: warnings.append(m.text) if m.type == "warning" else None)
+    page.goto(f"{server.url}/runs/{run_id}")
+    assert "events?after=2" in page.get_attribute("#run", "data-live")
+    page.wait_for_selector("#live-dot:not([hidden])", state="attached")
+    approve = [*LOOPKERNEL, "--db", server.db, "approve", run_id, "gate", "--token", token]
+    assert subprocess.run(approve, env=cli_env(), capture_output=True).returncode == 0
+    page.wait_for_selector("#ev-3.k-human_input")  # arrived live
+    port = server.url.rsplit(":", 1)[1]
+    assert stop_server(server) == 0
+    page.wait_for_selector("#live-dot[hidden]", state="attached")  # the stream broke
+
+    assert finished(resume(server.db, run_id)) == 0  # the run finishes while nobody serves
+    again = start_server(server.db, tmp_path, "--port", port)
+    try:
+        page.wait_for_selector("body[data-stream=ended]")
+        last = int(page.inner_text("#event-count"))
+        rows = page.eval_on_selector_all("#journal tr", "rows => rows.map(r => r.id)")
+        assert last > 3 and rows == [f"ev-{n}" for n in range(1, last + 1)]
+        assert [w for w in warnings if "duplicate" in w] == []
+        assert page.inner_text("#run-status") == "succeeded"
+    finally:
+        stop_server(again)

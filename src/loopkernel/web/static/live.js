@@ -17,7 +17,10 @@
   source.addEventListener("error", function () { if (dot) dot.hidden = true; });
   source.addEventListener("journal", function (e) {
     var msg = JSON.parse(e.data);
-    if (document.getElementById("ev-" + msg.seq)) return; // never doubled
+    if (document.getElementById("ev-" + msg.seq)) {  // never doubled (the server sends none)
+      console.warn("duplicate journal entry", msg.seq);
+      return;
+    }
     journal.insertAdjacentHTML("beforeend", msg.html);
     var row = document.getElementById("ev-" + msg.seq);
     if (row) row.classList.add("fresh");
