@@ -365,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
         "loopkernel.cli._workers",
         "loopkernel.cli._fork",
         "loopkernel.cli._gateway",
+        "loopkernel.cli._web",
     ):
         _add_optional(sub, module)
     _add_app_commands(sub)

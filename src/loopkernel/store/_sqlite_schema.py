@@ -100,6 +100,13 @@ MIGRATIONS: list[list[str]] = [
     ],
     # 4: the run's trace context (docs/observability.md): a W3C traceparent, or NULL.
     ["ALTER TABLE runs ADD COLUMN trace TEXT"],
+    # 5: keyset pagination of the run list (the web inspector), newest first, by status
+    # or by app.
+    [
+        "CREATE INDEX runs_by_created ON runs (created_at, run_id)",
+        "CREATE INDEX runs_by_status ON runs (status, created_at, run_id)",
+        "CREATE INDEX runs_by_app ON runs (app, created_at, run_id)",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
