@@ -1,12 +1,13 @@
 """Real crashes: a subprocess SIGKILLs itself at a named point, a new process resumes it,
-and the final state digest must equal an uninterrupted run's, with no finished task re-run.
+and the final state digest must equal an uninterrupted run's. The digest leaves attempt
+counts out, so the execution trace and the journal are the witnesses that no settled task
+ran again and nothing was journaled after ``run_finished`` (``lk_recovery``).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from lk_helpers import cli_env
+from lk_recovery import assert_journal_ends_at_run_finished, assert_no_rerun, at_crash, starts
 from loopkernel.testing import read_trace, run_cli, was_killed
 
 pytestmark = pytest.mark.slow
@@ -29,33 +31,6 @@ def inspect(db: Path) -> dict[str, Any]:
     out = cli(db, "inspect", RUN, "--json")
     assert out.returncode != 2, out.stderr  # inspect exits with the run status code
     return json.loads(out.stdout)  # type: ignore[no-any-return]
-
-
-def running_at_crash(db: Path) -> set[str]:
-    with sqlite3.connect(db) as conn:
-        return {r[0] for r in conn.execute("SELECT task_id FROM tasks WHERE state = 'running'")}
-
-
-def terminal_at_crash(db: Path) -> set[str]:
-    with sqlite3.connect(db) as conn:
-        return {
-            r[0]
-            for r in conn.execute(
-                "SELECT task_id FROM tasks WHERE state IN ('succeeded','failed','cancelled')"
-            )
-        }
-
-
-def assert_each_event_planned_once(db: Path) -> None:
-    with sqlite3.connect(db) as conn:
-        events = [
-            r[0]
-            for r in conn.execute(
-                "SELECT seq FROM events WHERE kind != 'run_finished' ORDER BY seq"
-            )
-        ]
-        patches = [r[0] for r in conn.execute("SELECT event_seq FROM patches ORDER BY event_seq")]
-    assert patches == events
 
 
 @pytest.fixture(scope="module")
@@ -82,10 +57,10 @@ CRASHES = [
 
 
 @pytest.mark.parametrize(("point", "n"), CRASHES, ids=[f"{p}:{n}" for p, n in CRASHES])
-def test_a_run_killed_at_a_crash_point_resumes_to_the_same_digest(
+def test_a_run_killed_at_a_crash_point_resumes_to_the_same_digest_without_rerunning_settled_work(
     tmp_path: Path, reference: str, point: str, n: int
 ) -> None:
-    db, trace = tmp_path / "runs.db", tmp_path / "trace.txt"
+    db, before, after = tmp_path / "runs.db", tmp_path / "crashed.trace", tmp_path / "resumed.trace"
     crashed = cli(
         db,
         "run",
@@ -96,22 +71,36 @@ def test_a_run_killed_at_a_crash_point_resumes_to_the_same_digest(
         RUN,
         "--quiet",
         LOOPKERNEL_CRASH_AT=f"{point}:{n}",
-        LOOPKERNEL_TRACE=str(trace),
+        LOOPKERNEL_TRACE=str(before),
     )
     assert was_killed(crashed), (crashed.stdout, crashed.stderr)
-    in_flight, finished = running_at_crash(db), terminal_at_crash(db)
+    crash = at_crash(db, RUN)
     assert inspect(db)["status"] == "running"
 
-    resumed = cli(db, "resume", RUN, "--quiet", LOOPKERNEL_TRACE=str(trace))
+    resumed = cli(db, "resume", RUN, "--quiet", LOOPKERNEL_TRACE=str(after))
     assert resumed.returncode == 0, resumed.stderr
     assert inspect(db)["digest"] == reference
+    assert_no_rerun(
+        db, RUN, crash, read_trace(before, missing_ok=True), read_trace(after, missing_ok=True)
+    )
 
-    starts = {tid: c for (what, tid), c in read_trace(trace).items() if what == "start"}
-    for tid in finished:
-        assert starts.get(tid, 0) <= 1, f"{tid} finished before the crash but ran again"
-    for tid, count in starts.items():
-        assert count <= (2 if tid in in_flight else 1), (tid, count, in_flight)
-    assert_each_event_planned_once(db)
+
+def test_an_uninterrupted_run_journals_nothing_after_run_finished(tmp_path: Path) -> None:
+    db, trace = tmp_path / "runs.db", tmp_path / "trace"
+    out = cli(
+        db,
+        "run",
+        "speculation",
+        "--scenario",
+        "fast",
+        "--run-id",
+        RUN,
+        "--quiet",
+        LOOPKERNEL_TRACE=str(trace),
+    )
+    assert out.returncode == 0, out.stderr
+    assert_journal_ends_at_run_finished(db, RUN)
+    assert starts(read_trace(trace)) == {"plan": 1, "r1": 1, "r2": 1, "r3": 1, "distill": 1}
 
 
 def test_a_crash_after_an_approval_resumes_without_rerunning_work_above_the_pause(
@@ -141,8 +130,7 @@ def test_a_crash_after_an_approval_resumes_without_rerunning_work_above_the_paus
     assert crashed["verdict"]["approved_by"] is None  # ship ran after gate; gate saw the human
     gate = next(t for t in crashed["tasks"] if t["task_id"] == "gate")
     assert gate["result"]["approved_by"] == "ops"
-    starts = read_trace(tmp_path / "b" / "t")
-    assert starts[("start", "prep")] == 1
+    assert starts(read_trace(tmp_path / "b" / "t"))["prep"] == 1
 
 
 def test_the_db_file_alone_is_a_complete_resumable_copy_when_waiting(tmp_path: Path) -> None:

@@ -3,6 +3,10 @@
 Crash tests count the lines to prove that finished tasks never ran again. Each line is
 written whole and fsynced by ``append_line`` (a short write is an error, not a fragment),
 and a torn last line is not counted.
+
+A missing trace is an error by default: a test that counts starts must not pass on zero
+lines because nothing wrote any (``LOOPKERNEL_TRACE`` unset, or a worker lost its
+``trace()`` call). Pass ``missing_ok=True`` where "nothing ran" is a legitimate answer.
 """
 
 from __future__ import annotations
@@ -24,12 +28,22 @@ def trace(what: str, task_id: str) -> None:
     append_line(path, f"{what} {task_id}\n".encode())
 
 
-def read_trace(path: str | os.PathLike[str]) -> Counter[tuple[str, str]]:
-    """Count ``(what, task_id)`` lines of a trace file."""
+def read_trace(
+    path: str | os.PathLike[str], *, missing_ok: bool = False
+) -> Counter[tuple[str, str]]:
+    """Count ``(what, task_id)`` lines of a trace file.
+
+    Raises ``FileNotFoundError`` when no trace was written, unless ``missing_ok``.
+    """
     counts: Counter[tuple[str, str]] = Counter()
     file = Path(path)
     if not file.exists():
-        return counts
+        if missing_ok:
+            return counts
+        raise FileNotFoundError(
+            f"no execution trace at {file}: was LOOPKERNEL_TRACE set for the process, "
+            "and do its workers call loopkernel.testing.trace()?"
+        )
     text = file.read_text()
     for line in text[: text.rfind("\n") + 1].splitlines():  # not a torn last line
         what, _, task_id = line.partition(" ")
