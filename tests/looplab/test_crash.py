@@ -10,16 +10,23 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from lk_looplab import APPLIED, DIGESTS, RECORDS
-from loopkernel.testing import run_cli, was_killed
+from lk_recovery import assert_no_rerun, at_crash
+from lk_workers import until
+from loopkernel.testing import read_trace, run_cli, was_killed
 from loopkernel.tools import read_ledger
-from loopkernel_apps.looplab.tools import applied, record_entries, record_path, world_path
+from loopkernel_apps.looplab.tools import (
+    applied,
+    calls_path,
+    record_entries,
+    record_path,
+    world_path,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -28,8 +35,10 @@ RUN = "lab"
 SLOW_DIGEST = "c222fc4d648af728b21f9d479622ebb7bb14d517d11d2db9ff6f091a0f15e153"
 
 
-def cli(db: Path, lab: Path, *args: str, crash_at: str | None = None) -> Any:
-    return run_cli(list(args), db=db, crash_at=crash_at, env={"LOOPLAB_DIR": str(lab)})
+def cli(
+    db: Path, lab: Path, *args: str, crash_at: str | None = None, trace: Path | None = None
+) -> Any:
+    return run_cli(list(args), db=db, crash_at=crash_at, trace=trace, env={"LOOPLAB_DIR": str(lab)})
 
 
 def inspect(db: Path, lab: Path) -> dict[str, Any]:
@@ -52,11 +61,15 @@ def test_a_crash_at_the_tool_boundary_applies_each_effect_once(
     tmp_path: Path, point: str, n: int
 ) -> None:
     db, lab = tmp_path / "runs.db", tmp_path / "lab"
-    killed = cli(db, lab, "run", "looplab", "--run-id", RUN, "--quiet", crash_at=f"{point}:{n}")
+    before, after = tmp_path / "crashed.trace", tmp_path / "resumed.trace"
+    args = ["run", "looplab", "--run-id", RUN, "--quiet"]
+    killed = cli(db, lab, *args, crash_at=f"{point}:{n}", trace=before)
     assert was_killed(killed), killed.stderr
-    resumed = cli(db, lab, "resume", RUN, "--quiet")
+    crash = at_crash(db, RUN)
+    resumed = cli(db, lab, "resume", RUN, "--quiet", trace=after)
     assert resumed.returncode == 0, resumed.stderr
     assert inspect(db, lab)["digest"] == DIGESTS["baseline"]
+    assert_no_rerun(db, RUN, crash, read_trace(before), read_trace(after))
     assert record_entries(lab, RUN) == RECORDS["baseline"]
     assert applied(lab, RUN) == APPLIED["baseline"]
     assert_once(lab)
@@ -76,36 +89,47 @@ def test_sigkill_in_the_middle_of_a_slow_tool_call_resumes_to_the_same_state(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    request = f"{RUN}/act:2.1/0"  # the idempotency key of the slow call
     try:
-        deadline = time.monotonic() + 60
-        while not _intended(db, "act:2.1"):
-            assert proc.poll() is None and time.monotonic() < deadline, "act:2.1 never started"
-            time.sleep(0.05)
-        time.sleep(1.0)  # one second into the three-second call
+        # The tool's own log shows the request arrived; the call sleeps 3 s before it
+        # answers, and the kill comes as soon as the request is seen.
+        def sent() -> bool:
+            assert proc.poll() is None, "the run ended before the slow call was sent"
+            return request in _requests(lab)
+
+        until(f"the tool to log the request {request}", sent, timeout=60, step=0.01)
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
+    # Proof that the kill landed mid-call: the request reached the tool, no result is
+    # journaled, and the world holds no effect of it yet.
+    assert _effect_status(db, "act:2.1") == "intended"
+    assert "transform#1" not in applied(lab, RUN)
     resumed = cli(db, lab, "resume", RUN, "--quiet")
     assert resumed.returncode == 0, resumed.stderr
     got = inspect(db, lab)
     assert got["status"] == "succeeded"
     assert got["digest"] == SLOW_DIGEST
     assert applied(lab, RUN) == APPLIED["baseline"]
+    assert _requests(lab).count(request) == 2  # re-sent once, with the same key
     assert_once(lab)
 
 
-def _intended(db: Path, task_id: str) -> bool:
-    if not db.exists():
-        return False
-    try:
-        with sqlite3.connect(db, timeout=1) as conn:
-            row = conn.execute(
-                "SELECT status FROM effects WHERE task_id = ? AND call_index = 0", (task_id,)
-            ).fetchone()
-    except sqlite3.OperationalError:
-        return False
-    return row is not None
+def _requests(lab: Path) -> list[str]:
+    path = calls_path(lab, RUN)
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()
+    return [str(json.loads(line)["key"]) for line in lines if line.endswith("}")]
+
+
+def _effect_status(db: Path, task_id: str) -> str | None:
+    with sqlite3.connect(db, timeout=5) as conn:
+        row = conn.execute(
+            "SELECT status FROM effects WHERE task_id = ? AND call_index = 0", (task_id,)
+        ).fetchone()
+    return None if row is None else str(row[0])
 
 
 @pytest.mark.parametrize("crash", [None, "tool_returned:1"], ids=["clean", "crash-after-send"])

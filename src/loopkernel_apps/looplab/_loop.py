@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from loopkernel import JSON, At, Flow, Step, TaskContext, TaskState
+from loopkernel import JSON, At, Flow, Step, TaskContext, TaskState, Worker
 from loopkernel.planner import for_each, retry
 from loopkernel.policy import BudgetExceeded, Policy, ToolCall, TripwireFired
+from loopkernel.testing import trace
 
 __all__ = ["WORKERS", "planner"]
 
@@ -166,11 +167,24 @@ async def record(ctx: TaskContext) -> JSON:
     return await ctx.call_tool("record", {"entry": entry})
 
 
-WORKERS = {
-    "load": load,
-    "plan": plan,
-    "guard": guard,
-    "act": act,
-    "verify": verify,
-    "record": record,
+def _traced(worker: Worker) -> Worker:
+    """Note each start in the execution trace (``LOOPKERNEL_TRACE``; crash tests count them)."""
+
+    async def traced(ctx: TaskContext) -> JSON:
+        trace("start", ctx.task_id)
+        return await worker(ctx)
+
+    return traced
+
+
+WORKERS: dict[str, Worker] = {
+    name: _traced(worker)
+    for name, worker in {
+        "load": load,
+        "plan": plan,
+        "guard": guard,
+        "act": act,
+        "verify": verify,
+        "record": record,
+    }.items()
 }
