@@ -1,6 +1,8 @@
 """Shared fixtures. Store locations: every test that takes ``backend`` runs on SQLite and
-on PostgreSQL (``lk_stores``); with no PostgreSQL server reachable the postgres tests are
-skipped, and the terminal summary says so in red."""
+on PostgreSQL (``lk_stores``). With no PostgreSQL server reachable the postgres tests
+fail, unless ``LOOPKERNEL_TEST_PG=skip`` says to skip them knowingly; the terminal summary
+then lists, in red, what was not tested (``lk_helpers.unavailable``: the same rule for any
+real peer a test needs, e.g. ``LOOPKERNEL_TEST_BROWSER=skip`` for the browser tests)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from lk_helpers import NOT_TESTED_TAG, unavailable
 from lk_stores import PG_ADMIN_URL, Backend, fresh_pg_schema, pg_url, redacted, sqlite_backend
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,28 +32,32 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "runs.db"
 
 
-_pg_skip_reason: list[str] = []
-
-
 @pytest.fixture(scope="session")
 def pg_database() -> Iterator[str]:
-    """The URL of this session's own database; skips when no server answers."""
+    """The URL of this session's own database; fails when no server answers (see above)."""
+    if os.environ.get("LOOPKERNEL_TEST_PG") == "skip":
+        unavailable("PostgreSQL", "LOOPKERNEL_TEST_PG", "PostgreSQL was not tried")
     try:
         import psycopg
         from psycopg import sql
     except ImportError:
-        reason = "psycopg is not installed (pip install -e '.[dev]'): PostgreSQL tests SKIPPED"
-        _pg_skip_reason.append(reason)
-        pytest.skip(reason)
+        unavailable(
+            "PostgreSQL",
+            "LOOPKERNEL_TEST_PG",
+            "psycopg is not installed (pip install -e '.[dev]')",
+        )
     try:
         admin = psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5)
     except psycopg.OperationalError as exc:
-        reason = (
-            f"PostgreSQL NOT REACHABLE at {redacted(PG_ADMIN_URL)} ({' '.join(str(exc).split())}): "
-            "PostgreSQL tests SKIPPED. Run .ci/start-postgres or set LOOPKERNEL_TEST_PG."
+        problem = (
+            f"PostgreSQL NOT REACHABLE at {redacted(PG_ADMIN_URL)} "
+            f"({' '.join(str(exc).split())}). Run .ci/start-postgres, or point "
+            "LOOPKERNEL_TEST_PG at a server."
         )
-        _pg_skip_reason.append(reason)
-        pytest.skip(reason)
+    else:
+        problem = ""
+    if problem:  # outside the except: the failure needs no chained traceback
+        unavailable("PostgreSQL", "LOOPKERNEL_TEST_PG", problem)
     name = f"loopkernel_test_{os.getpid()}"
     drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
     with admin:
@@ -92,7 +99,23 @@ def pg_backend(pg_database: str) -> Backend:
     return Backend(kind="postgres", url=fresh_pg_schema(pg_database))
 
 
+_not_tested: dict[str, list[str]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and isinstance(report.longrepr, tuple):
+        reason = str(report.longrepr[2])
+        if NOT_TESTED_TAG in reason:
+            what = reason[reason.index(NOT_TESTED_TAG) + len(NOT_TESTED_TAG) :].strip()
+            _not_tested.setdefault(what, []).append(report.nodeid)
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if _pg_skip_reason:
-        terminalreporter.write_sep("!", "PostgreSQL store tests were SKIPPED", red=True, bold=True)
-        terminalreporter.write_line(_pg_skip_reason[0], red=True)
+    for what, nodeids in _not_tested.items():
+        terminalreporter.write_sep("!", f"{len(nodeids)} tests NOT TESTED", red=True, bold=True)
+        terminalreporter.write_line(what, red=True)
+        files: dict[str, int] = {}
+        for nodeid in nodeids:
+            files[nodeid.split("::")[0]] = files.get(nodeid.split("::")[0], 0) + 1
+        for file, count in sorted(files.items()):
+            terminalreporter.write_line(f"  {count:4d}  {file}", red=True)

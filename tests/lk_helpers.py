@@ -8,6 +8,9 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NoReturn
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LOOPKERNEL = [sys.executable, "-m", "loopkernel"]
@@ -39,3 +42,24 @@ def tmpfs(where: Path, size: str) -> Iterator[Path]:
         yield where
     finally:
         subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+NOT_TESTED_TAG = "NOT TESTED:"
+"""Starts the reason of every knowing skip, so ``conftest.py`` can count and report them."""
+
+
+def unavailable(component: str, switch: str, problem: str) -> NoReturn:
+    """A real peer the tests need (PostgreSQL, Chromium …) is missing: fail the test.
+
+    Only ``<switch>=skip`` in the environment turns that into a skip, which the terminal
+    summary then reports loudly as not tested. CI never sets a switch. Used by the
+    PostgreSQL fixtures (``LOOPKERNEL_TEST_PG=skip``) and meant for the browser tests
+    (``LOOPKERNEL_TEST_BROWSER=skip``) and any other real peer that may be absent.
+    """
+    if os.environ.get(switch) == "skip":
+        pytest.skip(f"{NOT_TESTED_TAG} {component} ({switch}=skip): {problem}")
+    pytest.fail(
+        f"{problem}\nThe {component} tests need it. To run the rest of the suite without "
+        f"them, knowingly, set {switch}=skip (they are then reported as NOT TESTED).",
+        pytrace=False,
+    )

@@ -176,7 +176,6 @@ def test_a_missing_database_fails_open_at_once_naming_it(pg_database: str) -> No
 
 
 def test_urls_are_shown_without_their_password() -> None:
-    pytest.importorskip("psycopg")
     store = open_store("postgresql://lk:s3cret@db.example:6543/runs?sslmode=require")
     assert type(store).__name__ == "PostgresStore"
     assert isinstance(store, Store)
