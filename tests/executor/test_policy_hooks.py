@@ -66,7 +66,8 @@ def _run(db: Backend, planner: Any, workers: Any, **kw: Any) -> tuple[Any, Any]:
         patches = await store.patches(RunId("r"))
         info = await store.get_run(RunId("r"))
         await store.close()
-        assert info.verdict == outcome.verdict  # persisted, not only returned
+        # persisted, not only returned: the run row says escalated and why
+        assert (info.status, info.verdict) == (outcome.status, outcome.verdict)
         return outcome, patches
 
     return asyncio.run(go())
@@ -85,7 +86,8 @@ def test_a_tripwire_inside_a_task_escalates_the_run_with_its_reason(backend: Bac
     async def trip(ctx: TaskContext) -> Any:
         if ctx.task_id == "b2":
             raise TripwireFired("verification failed 3 times in a row", tripwire="verify_stuck")
-        await asyncio.sleep(0.5 if ctx.task_id != "a" else 0)
+        if ctx.task_id != "a":
+            await asyncio.Event().wait()  # still running when b2 trips: the escalation ends it
         return ctx.task_id
 
     outcome, patches = _run(backend, Fan(), {"w": trip})
