@@ -47,6 +47,7 @@ from loopkernel.executor import (
     StartedRun,
     hash_token,
 )
+from loopkernel.executor._crash import crashpoint
 from loopkernel.executor._kernel import Observer
 from loopkernel.graph import (
     JSON,
@@ -394,8 +395,11 @@ class Client:
             tools.on_server = on_tool_server
         if tools is not None and hasattr(tools, "__aenter__"):
             async with tools:  # type: ignore[attr-defined]
-                return await kernel.run(run_id)
-        return await kernel.run(run_id)
+                outcome = await kernel.run(run_id)
+        else:
+            outcome = await kernel.run(run_id)
+        crashpoint("run_returned")  # the store is still open: close() has not checkpointed
+        return outcome
 
     async def fail(self, run_id: str, kind: str, message: str) -> RunOutcome:
         """End a run ``failed`` with the verdict ``{kind, message}``, without executing it."""

@@ -133,19 +133,49 @@ def test_a_crash_after_an_approval_resumes_without_rerunning_work_above_the_paus
     assert starts(read_trace(tmp_path / "b" / "t"))["prep"] == 1
 
 
+def copy_db_alone(db: Path, to: Path) -> Path:
+    """Copy the .db file alone, as a backup script that knows nothing of -wal would."""
+    to.mkdir()
+    shutil.copyfile(db, to / db.name)
+    assert not (to / f"{db.name}-wal").exists()
+    return to / db.name
+
+
 def test_the_db_file_alone_is_a_complete_resumable_copy_when_waiting(tmp_path: Path) -> None:
     db = tmp_path / "live" / "runs.db"
     db.parent.mkdir()
-    first = cli(db, "run", "lk_testapps:gate", "--run-id", RUN, "--quiet")
-    assert first.returncode == 3
-    copy = tmp_path / "copy" / "runs.db"
-    copy.parent.mkdir()
-    shutil.copyfile(db, copy)  # the .db alone: no -wal, no -shm
-    assert not (copy.parent / "runs.db-wal").exists()
+    # Killed where the run has just parked, before close() could checkpoint: only the
+    # checkpoint at the quiet point can have put the run into the .db file.
+    first = cli(
+        db,
+        "run",
+        "lk_testapps:gate",
+        "--run-id",
+        RUN,
+        "--quiet",
+        LOOPKERNEL_CRASH_AT="run_returned",
+    )
+    assert was_killed(first), first.stderr
+    assert (tmp_path / "live" / "runs.db-wal").exists()  # the writer never closed
+    copy = copy_db_alone(db, tmp_path / "copy")
+    assert inspect(copy)["status"] == "waiting"
     assert cli(copy, "approve", RUN, "gate").returncode == 0
     done = cli(copy, "resume", RUN, "--quiet")
     assert done.returncode == 0, done.stderr
     assert inspect(copy)["status"] == "succeeded"
+
+
+def test_the_db_file_alone_holds_a_finished_run_before_its_writer_closes(
+    tmp_path: Path, reference: str
+) -> None:
+    db = tmp_path / "live" / "runs.db"
+    db.parent.mkdir()
+    args = ["run", "speculation", "--scenario", "fast", "--run-id", RUN, "--quiet"]
+    killed = cli(db, *args, LOOPKERNEL_CRASH_AT="run_returned")
+    assert was_killed(killed), killed.stderr
+    copy = copy_db_alone(db, tmp_path / "copy")
+    got = inspect(copy)
+    assert (got["status"], got["digest"]) == ("succeeded", reference)
 
 
 def test_the_db_file_alone_holds_a_finished_run_and_export_copies_one_run(

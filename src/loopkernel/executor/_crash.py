@@ -14,6 +14,8 @@ Points the kernel passes through:
 ``tool_returned``     a tool call returned, before its result is journaled
 ``model_sent``        ``ctx.complete`` journaled a model call as intended, before sending it
 ``model_returned``    the gateway answered a model call, before the answer is journaled
+``run_returned``      ``Client.execute``: the run finished or waits for a human, and the
+                      store is not closed yet (so the .db file alone must already hold it)
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ POINTS = frozenset(
         "tool_returned",
         "model_sent",
         "model_returned",
+        "run_returned",
     }
 )
 
