@@ -119,6 +119,9 @@ class RunWorker:
         self.stats = WorkerStats()
         self._log = log
         self._runs: dict[RunId, asyncio.Task[None]] = {}
+        """Per run in hand, the task that executes it and then does its bookkeeping."""
+        self._executing: dict[RunId, asyncio.Task[RunOutcome]] = {}
+        """Per run in hand, the executor itself (``Client.execute``), while it runs."""
         self._lost: set[RunId] = set()
         self._stopping = asyncio.Event()
         self._changed = asyncio.Event()
@@ -196,12 +199,16 @@ class RunWorker:
     async def _execute(self, claim: Claim) -> None:
         """Run one claimed run to its end (or its wait), then give the lease back."""
         run_id, epoch = claim.run_id, claim.epoch
+        if self._stopping.is_set():  # claimed just before stop(): give it back untouched
+            await self._released_at_shutdown(claim)
+            return
         client = Client(store=self.store.fenced(run_id, epoch))
         run = asyncio.create_task(
             client.run_owned(
                 run_id, max_concurrency=self.config.task_concurrency, apps=self.config.apps
             )
         )
+        self._executing[run_id] = run
         beat = asyncio.create_task(self._heartbeat(claim, run))
         try:
             outcome = await run
@@ -211,10 +218,11 @@ class RunWorker:
                 self._lease_lost(run_id, "its heartbeat was refused")
                 return
             # Shutdown: the run stopped between two steps, all it did is journaled.
-            if await self._release(claim):
-                self.stats.released += 1
-                self.log(f"released {run_id} at shutdown (epoch {epoch}); it resumes elsewhere")
-            raise
+            await self._released_at_shutdown(claim)
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            return
         except LeaseLost as exc:
             self._lease_lost(run_id, f"a write was refused: {exc}")
             return
@@ -231,11 +239,19 @@ class RunWorker:
             return
         finally:
             beat.cancel()
+            self._executing.pop(run_id, None)
         if await self._release(claim) is False:
             # It ended (or waits) under another worker: a late reader, not its finisher.
             self._lease_lost(run_id, f"another worker had taken it over; it is {outcome.status}")
             return
         self._ended(outcome)
+
+    async def _released_at_shutdown(self, claim: Claim) -> None:
+        if await self._release(claim):
+            self.stats.released += 1
+            self.log(
+                f"released {claim.run_id} at shutdown (epoch {claim.epoch}); it resumes elsewhere"
+            )
 
     def _lease_lost(self, run_id: RunId, why: str) -> None:
         self.stats.lost += 1
@@ -273,7 +289,12 @@ class RunWorker:
                 self.log(f"heartbeat for {claim.run_id} failed: {exc}")
 
     async def _shutdown(self) -> None:
-        runs = list(self._runs.values())
-        for task in runs:
-            task.cancel()
-        await asyncio.gather(*runs, return_exceptions=True)
+        """Stop each run in hand between two steps, then let each finish its bookkeeping.
+
+        Only the executors are cancelled, never the bookkeeping around them: a run that
+        ended just before ``stop()`` is still released and counted as ended, and one that
+        was stopped is released and counted as released.
+        """
+        for run in list(self._executing.values()):
+            run.cancel()
+        await asyncio.gather(*list(self._runs.values()), return_exceptions=True)
