@@ -7,7 +7,9 @@ assertions: the loop cannot tell its stores apart.
 from __future__ import annotations
 
 import asyncio
-import time
+import contextlib
+import hashlib
+import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -98,8 +100,8 @@ def test_a_chain_runs_to_the_end_and_every_event_is_planned_once(backend: Backen
 
 
 def test_the_planner_wakes_on_the_first_completion_while_a_sibling_runs(backend: Backend) -> None:
-    started: dict[str, float] = {}
     seen_running: list[list[str]] = []
+    next_started = asyncio.Event()
 
     class Race(BasePlanner):
         def on_start(self, snapshot: Snapshot, event: Event) -> GraphPatch:
@@ -114,14 +116,18 @@ def test_the_planner_wakes_on_the_first_completion_while_a_sibling_runs(backend:
             return GraphPatch()
 
     async def work(ctx: TaskContext) -> Any:
-        started[ctx.task_id] = time.monotonic()
-        await asyncio.sleep({"fast": 0.01, "slow": 1.0, "next": 0.0}[ctx.task_id])
+        if ctx.task_id == "next":
+            next_started.set()
+        if ctx.task_id == "slow":
+            # The slow sibling ends only once the fast branch's successor has started: a
+            # loop that waited for the slowest sibling before planning would never start it.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(next_started.wait(), 60)
         return ctx.task_id
 
     _, outcome = run(execute(backend, Race(), {"work": work}))
     assert outcome.status is RunStatus.SUCCEEDED
-    # The fast branch's successor started long before the slow sibling ended.
-    assert started["next"] - started["slow"] < 0.5
+    assert next_started.is_set(), "next never started while slow ran"
     assert seen_running[0] == ["slow"]
 
 
@@ -131,20 +137,23 @@ def test_the_speculation_app_cancels_the_straggler_in_flight_and_discards_its_la
     async def go() -> tuple[Any, Any, list[Event]]:
         async with Client(backend.url) as client:
             _, started = await client.start("speculation", scenario="fast", run_id="spec")
-            t0 = time.monotonic()
             outcome = await client.execute(started.run_id)
-            elapsed = time.monotonic() - t0
             inspection = await client.inspect("spec", journal=True)
             assert inspection.events is not None
-            return outcome, inspection, inspection.events if elapsed < 1.5 else []
+            return outcome, inspection, inspection.events
 
     outcome, inspection, events = run(go())
     assert outcome.status is RunStatus.SUCCEEDED
-    assert events, "the run waited for the 2 s straggler instead of cancelling it"
     tasks = {t["task_id"]: t for t in inspection.tasks}
     assert tasks["r3"]["state"] == "cancelled" and tasks["r3"]["result"] is None
+    # Cancelled in flight, not waited for: the straggler handed back its partial notes,
+    # which it does only when its 2 s sleep is interrupted.
     late = [e for e in events if e.kind is EventKind.LATE_RESULT_DISCARDED]
     assert [e.task_id for e in late] == ["r3"] and late[0].data["outcome"] == "result"
+    partial = {"angle": "first principles", "claims": ["unfinished notes on first principles"]}
+    text = json.dumps({**partial, "partial": True}, sort_keys=True)
+    assert late[0].data["sha256"] == hashlib.sha256(text.encode()).hexdigest(), late[0].data
+    assert events[-1].kind is EventKind.RUN_FINISHED  # nothing journaled after it
     assert tasks["distill"]["result"]["sources"] == ["r1", "r2"]
     assert "first principles" not in outcome.verdict["answer"]
     assert "unfinished" not in str(inspection.to_json()["tasks"])
@@ -351,9 +360,8 @@ def test_cancel_while_running_stops_the_run_and_cancels_tasks_in_flight(backend:
         def on_start(self, snapshot: Snapshot, event: Event) -> GraphPatch:
             return GraphPatch().add(spec("a")).add(spec("b"))
 
-    t0 = time.monotonic()
     _, outcome = run(execute(backend, Two(), {"work": slow}))
-    assert time.monotonic() - t0 < 5
+    # Both caught CancelledError in their 10 s sleep: stopped in flight, not waited for.
     assert outcome.status is RunStatus.CANCELLED
     assert outcome.verdict == {"kind": "cancelled", "reason": "operator said stop"}
     assert sorted(cancelled) == ["a", "b"]
