@@ -1,7 +1,10 @@
 """The six faults, each with a real MCP server in a real subprocess, through the whole layer.
 
-Each call raises the error kind a caller can act on, within its deadline plus a small
-margin: never a hang.
+Each call raises the error kind a caller can act on, and never hangs. No test bounds a
+call's duration from above (that is a timing aim, for bench/): a slow tool sleeps an hour,
+so a deadline that is not enforced, or a dead server that is not noticed, hangs the test
+into its timeout instead of passing. A deadline is checked from below only (it must not
+fire early), which no load can break.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from loopkernel.tools.testkit import faults_source
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
 KEY = "run-1/t1/{}"
+HOUR = 3600
 MakeCtx = Callable[..., TaskContext]
 
 
@@ -51,30 +55,30 @@ def test_wrong_type_raise_and_timeout_keep_the_session(
 
             took, err, _ = await timed(ctx.call_tool("wrong_type"))
             assert isinstance(err, ToolError) and err.attrs["kind"] == "invalid_output"
-            assert "'0.40' is not of type 'number'" in err.message and took < 1
+            assert "'0.40' is not of type 'number'" in err.message
 
             took, err, _ = await timed(ctx.call_tool("fail", {"message": "no disk"}))
             assert type(err) is ToolError and err.attrs["kind"] == "handler_error"
-            assert "RuntimeError: no disk" in err.message and took < 1
+            assert "RuntimeError: no disk" in err.message
 
             # the tool's deadline (ToolSource.timeouts) ...
-            took, err, _ = await timed(ctx.call_tool("slow", {"seconds": 30}))
+            took, err, _ = await timed(ctx.call_tool("slow", {"seconds": HOUR}))
             assert isinstance(err, ToolTimeout) and err.attrs["kind"] == "timeout"
-            assert err.attrs["timeout"] == 0.3 and 0.3 <= took < 1.3
+            assert err.attrs["timeout"] == 0.3 and took >= 0.3
             v = err.verdict()
             assert (v["type"], v["kind"], v["tool"]) == ("ToolTimeout", "timeout", "slow")
             # ... and one call's own deadline
-            took, err, _ = await timed(tools.call(ctx, 99, "slow", {"seconds": 30}, timeout=0.6))
+            took, err, _ = await timed(tools.call(ctx, 99, "slow", {"seconds": HOUR}, timeout=0.6))
             assert isinstance(err, ToolTimeout) and err.attrs["timeout"] == 0.6
-            assert 0.6 <= took < 1.6
+            assert took >= 0.6
 
             # the caller gives up (the kernel cancels a task in flight): same outcome
             with pytest.raises(TimeoutError):
-                await asyncio.wait_for(tools.call(ctx, 98, "slow", {"seconds": 30}), 0.3)
+                await asyncio.wait_for(tools.call(ctx, 98, "slow", {"seconds": HOUR}), 0.3)
 
-            # the session survived them all: same process, next call answers at once
-            took, err, value = await timed(ctx.call_tool("echo", {"text": "still here"}))
-            assert err is None and value == {"text": "still here"} and took < 1
+            # the session survived them all: the same process answers the next call
+            _, err, value = await timed(ctx.call_tool("echo", {"text": "still here"}))
+            assert err is None and value == {"text": "still here"}
             assert tools.spawns == 1
 
         effects = {e.key: e for e in await store.effects("run-1")}
@@ -102,7 +106,7 @@ def test_a_server_that_dies_is_restarted_once_and_the_call_resent(
         async with layer(store, on_restart=on_restart) as tools:
             ctx = make_ctx(tools)
             marker = tmp_path / "died-once"
-            took, err, value = await timed(ctx.call_tool("crash_once", {"marker": str(marker)}))
+            _, err, value = await timed(ctx.call_tool("crash_once", {"marker": str(marker)}))
             assert err is None and value == {"survived": True}
             # the re-sent call carried the same idempotency key as the one that killed it
             assert marker.read_text() == KEY.format(0)
@@ -112,13 +116,13 @@ def test_a_server_that_dies_is_restarted_once_and_the_call_resent(
             ]
 
             # the budget is spent: the next death is final, and says so
-            took, err, _ = await timed(ctx.call_tool("crash"))
+            _, err, _ = await timed(ctx.call_tool("crash"))
             assert isinstance(err, ToolUnavailable) and err.attrs["kind"] == "server_died"
-            assert "died again" in err.message and took < 5
+            assert "died again" in err.message
             # and the source stays gone, without spawning again
-            took, err, _ = await timed(ctx.call_tool("echo", {"text": "x"}))
+            _, err, _ = await timed(ctx.call_tool("echo", {"text": "x"}))
             assert isinstance(err, ToolUnavailable) and err.attrs["kind"] == "server_died"
-            assert err.attrs["tool"] == "echo" and took < 0.5 and tools.spawns == 2
+            assert err.attrs["tool"] == "echo" and tools.spawns == 2
 
     asyncio.run(scenario())
     assert len(restarts) == 1 and restarts[0][0] == "faults"
@@ -130,10 +134,9 @@ def test_crash_every_time_is_unavailable_after_one_restart(
 ) -> None:
     async def scenario() -> None:
         async with layer(store) as tools:
-            took, err, _ = await timed(make_ctx(tools).call_tool("crash"))
+            _, err, _ = await timed(make_ctx(tools).call_tool("crash"))
             assert isinstance(err, ToolUnavailable) and err.attrs["kind"] == "server_died"
             assert tools.restarts == {"faults": 1} and tools.spawns == 2
-            assert took < 15  # two spawns on a slow machine, never a hang
         (effect,) = await store.effects("run-1")
         assert effect.status == "intended"  # unknown outcome: a resumed run re-sends it
 
@@ -145,10 +148,10 @@ def test_garbage_on_stdout_fails_the_call_at_once(store: SQLiteStore, make_ctx: 
         async with layer(store) as tools:
             ctx = make_ctx(tools)
             await ctx.call_tool("echo", {"text": "open the session first"})
-            took, err, _ = await timed(tools.call(ctx, 1, "garbage", {}, timeout=20))
+            # An hour's deadline: only the pump seeing the line can end this call in time.
+            _, err, _ = await timed(tools.call(ctx, 1, "garbage", {}, timeout=HOUR))
             assert isinstance(err, ToolUnavailable) and err.attrs["kind"] == "not_mcp"
             assert "this line is not JSON-RPC" in err.message
-            assert took < 1  # not the 20 s deadline: the pump saw the line
             assert tools.restarts == {"faults": 0}  # garbage is not restarted
 
     asyncio.run(scenario())
@@ -161,7 +164,7 @@ def test_garbage_on_stdout_fails_the_call_at_once(store: SQLiteStore, make_ctx: 
         (faults_source("--garbage-at-start"), "not_mcp", "faults server starting..."),
         (ToolSource(name="faults", command=("no-such-server-xyz",)), "cannot_start", "not found"),
         (
-            ToolSource(name="faults", command=("sleep", "30"), start_timeout=0.5),
+            ToolSource(name="faults", command=("sleep", str(HOUR)), start_timeout=0.5),
             "not_mcp",
             "no MCP answer to initialize within 0.5 s",
         ),
@@ -174,11 +177,10 @@ def test_a_server_that_will_not_start_is_unavailable(
     async def scenario() -> None:
         async with ToolLayer(store, [source], policy_hook=allow_all) as tools:
             # no defs for the last two sources: resolving the tool needs the server
-            took, err, _ = await timed(make_ctx(tools).call_tool("echo", {"text": "x"}))
+            _, err, _ = await timed(make_ctx(tools).call_tool("echo", {"text": "x"}))
             assert isinstance(err, ToolUnavailable), err
             assert err.attrs["kind"] == kind and detail in err.message
             assert err.attrs["tool"] == "echo"
-            assert took < source.start_timeout + 3
             assert await store.effects("run-1") == []  # nothing was sent, nothing journaled
 
     asyncio.run(scenario())
