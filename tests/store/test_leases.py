@@ -120,11 +120,11 @@ def test_an_expired_lease_is_taken_over_with_a_new_epoch(backend: Backend) -> No
 def test_a_heartbeat_keeps_the_lease(backend: Backend) -> None:
     async def body(store: Store) -> None:
         await new_run(store)
-        a = await store.claim_run("a", 4 * SHORT)
+        a = await store.claim_run("a", SHORT)
         assert a is not None
-        for _ in range(4):
-            await asyncio.sleep(SHORT)
-            await store.heartbeat(RUN, a.epoch, 4 * SHORT)
+        await asyncio.sleep(2 * SHORT)  # at least this long: the claim's lease is over
+        for _ in range(3):  # a late heartbeat, while nobody took the run, still renews it
+            await store.heartbeat(RUN, a.epoch, 60)
         assert await store.claim_run("b", 30) is None
         with pytest.raises(RunNotFound):
             await store.heartbeat(RunId("ghost"), 1, 30)
@@ -322,24 +322,21 @@ def test_claimers_on_separate_connections_never_share_a_run(backend: Backend) ->
 
 
 @pytest.mark.postgres
-def test_a_notify_wakes_a_waiting_worker_at_once(pg_backend: Backend) -> None:
+def test_a_notify_wakes_a_waiting_worker(pg_backend: Backend) -> None:
     async def body(store: Store) -> None:
         await store.wait_for_work(0)  # LISTEN from now on
         other = open_store(pg_backend.url)
         await other.open()
         try:
-            waiter = asyncio.ensure_future(store.wait_for_work(30))
+            # An hour-long wait: only the notification can end it within the test.
+            waiter = asyncio.ensure_future(store.wait_for_work(3600))
             await asyncio.sleep(0.1)
             assert not waiter.done()
-            t0 = time.monotonic()
             await new_run(other)  # enqueue notifies
-            await asyncio.wait_for(waiter, 5)
-            assert time.monotonic() - t0 < 1
+            await asyncio.wait_for(waiter, 60)
             # Notifications that arrive between two waits are kept, not lost.
             await new_run(other, RunId("second"))
-            t0 = time.monotonic()
-            await store.wait_for_work(30)
-            assert time.monotonic() - t0 < 1
+            await asyncio.wait_for(store.wait_for_work(3600), 60)
         finally:
             await other.close()
 
@@ -350,7 +347,7 @@ def test_sqlite_has_no_notifications_and_polls(lite_backend: Backend) -> None:
     async def body(store: Store) -> None:
         t0 = time.monotonic()
         await store.wait_for_work(0.05)
-        assert 0.04 < time.monotonic() - t0 < 1
+        assert time.monotonic() - t0 > 0.04  # it waited its poll (no upper bound: load)
 
     lite_backend.run(body)
 

@@ -36,7 +36,7 @@ async def serving(store: Store, **config: Any) -> AsyncIterator[RunWorker]:
         yield worker
     finally:
         worker.stop()
-        await asyncio.wait_for(task, 10)
+        await asyncio.wait_for(task, 60)
 
 
 async def eventually(what: str, check: Callable[[], Awaitable[bool]], within: float = 30) -> None:
