@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SRC = ROOT / "src" / "loopkernel"
+SRC = ROOT / "src"
 BACKUP = ROOT / ".mutate-backup"
 """The original of the file being mutated, until it is restored: a run killed with -9
 leaves it behind, and the next run puts it back first."""
@@ -37,7 +37,7 @@ class Mutation:
     guards: str
     """What the mutated code is there for (the README's promise it would break)."""
     file: str
-    """Relative to ``src/loopkernel``."""
+    """Relative to ``src/``."""
     old: str
     new: str
     tests: tuple[str, ...]
@@ -54,7 +54,7 @@ MUTATIONS = [
     Mutation(
         name="plan-unplanned-on-resume",
         guards="exactly-once planning: an event journaled before a crash is planned on resume",
-        file="executor/_kernel.py",
+        file="loopkernel/executor/_kernel.py",
         old="await self._plan(list(loaded.unplanned))",
         new="await self._plan([])",
         tests=(CRASH,),
@@ -62,7 +62,7 @@ MUTATIONS = [
     Mutation(
         name="patch-key-sqlite",
         guards="exactly-once planning: the unique (run_id, event_seq) key of patches (SQLite)",
-        file="store/_sqlite_schema.py",
+        file="loopkernel/store/_sqlite_schema.py",
         old="PRIMARY KEY (run_id, event_seq)",
         new="PRIMARY KEY (run_id, event_seq, created_at)",
         tests=("tests/store/test_conformance.py", "-k", "sqlite"),
@@ -70,7 +70,7 @@ MUTATIONS = [
     Mutation(
         name="patch-key-postgres",
         guards="exactly-once planning: the unique (run_id, event_seq) key of patches (PostgreSQL)",
-        file="store/_postgres_schema.py",
+        file="loopkernel/store/_postgres_schema.py",
         old="PRIMARY KEY (run_id, event_seq)",
         new="PRIMARY KEY (run_id, event_seq, created_at)",
         tests=("tests/store/test_conformance.py", "-k", "postgres"),
@@ -78,7 +78,7 @@ MUTATIONS = [
     Mutation(
         name="recover-cancelled-too",
         guards="recovery: only tasks still running after the recovery patches go back to ready",
-        file="executor/_kernel.py",
+        file="loopkernel/executor/_kernel.py",
         old="            if self.state.tasks[tid].state is TaskState.RUNNING\n",
         new="",
         tests=(CRASH,),
@@ -86,7 +86,7 @@ MUTATIONS = [
     Mutation(
         name="recover-nothing",
         guards="recovery: a task a crash left running runs again (at-least-once)",
-        file="executor/_kernel.py",
+        file="loopkernel/executor/_kernel.py",
         old="await self._recover_running(crashed)",
         new="None",
         tests=(CRASH,),
@@ -94,7 +94,7 @@ MUTATIONS = [
     Mutation(
         name="fence-epoch",
         guards="fenced writes: a writer whose lease epoch is over cannot commit",
-        file="store/_lease.py",
+        file="loopkernel/store/_lease.py",
         old="if current != self.epoch:",
         new="if False:",
         tests=("tests/store/test_leases.py",),
@@ -102,7 +102,7 @@ MUTATIONS = [
     Mutation(
         name="fence-sqlite-unchecked",
         guards="fenced writes: every write of a fenced SQLite view checks the epoch",
-        file="store/_sqlite.py",
+        file="loopkernel/store/_sqlite.py",
         old="                self._check_fence(db, self._fence, run_id)\n",
         new="                pass\n",
         tests=("tests/store/test_leases.py", "-k", "sqlite"),
@@ -110,7 +110,7 @@ MUTATIONS = [
     Mutation(
         name="fence-postgres-unchecked",
         guards="fenced writes: every write of a fenced PostgreSQL view checks the epoch",
-        file="store/_postgres.py",
+        file="loopkernel/store/_postgres.py",
         old="fence.check_epoch(row[1], row[2])",
         new="pass",
         tests=("tests/store/test_leases.py", "-k", "postgres"),
@@ -118,7 +118,7 @@ MUTATIONS = [
     Mutation(
         name="tool-replay-done",
         guards="journal replay: a journaled tool result is returned without a call",
-        file="tools/_layer.py",
+        file="loopkernel/tools/_layer.py",
         old='if prior.status == "done":',
         new="if False:",
         tests=("tests/tools/test_journal.py",),
@@ -126,7 +126,7 @@ MUTATIONS = [
     Mutation(
         name="tool-replay-failed",
         guards="journal replay: a journaled tool error is raised again without a call",
-        file="tools/_layer.py",
+        file="loopkernel/tools/_layer.py",
         old='if prior.status == "failed":',
         new="if False:",
         tests=("tests/tools/test_journal.py",),
@@ -134,7 +134,7 @@ MUTATIONS = [
     Mutation(
         name="idem-key-per-process",
         guards="the idempotency key is the same in every execution (run/task/index)",
-        file="tools/_layer.py",
+        file="loopkernel/tools/_layer.py",
         old='return f"{run_id}/{task_id}/{index}"',
         new="return f\"{run_id}/{task_id}/{index}/{__import__('os').getpid()}\"",
         tests=("tests/tools/test_journal.py", LOOPLAB_CRASH, "-k", NOT_THE_KEY_FORMAT),
@@ -142,7 +142,7 @@ MUTATIONS = [
     Mutation(
         name="idem-key-no-index",
         guards="the idempotency key tells a task's calls apart (call index)",
-        file="tools/_layer.py",
+        file="loopkernel/tools/_layer.py",
         old='return f"{run_id}/{task_id}/{index}"',
         new='return f"{run_id}/{task_id}"',
         tests=("tests/tools/test_journal.py", LOOPLAB_CRASH, "-k", NOT_THE_KEY_FORMAT),
@@ -150,7 +150,7 @@ MUTATIONS = [
     Mutation(
         name="cycle-self-loops-only",
         guards="the cycle check: a patch that would close a cycle is rejected whole",
-        file="graph/_state.py",
+        file="loopkernel/graph/_state.py",
         old="if src == dst or reaches(dst, src):",
         new="if src == dst:",
         tests=("tests/graph",),
@@ -158,7 +158,7 @@ MUTATIONS = [
     Mutation(
         name="checkpoint-at-waiting",
         guards="quiet-point checkpoint: a waiting run is whole in the .db file alone",
-        file="store/_sqlite.py",
+        file="loopkernel/store/_sqlite.py",
         old="        if status is RunStatus.WAITING:\n            self.checkpoint_sync()",
         new="        if status is RunStatus.WAITING:\n            pass",
         tests=(CRASH, "-k", "db_file"),
@@ -166,15 +166,23 @@ MUTATIONS = [
     Mutation(
         name="checkpoint-at-finish",
         guards="quiet-point checkpoint: a finished run is whole in the .db file alone",
-        file="store/_sqlite.py",
+        file="loopkernel/store/_sqlite.py",
         old="        if delta.finish is not None:\n            self.checkpoint_sync()",
         new="        if delta.finish is not None:\n            pass",
         tests=(CRASH, "-k", "db_file"),
     ),
     Mutation(
+        name="trace-lost",
+        guards="the crash tests' witness: a trace that lost its start lines fails them",
+        file="loopkernel/testing/_trace.py",
+        old='os.write(fd, f"{what} {task_id}\\n".encode())',
+        new="pass",
+        tests=(CRASH,),
+    ),
+    Mutation(
         name="runaway-off-by-one",
         guards="the runaway guard stops a run at exactly max_events",
-        file="executor/_kernel.py",
+        file="loopkernel/executor/_kernel.py",
         old="if event.seq > self.max_events:",
         new="if event.seq > self.max_events + 1:",
         tests=("tests/executor/test_kernel.py", "-k", "runaway"),
@@ -182,7 +190,7 @@ MUTATIONS = [
     Mutation(
         name="runaway-off",
         guards="the runaway guard exists",
-        file="executor/_kernel.py",
+        file="loopkernel/executor/_kernel.py",
         old="if event.seq > self.max_events:",
         new="if False:",
         # Without the guard the test's run never ends: a short per-test timeout kills it.
