@@ -58,9 +58,10 @@ def test_waiting_exit_code_then_approval_from_another_process(tmp_path: Path) ->
     token = next(line.split(": ")[1] for line in first.stdout.splitlines() if "token" in line)
     bad = cli("--db", db, "approve", "g", "gate", "--token", "wrong")
     assert bad.returncode == 2 and "does not match" in bad.stderr
-    ok = cli("--db", db, "approve", "g", "gate", "--token", token, "--payload", '{"by": "me"}')
+    # --token=...: a url-safe token may begin with "-", which argparse would take for an option
+    ok = cli("--db", db, "approve", "g", "gate", f"--token={token}", "--payload", '{"by": "me"}')
     assert ok.returncode == 0, ok.stderr
-    again = cli("--db", db, "approve", "g", "gate", "--token", token)
+    again = cli("--db", db, "approve", "g", "gate", f"--token={token}")
     assert again.returncode == 2 and "already answered" in again.stderr
     done = cli("--db", db, "resume", "g", "--json")
     assert done.returncode == 0, done.stderr
