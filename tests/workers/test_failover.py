@@ -255,6 +255,7 @@ def test_approve_and_cancel_from_other_processes_and_a_worker_reacts_at_once(
 
         cancel = cli(url, "cancel", other, "--reason", "not today")
         assert cancel.returncode == 6, cancel.stdout + cancel.stderr  # handed to the workers
-        assert cli(url, "wait", other, "--timeout", "45").returncode == 5  # cancelled
+        ended = cli(url, "wait", other, "--timeout", "45")
+        assert ended.returncode == 5, (ended.stdout, (tmp_path / "w.log").read_text())
     log = (tmp_path / "w.log").read_text()
     assert log.count("waits for a human") == 2 and f"{gate} succeeded" in log
