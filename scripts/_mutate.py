@@ -175,7 +175,7 @@ MUTATIONS = [
         name="trace-lost",
         guards="the crash tests' witness: a trace that lost its start lines fails them",
         file="loopkernel/testing/_trace.py",
-        old='os.write(fd, f"{what} {task_id}\\n".encode())',
+        old='append_line(path, f"{what} {task_id}\\n".encode())',
         new="pass",
         tests=(CRASH,),
     ),
