@@ -141,7 +141,11 @@ def test_a_second_resume_of_speculation_is_refused_while_the_first_runs(
     done_before = {tid for (what, tid), _ in read_trace(trace).items() if what == "done"}
     first = spawn(db, "resume", RUN, "--quiet", trace=trace)
     try:
-        until("the distiller to start", lambda: ("start", "distill") in read_trace(trace), first)
+        until(
+            "the distiller to start",
+            lambda: ("start", "distill") in read_trace(trace, missing_ok=True),
+            first,
+        )
         until("the straggler's late result to be planned", lambda: late_planned(db), first)
         before = journal(db)  # quiet now until the distiller returns
         second = cli(db, "resume", RUN, "--quiet", trace=trace)
@@ -292,7 +296,11 @@ def test_on_postgresql_a_resume_next_to_a_live_run_is_refused_and_a_lost_server_
 
     live = spawn(url, "run", "speculation", "--run-id", RUN, "--quiet", *SPEC, trace=trace)
     try:
-        until("the distiller to start", lambda: ("start", "distill") in read_trace(trace), live)
+        until(
+            "the distiller to start",
+            lambda: ("start", "distill") in read_trace(trace, missing_ok=True),
+            live,
+        )
         until("the straggler's late result to be planned", pg_late_planned, live)
         before = pg_journal()
         refused = run_cli(["resume", RUN, "--quiet"], db=url, env=env())
