@@ -159,3 +159,17 @@ def test_the_cli_forks_and_inspects_as_of_a_seq(lite_backend: Backend) -> None:
     missing = cli("fork", "nope", "--at", "1")
     assert missing.returncode == 2
     assert "no run nope" in missing.stderr
+
+
+def test_runs_filters_by_status_and_app(lite_backend: Backend) -> None:
+    def cli(*args: str) -> Any:
+        return run_cli(args, db=lite_backend.url)
+
+    assert cli("run", "speculation", "--scenario", "fast", "--run-id", "a").returncode == 0
+    assert cli("fork", "a", "--at", "2", "--run-id", "b").returncode == 0  # left running
+    done = cli("runs", "--status", "succeeded")
+    assert [line.split()[0] for line in done.stdout.splitlines()] == ["a"]
+    running = cli("runs", "--status", "running", "--app", "speculation")
+    assert [line.split()[0] for line in running.stdout.splitlines()] == ["b"]
+    assert cli("runs", "--app", "looplab").stdout == ""
+    assert cli("runs", "--status", "bogus").returncode == 2

@@ -227,7 +227,8 @@ async def cmd_inspect(args: argparse.Namespace) -> int:
 
 async def cmd_runs(args: argparse.Namespace) -> int:
     async with Client(args.db, create=False) as client:
-        for info in await client.store.list_runs(args.limit):
+        found = await client.list_runs(args.limit, status=args.status, app=args.app)
+        for info in found:
             counts = " ".join(f"{k}={v}" for k, v in sorted(info.task_counts.items()))
             print(
                 f"{info.run_id}  {info.app:<12} {info.status.value:<10} events={info.last_seq} "
@@ -355,6 +356,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--limit", type=count, default=50, help="list at most N runs, newest first (default 50)"
     )
+    p.add_argument(
+        "--status",
+        type=RunStatus,
+        choices=list(RunStatus),
+        metavar="STATUS",
+        help=f"only runs in this status ({', '.join(s.value for s in RunStatus)})",
+    )
+    p.add_argument("--app", help="only runs of this app")
 
     p = command("export", cmd_export, "write a consistent copy of one run to a new SQLite file")
     p.add_argument("run", type=run_id)
