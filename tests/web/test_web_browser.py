@@ -184,3 +184,32 @@ def test_the_page_resumes_after_the_server_restarts(
         assert page.inner_text("#run-status") == "succeeded"
     finally:
         stop_server(again)
+
+
+def test_an_investigation_shows_its_report_with_citations_linked_to_evidence(
+    server: Served, page: Any, tmp_path: Path
+) -> None:
+    from lk_sre import incident
+
+    case = incident("oom-payments")
+    args = [case["question"], "--dump", case["dump"], "--namespace", case["namespace"]]
+    out = subprocess.run(
+        [*LOOPKERNEL, "--db", server.db, "investigate", *args, "--run-id", "inv", "--json"],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    (cause, *_) = report["verified_causes"]
+    page.goto(f"{server.url}/runs/inv")
+    assert page.locator("#report .summary").inner_text() == report["summary"]
+    assert cause["detector"] in page.locator("#report").inner_text()
+    ref = cause["evidence"][0]
+    page.locator(f'#report a.cite[href="#ev-{ref}"]').first.click()
+    assert page.evaluate("location.hash") == f"#ev-{ref}"
+    cited = next(e for e in report["evidence"] if e["ref"] == ref)
+    shown = " ".join(page.locator(f"#ev-{ref}").inner_text().split())
+    assert " ".join(str(cited["content"]).split())[:60] in shown
+    screenshot(page, tmp_path, "investigation")

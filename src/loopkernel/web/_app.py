@@ -151,6 +151,7 @@ def create_app(
             "live": views.is_live(info),
             "events": events,
             "origin": await client.origin(run_id),
+            "report": views.report_of(state),
         }
 
     async def run_page(request: Request) -> Response:

@@ -7,8 +7,9 @@ import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from loopkernel.graph import JSON, Event, EventKind, GraphState, RunStatus
+from loopkernel.graph import JSON, Event, EventKind, GraphState, RunStatus, TaskState
 from loopkernel.store import PatchRecord, RunInfo
 from loopkernel.web._graph import Layout, layout
 
@@ -168,3 +169,17 @@ def graph_of(state: GraphState, late: frozenset[str]) -> Layout:
 def is_live(info: RunInfo) -> bool:
     """Whether the page should listen for more: a finished run's journal is closed."""
     return info.status in (RunStatus.RUNNING, RunStatus.WAITING)
+
+
+def report_of(state: GraphState) -> dict[str, Any] | None:
+    """The investigation report a run wrote, if it wrote one: the result of a succeeded
+    task ``report`` holding ``{"report": {summary, observed_facts, ..., evidence}}`` (the
+    fields docs/sre.md fixes for other tools to read)."""
+    task = state.get("report")
+    if task is None or task.state is not TaskState.SUCCEEDED:
+        return None
+    result = task.result
+    report = result.get("report") if isinstance(result, dict) else None
+    if not isinstance(report, dict) or not {"summary", "evidence"} <= report.keys():
+        return None
+    return report
