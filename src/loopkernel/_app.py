@@ -23,6 +23,9 @@ __all__ = ["App", "AppParts", "Param", "load_app", "registered"]
 
 ParamKind = Literal["int", "number", "str", "bool", "list", "object"]
 
+_UNSET: Any = object()
+"""``Param.default`` when the parameter has none."""
+
 _KINDS: dict[str, tuple[type, ...]] = {
     "int": (int,),
     "number": (int, float),
@@ -50,6 +53,9 @@ class Param:
     """Each item of a list must pass this."""
     help: str = ""
     """What it means, for the error message."""
+    default: JSON = _UNSET
+    """The value when neither a scenario nor ``--set`` gives one (unset: none; the app's
+    ``defaults`` may give it instead)."""
 
     def check(self, name: str, value: JSON) -> None:
         """A ``UsageError`` naming the parameter and the rule ``value`` breaks, if any."""
@@ -142,11 +148,17 @@ class App:
     """Types and ranges of the parameters: ``params()`` refuses a value that breaks them,
     so a bad ``--set`` fails with one line before anything is journaled."""
 
+    def all_defaults(self) -> dict[str, JSON]:
+        """``defaults``, and the default of each declared parameter that has one."""
+        declared = {k: p.default for k, p in self.parameters.items() if p.default is not _UNSET}
+        return {**self.defaults, **declared}
+
     def params(
         self, scenario: str | None = None, overrides: Mapping[str, JSON] | None = None
     ) -> dict[str, JSON]:
         """Defaults, then the scenario's values, then ``overrides``; unknown keys are refused."""
-        params = dict(self.defaults)
+        defaults = self.all_defaults()
+        params = dict(defaults)
         if scenario is not None:
             if scenario not in self.scenarios:
                 known = ", ".join(sorted(self.scenarios)) or "none"
@@ -154,8 +166,8 @@ class App:
             params.update(self.scenarios[scenario])
             params["scenario"] = scenario
         for key, value in (overrides or {}).items():
-            if key not in self.defaults:
-                known = ", ".join(sorted(self.defaults)) or "none"
+            if key not in defaults:
+                known = ", ".join(sorted(defaults)) or "none"
                 raise UsageError(f"app {self.name!r} has no parameter {key!r} (known: {known})")
             params[key] = value
         self.check(params)

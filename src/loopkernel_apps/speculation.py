@@ -99,7 +99,6 @@ app = App(
     name="speculation",
     description="three researchers race; a quorum of two wins, the third is cancelled in flight",
     build=build,
-    defaults={"delays": [0.3, 0.6, 5.0], "quorum": 2, "distill_delay": 0.2},
     parameters={
         "delays": Param(
             kind="list",
@@ -107,9 +106,10 @@ app = App(
             maximum=len(ANGLES),
             items=Param(kind="number", minimum=0, maximum=3600),
             help="seconds each researcher takes",
+            default=[0.3, 0.6, 5.0],
         ),
-        "quorum": Param(kind="int", minimum=1, maximum=len(ANGLES)),
-        "distill_delay": Param(kind="number", minimum=0, maximum=3600),
+        "quorum": Param(kind="int", minimum=1, maximum=len(ANGLES), default=2),
+        "distill_delay": Param(kind="number", minimum=0, maximum=3600, default=0.2),
     },
     scenarios={
         "fast": {"delays": [0.01, 0.02, 2.0], "distill_delay": 0.05},

@@ -141,3 +141,21 @@ def test_a_zero_concurrency_does_not_journal_an_orphan_run(tmp_path: Path) -> No
 class _Nothing:
     def plan(self, snapshot: object, event: object) -> GraphPatch:
         return GraphPatch()
+
+
+def test_a_declared_default_is_a_parameter_and_is_checked() -> None:
+    from loopkernel import App, AppParts, Param, UsageError
+
+    app = App(
+        name="defaults",
+        description="declared defaults",
+        build=lambda params: AppParts(planner=None, workers={}),  # type: ignore[arg-type]
+        defaults={"legacy": 1},
+        parameters={"n": Param(kind="int", minimum=1, default=3), "flag": Param(kind="bool")},
+    )
+    assert app.params() == {"legacy": 1, "n": 3}  # "flag" declares no default: not a key
+    assert app.params(overrides={"n": 5})["n"] == 5
+    with pytest.raises(UsageError, match="parameter n must be >= 1"):
+        app.params(overrides={"n": 0})
+    with pytest.raises(UsageError, match="has no parameter 'flag'"):
+        app.params(overrides={"flag": True})

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from loopkernel import JSON, App, AppParts, Param, Store, UsageError
+from loopkernel import JSON, App, AppParts, Param, Store
 from loopkernel.policy import Policy
 from loopkernel.tools import ToolLayer, policy_hook
 from loopkernel_apps.looplab._loop import WORKERS, planner
@@ -32,14 +32,10 @@ __all__ = [
     "tool_source",
 ]
 
-FAULTS = ("", "wrong_type", "timeout", "raise")
+MOST_STEPS = max(len(steps) for steps in SCENARIOS.values())
 
 
 def build(params: Mapping[str, JSON]) -> AppParts:
-    if params["scenario"] not in SCENARIOS:
-        raise UsageError(f"no looplab scenario {params['scenario']!r}")
-    if params["fault"] not in FAULTS:
-        raise UsageError(f"fault must be one of {', '.join(map(repr, FAULTS))}")
     policy = Policy.from_json(params["policy"])
     source = tool_source(timeout=float(params["tool_timeout"]))
 
@@ -58,25 +54,16 @@ app = App(
     name="looplab",
     description="plan -> act -> verify over MCP tools under one policy (four scenarios)",
     build=build,
-    defaults={
-        "scenario": "baseline",
-        "policy": POLICY,
-        "act_delay": 0.0,
-        "slow_step": 1,
-        "fault": "",
-        "tool_timeout": 30.0,
-        "inject": "",
-    },
     parameters={
-        "scenario": Param(kind="str", choices=tuple(SCENARIOS)),
-        "policy": Param(kind="object"),
-        "act_delay": Param(kind="number", minimum=0, maximum=3600),
-        "slow_step": Param(
-            kind="int", minimum=1, maximum=max(len(steps) for steps in SCENARIOS.values())
+        "scenario": Param(kind="str", choices=tuple(SCENARIOS), default="baseline"),
+        "policy": Param(kind="object", default=POLICY),
+        "act_delay": Param(kind="number", minimum=0, maximum=3600, default=0.0),
+        "slow_step": Param(kind="int", minimum=1, maximum=MOST_STEPS, default=1),
+        "fault": Param(kind="str", choices=("", "wrong_type", "timeout", "raise"), default=""),
+        "tool_timeout": Param(kind="number", minimum=0.001, maximum=3600, default=30.0),
+        "inject": Param(
+            kind="str", choices=("", "plan", "guard", "act", "verify", "record"), default=""
         ),
-        "fault": Param(kind="str", choices=FAULTS),
-        "tool_timeout": Param(kind="number", minimum=0.001, maximum=3600),
-        "inject": Param(kind="str", choices=("", "plan", "guard", "act", "verify", "record")),
     },
     scenarios={name: {} for name in SCENARIOS},
 )
