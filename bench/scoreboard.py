@@ -628,6 +628,8 @@ class Board:
 
 def _error_kind(impl: str, out: subprocess.CompletedProcess[str], got: dict[str, Any]) -> str:
     if impl == "loopkernel":
+        if got.get("status") == "running":  # a fault that may pass: retried, then resumable
+            return "transient (retried by the tool's policy; the run stays resumable)"
         return str(got.get("error"))
     try:
         verdict = json.loads(out.stdout.strip().splitlines()[-1])["verdict"]
