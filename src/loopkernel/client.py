@@ -593,9 +593,7 @@ class Client:
                 )
             if not await self.check_token(run_id, token):
                 raise ApprovalRefused(f"the approval token does not match run {rid}", run_id=rid)
-        return await self.store.add_human_input(
-            rid, tid, decision=decision, payload=payload
-        )
+        return await self.store.add_human_input(rid, tid, decision=decision, payload=payload)
 
     async def cancel(
         self,

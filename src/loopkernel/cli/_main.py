@@ -68,9 +68,7 @@ Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 async def _finish(
     client: Client, outcome: RunOutcome, args: argparse.Namespace, token: str | None = None
 ) -> int:
-    waiting = (
-        await client.waiting(outcome.run_id) if outcome.status is RunStatus.WAITING else []
-    )
+    waiting = await client.waiting(outcome.run_id) if outcome.status is RunStatus.WAITING else []
     if getattr(args, "json", False):
         out: dict[str, Any] = {
             "run_id": outcome.run_id,
@@ -477,9 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         run = getattr(args, "started", None) or getattr(args, "run", None)
         if run is not None and args.command in ("run", "demo", "resume"):
-            print(
-                f"loopkernel: interrupted; resume with: loopkernel resume {run}", file=sys.stderr
-            )
+            print(f"loopkernel: interrupted; resume with: loopkernel resume {run}", file=sys.stderr)
         else:
             print("loopkernel: interrupted", file=sys.stderr)
         return 130

@@ -7,8 +7,14 @@ With the variable unset a crash point costs one comparison.
 Points the kernel passes through:
 
 ``task_returned``     a worker returned, before its event is committed
-``event_committed``   after an event commit, before the planner is asked
-``before_patch``      a patch is planned and validated, before it is committed
+``event_committed``   the completions' events are numbered, before the planner is asked.
+                      With a planner whose ``plan`` is not a coroutine function they are
+                      not written yet: they commit in one transaction with the patches
+                      that answer them (``Store.commit_step``), so a crash here loses the
+                      step and the task runs again on resume. With an awaiting planner
+                      they were committed first, as their own transaction.
+``before_patch``      a patch is planned and validated, before it is committed (with the
+                      step's events, in one-transaction steps)
 ``patch_committed``   after a patch commit, before the tasks it readied start
 ``tool_sent``         the tool layer journaled a call as intended, before sending it
 ``tool_returned``     a tool call returned, before its result is journaled

@@ -8,8 +8,10 @@
     loop:
         start ready tasks whose predecessors all succeeded (up to max_concurrency)
         asyncio.wait(FIRST_COMPLETED) -- not for the slowest sibling
-        one transaction: the completions' events + the tasks' new states
-        one patch per event, validated, applied in memory, then committed together
+        the completions' events numbered in memory, after the last seq this executor knows
+        one patch per event, validated, applied in memory, then one synced transaction:
+            the events, the tasks' new states, the patches, the next tasks marked running
+        (with a planner that awaits, the events are committed first, before it is asked)
         cancel in flight what a patch cancelled
     until the run is finished, or all that is left waits for a human (status waiting)
 """
@@ -225,6 +227,16 @@ class _RunLoop:
         self.last_poll = 0.0
         self.tracer = telemetry.tracer()
         self.span: Span | None = None
+        self.one_step = not inspect.iscoroutinefunction(kernel.planner.plan)
+        """Commit each step's completions with their patches, in one synced transaction.
+        Not with a planner that awaits (a model call): its completions are written first,
+        so that what it answered is never planned from an event the journal lost."""
+        self.journal: list[Event] = []
+        """Completions numbered after ``known_seq`` but not yet written: they commit with
+        the patches that answer them (``Store.commit_step``)."""
+        self.journal_tasks: list[Task] = []
+        self.carry: list[Event] = []
+        """Events another process appended while a step was being planned, still to plan."""
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -277,8 +289,9 @@ class _RunLoop:
                     timeout=self.k.poll_interval,
                     return_when=asyncio.FIRST_COMPLETED,
                 )
-                events = await self._journal(done)
-                events.extend(await self._external_events(force=not done))
+                # Another process's events first: ours are numbered after them.
+                events = await self._external_events(force=not done)
+                events.extend(await self._journal(done))
                 await self._plan(sorted(events, key=lambda e: e.seq))
         except BaseException as exc:
             await self._abandon(exc)
@@ -359,15 +372,16 @@ class _RunLoop:
 
         Looked for at most every ``poll_interval`` while work completes, always when idle.
         """
+        carried, self.carry = self.carry, []
         now = time.monotonic()
         if not force and now - self.last_poll < self.k.poll_interval:
-            return []
+            return carried
         self.last_poll = now
         if await self.store.last_seq(self.run_id) <= self.known_seq:
-            return []
+            return carried
         events = await self.store.events(self.run_id, after=self.known_seq)
         self.known_seq = max(self.known_seq, events[-1].seq) if events else self.known_seq
-        return events
+        return carried + events
 
     async def _journal(self, done: Iterable[asyncio.Task[JSON]]) -> list[Event]:
         """One transaction for every completion that landed together."""
@@ -397,7 +411,19 @@ class _RunLoop:
         candidates = {s for tid in succeeded for s in self.state.successors(tid)}
         for task in self.state.promotions(sorted(candidates), changed):
             changed[task.task_id] = task
-        events = await self.store.append_events(self.run_id, new_events, list(changed.values()))
+        if self.one_step:
+            events = [
+                Event(
+                    run_id=self.run_id,
+                    seq=self.known_seq + i,
+                    kind=ev.kind,
+                    task_id=ev.task_id,
+                    data=ev.data,
+                )
+                for i, ev in enumerate(new_events, 1)
+            ]
+        else:
+            events = await self.store.append_events(self.run_id, new_events, list(changed.values()))
         seq_of = {e.task_id: e.seq for e in events}
         for task in changed.values():
             if task.state in TERMINAL_TASK and task.done_seq is None:
@@ -405,8 +431,27 @@ class _RunLoop:
             self.state.tasks[task.task_id] = task
             if task.state is TaskState.READY:
                 self.ready[task.task_id] = None
+            if self.one_step:
+                self.journal_tasks.append(task)
         crashpoint("event_committed")
+        if self.one_step:
+            self.journal.extend(events)
+            self.known_seq = events[-1].seq
+            return events
         return await self._with_gaps(events)
+
+    async def _moved(self, written: Sequence[Event]) -> None:
+        """Another process appended while our step was planned: the store wrote our events
+        after its; follow their seqs, and plan its events next."""
+        moved = {p.seq: w.seq for p, w in zip(self.journal, written, strict=True)}
+        for tid, task in list(self.state.tasks.items()):
+            if task.done_seq in moved:
+                self.state.tasks[tid] = replace(task, done_seq=moved[task.done_seq])
+        base = self.journal[0].seq - 1
+        self.carry.extend(
+            e for e in await self.store.events(self.run_id, after=base) if e.seq < written[0].seq
+        )
+        self.known_seq = max(self.known_seq, written[-1].seq)
 
     async def _with_gaps(self, ours: list[Event]) -> list[Event]:
         """Our events, plus any another process slipped in between (seen by a seq gap)."""
@@ -429,7 +474,7 @@ class _RunLoop:
     async def _plan(self, events: Sequence[Event]) -> bool:
         """Answer each event with one patch; commit them together. True if any was planned."""
         events = [e for e in events if e.kind not in UNPLANNED_EVENTS]
-        if not events:
+        if not events and not self.journal:
             return False
         records: list[PatchRecord] = []
         deltas: list[Delta] = []
@@ -455,10 +500,11 @@ class _RunLoop:
             if self.k.observer is not None:
                 self.k.observer(event, self.state, record)
         merged = merge_deltas(deltas)
-        # Tasks the patches made startable are marked running in the same transaction.
+        # The completions' tasks, and those the patches made startable marked running, are
+        # written in the same transaction.
         picked = [] if self.state.finished else self._pick()
-        if picked:
-            merged = replace(merged, tasks=latest([*merged.tasks, *picked]))
+        if picked or self.journal_tasks:
+            merged = replace(merged, tasks=latest([*self.journal_tasks, *merged.tasks, *picked]))
         crashpoint("before_patch")
         final = None
         if merged.finish is not None:
@@ -466,7 +512,15 @@ class _RunLoop:
             final = NewEvent(
                 kind=EventKind.RUN_FINISHED, data={"status": status.value, "verdict": verdict}
             )
-        finished = await self.store.commit_patches(self.run_id, records, merged, final)
+        if self.journal:
+            written, finished = await self.store.commit_step(
+                self.run_id, self.journal, records, merged, final
+            )
+            if written[0].seq != self.journal[0].seq:
+                await self._moved(written)
+            self.journal, self.journal_tasks = [], []
+        else:
+            finished = await self.store.commit_patches(self.run_id, records, merged, final)
         if finished is not None:
             self.known_seq = max(self.known_seq, finished.seq)
             if self.k.observer is not None:
@@ -478,7 +532,7 @@ class _RunLoop:
                 del self.running[fut]
                 self.cancelled[fut] = tid
                 fut.cancel()
-        return True
+        return bool(events)
 
     async def _plan_traced(self, event: Event) -> tuple[PatchRecord, Delta]:
         """``_plan_one`` in a span of its own when tracing is on."""

@@ -27,6 +27,7 @@ from loopkernel.ids import ID_PATTERN, RunId, TaskId, valid_id
 
 __all__ = ["Delta", "GraphState", "Task", "validate"]
 
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Task:
     """A node of the graph, as the store keeps it."""

@@ -17,6 +17,7 @@ from loopkernel.errors import ApprovalRefused, UsageError
 from loopkernel.graph import (
     JSON,
     TERMINAL_TASK,
+    Delta,
     Event,
     EventKind,
     GraphState,
@@ -231,6 +232,26 @@ def with_done_seq(tasks: Sequence[Task], events: Sequence[Event]) -> list[Task]:
         else t
         for t in tasks
     ]
+
+
+def as_new(event: Event) -> NewEvent:
+    return NewEvent(kind=event.kind, task_id=event.task_id, data=event.data)
+
+
+def rebase_step(
+    planned: Sequence[Event], written: Sequence[Event], records: Sequence[PatchRecord], delta: Delta
+) -> tuple[Sequence[PatchRecord], Delta]:
+    """``commit_step``'s records and delta with the seqs the executor gave its events
+    (``planned``) moved to the seqs the store wrote them at (``written``): the same unless
+    another process appended to the run in between (an approval, a cancel request)."""
+    if not planned or planned[0].seq == written[0].seq:
+        return records, delta
+    moved = {p.seq: w.seq for p, w in zip(planned, written, strict=True)}
+    records = [replace(r, event_seq=moved.get(r.event_seq, r.event_seq)) for r in records]
+    tasks = tuple(
+        replace(t, done_seq=moved[t.done_seq]) if t.done_seq in moved else t for t in delta.tasks
+    )
+    return records, replace(delta, tasks=tasks)
 
 
 def check_decision(decision: str) -> None:

@@ -57,6 +57,7 @@ from loopkernel.store._codec import (
     PATCH_COLUMNS,
     RUN_COLUMNS,
     TASK_COLUMNS,
+    as_new,
     check_decision,
     dump_of,
     dumps,
@@ -66,6 +67,7 @@ from loopkernel.store._codec import (
     human_input_event,
     loads,
     patch_from_row,
+    rebase_step,
     run_info_from_row,
     run_page_filter,
     run_params,
@@ -407,11 +409,26 @@ class PostgresStore:
         delta: Delta,
         final: NewEvent | None = None,
     ) -> Event | None:
+        return (await self.commit_step(run_id, (), records, delta, final))[1]
+
+    async def commit_step(
+        self,
+        run_id: RunId,
+        journal: Sequence[Event],
+        records: Sequence[PatchRecord],
+        delta: Delta,
+        final: NewEvent | None = None,
+    ) -> tuple[list[Event], Event | None]:
         now = time.time()
         final_event: Event | None = None
         try:
             async with self._tx() as conn:
                 _, seq = await self._lock_run(conn, run_id)
+                out = []
+                if journal:
+                    out = await self._append(conn, run_id, seq, [as_new(e) for e in journal], now)
+                    seq += len(out)
+                records, delta = rebase_step(journal, out, records, delta)
                 await execute_many(
                     conn,
                     "INSERT INTO patches (run_id, event_seq, ops, outcome, reason, planner, "
@@ -446,7 +463,7 @@ class PostgresStore:
                 "has a patch; another executor is planning this run",
                 run_id=run_id,
             ) from None
-        return final_event
+        return out, final_event
 
     async def events(self, run_id: RunId, after: int = 0) -> list[Event]:
         async with self._conn() as conn:

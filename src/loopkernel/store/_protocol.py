@@ -199,6 +199,23 @@ class Store(Protocol):
         (a ``run_finished`` event) is appended in the same transaction.
         """
 
+    async def commit_step(
+        self,
+        run_id: RunId,
+        journal: Sequence[Event],
+        records: Sequence[PatchRecord],
+        delta: Delta,
+        final: NewEvent | None = None,
+    ) -> tuple[list[Event], Event | None]:
+        """A durable step in one transaction: append ``journal`` (events the executor
+        numbered after the last seq it knows, not yet written), then ``commit_patches``.
+
+        ``delta.tasks`` carries the tasks' new values (``done_seq`` set from ``journal``).
+        If another process appended in between, the events are written after its and the
+        records' ``event_seq`` and the tasks' ``done_seq`` move with them. Returns the
+        events as written and the ``run_finished`` event, if any.
+        """
+
     async def events(self, run_id: RunId, after: int = 0) -> list[Event]: ...
 
     async def patches(self, run_id: RunId, after: int = 0) -> list[PatchRecord]:

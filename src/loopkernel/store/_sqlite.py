@@ -55,6 +55,7 @@ from loopkernel.store._codec import (
     PATCH_COLUMNS,
     RUN_COLUMNS,
     TASK_COLUMNS,
+    as_new,
     check_decision,
     dump_of,
     dumps,
@@ -63,6 +64,7 @@ from loopkernel.store._codec import (
     event_from_row,
     human_input_event,
     patch_from_row,
+    rebase_step,
     run_info_from_row,
     run_page_filter,
     run_params,
@@ -158,6 +160,7 @@ def _not_usable(path: Path, exc: sqlite3.DatabaseError) -> StoreError:
     elif "not a database" in text or "malformed" in text:
         text = f"corrupt ({text})"
     return NotADatabase(f"{path} is not a usable LoopKernel database: {text}", path=str(path))
+
 
 Synchronous = Literal["full", "normal"]
 
@@ -466,8 +469,7 @@ class SQLiteStore:
         db = self._conn
         where, params = run_page_filter(status, app, before, "?")
         rows = db.execute(
-            f"SELECT {RUN_COLUMNS} FROM runs{where} "
-            "ORDER BY created_at DESC, run_id DESC LIMIT ?",
+            f"SELECT {RUN_COLUMNS} FROM runs{where} ORDER BY created_at DESC, run_id DESC LIMIT ?",
             (*params, limit),
         ).fetchall()
         return [self._info(db, tuple(r)) for r in rows]
@@ -586,42 +588,69 @@ class SQLiteStore:
         delta: Delta,
         final: NewEvent | None = None,
     ) -> Event | None:
-        now = time.time()
-        final_event: Event | None = None
         with self._tx(run_id) as db:
-            try:
-                db.executemany(
-                    "INSERT INTO patches (run_id, event_seq, ops, outcome, reason, planner, "
-                    "created_at) VALUES (?,?,?,?,?,?,?)",
-                    [
-                        (run_id, r.event_seq, dumps(r.ops), r.outcome, r.reason, r.planner, now)
-                        for r in records
-                    ],
-                )
-            except sqlite3.IntegrityError:
-                raise ReplayDivergence(
-                    f"run {run_id}: an event in seqs {[r.event_seq for r in records]} already "
-                    "has a patch; another executor is planning this run",
-                    run_id=run_id,
-                ) from None
-            if delta.tasks:
-                db.executemany(_UPSERT_TASK, [task_params(run_id, t) for t in delta.tasks])
-            if delta.edges:
-                db.executemany(
-                    "INSERT INTO edges (run_id, src, dst) VALUES (?,?,?)",
-                    [(run_id, s, d) for s, d in delta.edges],
-                )
-            if delta.finish is not None:
-                status, verdict = delta.finish
-                db.execute(
-                    "UPDATE runs SET status = ?, verdict = ?, updated_at = ? WHERE run_id = ?",
-                    (status.value, dumps(verdict), now, run_id),
-                )
-                if final is not None:
-                    final_event = self._append(db, run_id, [final], now)[0]
+            final_event = self._write_patches(db, run_id, records, delta, final, time.time())
         if delta.finish is not None:
             self._checkpoint_quietly()
         return final_event
+
+    @_guarded
+    async def commit_step(
+        self,
+        run_id: RunId,
+        journal: Sequence[Event],
+        records: Sequence[PatchRecord],
+        delta: Delta,
+        final: NewEvent | None = None,
+    ) -> tuple[list[Event], Event | None]:
+        now = time.time()
+        with self._tx(run_id) as db:
+            out = self._append(db, run_id, [as_new(e) for e in journal], now)
+            records, delta = rebase_step(journal, out, records, delta)
+            final_event = self._write_patches(db, run_id, records, delta, final, now)
+        if delta.finish is not None:
+            self._checkpoint_quietly()
+        return out, final_event
+
+    def _write_patches(
+        self,
+        db: sqlite3.Connection,
+        run_id: RunId,
+        records: Sequence[PatchRecord],
+        delta: Delta,
+        final: NewEvent | None,
+        now: float,
+    ) -> Event | None:
+        try:
+            db.executemany(
+                "INSERT INTO patches (run_id, event_seq, ops, outcome, reason, planner, "
+                "created_at) VALUES (?,?,?,?,?,?,?)",
+                [
+                    (run_id, r.event_seq, dumps(r.ops), r.outcome, r.reason, r.planner, now)
+                    for r in records
+                ],
+            )
+        except sqlite3.IntegrityError:
+            raise ReplayDivergence(
+                f"run {run_id}: an event in seqs {[r.event_seq for r in records]} already "
+                "has a patch; another executor is planning this run",
+                run_id=run_id,
+            ) from None
+        if delta.tasks:
+            db.executemany(_UPSERT_TASK, [task_params(run_id, t) for t in delta.tasks])
+        if delta.edges:
+            db.executemany(
+                "INSERT INTO edges (run_id, src, dst) VALUES (?,?,?)",
+                [(run_id, s, d) for s, d in delta.edges],
+            )
+        if delta.finish is None:
+            return None
+        status, verdict = delta.finish
+        db.execute(
+            "UPDATE runs SET status = ?, verdict = ?, updated_at = ? WHERE run_id = ?",
+            (status.value, dumps(verdict), now, run_id),
+        )
+        return None if final is None else self._append(db, run_id, [final], now)[0]
 
     @_guarded
     async def events(self, run_id: RunId, after: int = 0) -> list[Event]:

@@ -245,7 +245,7 @@ def _parse_tool(raw: JSON, bad: Callable[[str], UsageError]) -> ToolDef:
         schemas.append(schema)
     keep = raw.get("keepSecrets", [])
     if not isinstance(keep, list) or not all(isinstance(k, str) and k for k in keep):
-        raise bad(f"{name}: keepSecrets must be a list of result paths like \"a.b\"")
+        raise bad(f'{name}: keepSecrets must be a list of result paths like "a.b"')
     return ToolDef(
         name=name,
         description=description,

@@ -18,6 +18,4 @@ def require_mcp() -> None:
     try:
         import mcp  # noqa: F401
     except ImportError as exc:
-        raise UsageError(
-            f"the tool layer needs the tools extra: {TOOLS_EXTRA} ({exc})"
-        ) from None
+        raise UsageError(f"the tool layer needs the tools extra: {TOOLS_EXTRA} ({exc})") from None
