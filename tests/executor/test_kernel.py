@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -503,3 +504,49 @@ def test_max_concurrency_is_respected(backend: Backend) -> None:
     _, outcome = run(execute(backend, Wide(), {"work": work}, max_concurrency=3))
     assert outcome.status is RunStatus.SUCCEEDED
     assert live["peak"] == 3
+
+
+def test_an_event_appended_while_a_step_is_planned_moves_the_step_after_it(
+    backend: Backend,
+) -> None:
+    """A step's completion is numbered in memory and written with its patch; a cancel
+    request another process appends meanwhile takes that seq, so the store writes the step
+    after it (its patch and its task's done_seq follow), and the cancel is planned next."""
+
+    def cancel_from_elsewhere() -> None:
+        # Another process: its own store and event loop, on a thread of its own.
+        thread = threading.Thread(
+            target=backend.run, args=(lambda s: s.request_cancel(RunId("run-1"), "elsewhere"),)
+        )
+        thread.start()
+        thread.join()
+
+    class CancelledMidStep(Chain):
+        def on_completed(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+            if event.task_id == "a":
+                cancel_from_elsewhere()
+            return super().on_completed(snapshot, event)
+
+    async def slow(ctx: TaskContext) -> Any:
+        if ctx.task_id == "b":
+            await asyncio.Event().wait()  # runs until the cancel stops it
+        return ctx.task_id
+
+    _, outcome = run(execute(backend, CancelledMidStep(["a", "b"]), {"work": slow}))
+    assert outcome.status is RunStatus.CANCELLED
+    run(journal_is_complete(backend))
+
+    async def journaled(store: Any) -> tuple[list[Event], list[Any], Any]:
+        loaded = await store.load_run(RunId("run-1"))
+        return await store.events(RunId("run-1")), await store.patches(RunId("run-1")), loaded
+
+    events, patches, loaded = backend.run(journaled)
+    kinds = [(e.seq, e.kind, e.task_id) for e in events[:3]]
+    assert kinds == [
+        (1, EventKind.RUN_STARTED, None),
+        (2, EventKind.CANCEL_REQUESTED, None),
+        (3, EventKind.TASK_COMPLETED, "a"),
+    ]
+    assert loaded.state.tasks["a"].done_seq == 3
+    (answer,) = [p for p in patches if p.event_seq == 3]
+    assert [op["op"] for op in answer.ops] == ["add", "connect"]
