@@ -1,11 +1,23 @@
-"""Kernel overhead: durable task completions per second on SQLite, and time per event as runs grow.
+"""Kernel overhead: a durable step against the disk's floor, fan-out, memory, PostgreSQL.
 
-    python -m bench.kernel_overhead            # everything (the 100,000-task run takes a while)
-    python -m bench.kernel_overhead --quick    # up to 10,000 tasks
+    python -m bench.kernel_overhead            # everything (RSS up to 100,000 tasks)
+    python -m bench.kernel_overhead --quick    # RSS up to 10,000; fewer repeats
 
 Workers do nothing, so what is measured is the kernel: journaling each completion, planning
-it, committing the patch (one fsync per step with synchronous=FULL), starting the next task.
-Prints a markdown table and writes bench/results/kernel_overhead.json.
+it, committing the step, starting the next task. In one run, interleaved (rounds of every
+measure, medians), so that a loaded machine weighs on all of them alike:
+
+- the floor: one SQLite WAL commit of one small row, at synchronous=FULL (fsync'd) and
+  NORMAL, in the same temp dir -- what any durable step costs at least;
+- a 1,000-step chain at FULL and NORMAL, µs per step, and its ratio to the floor;
+- a fan-out of 1,000 tasks at concurrency 16, 64 and 1,000, µs per task;
+- peak RSS of a fresh process running a chain of 1k, 10k (and 100k) tasks;
+- PostgreSQL (``LOOPKERNEL_BENCH_PG``, default the local server; skipped if down): a
+  200-step chain, ms per step, its ratio to the SQLite FULL step, and round trips per
+  step, counted by a TCP relay between the store and the server (one "turn" = the client
+  speaks, then the server answers).
+
+Prints a table and writes bench/results/kernel_overhead.json.
 """
 
 from __future__ import annotations
@@ -13,8 +25,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
+import sqlite3
+import statistics
+import subprocess
+import sys
 import tempfile
+import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +45,7 @@ from loopkernel import (
     Kernel,
     Snapshot,
     SQLiteStore,
+    Store,
     TaskContext,
     TaskSpec,
 )
@@ -65,20 +85,25 @@ async def noop(ctx: TaskContext) -> Any:
     return ctx.task_id
 
 
+async def timed_run(store: Store, shape: str, n: int, concurrency: int) -> tuple[float, int]:
+    """Seconds to execute a ``shape`` run of ``n`` tasks in ``store``; its event count."""
+    planner = ChainPlanner(n) if shape == "chain" else FanOutPlanner(n)
+    kernel = Kernel(store, planner, {"noop": noop}, max_concurrency=concurrency)
+    started = await kernel.start(app="bench", max_events=4 * n + 10)
+    t0 = time.perf_counter()
+    outcome = await kernel.run(started.run_id)
+    elapsed = time.perf_counter() - t0
+    assert outcome.status.value == "succeeded", outcome
+    return elapsed, (await store.get_run(started.run_id)).last_seq
+
+
 async def measure(shape: str, n: int, synchronous: str, concurrency: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
         store = SQLiteStore(Path(tmp) / "runs.db", synchronous=synchronous)  # type: ignore[arg-type]
         await store.open()
-        planner = ChainPlanner(n) if shape == "chain" else FanOutPlanner(n)
-        kernel = Kernel(store, planner, {"noop": noop}, max_concurrency=concurrency)
-        started = await kernel.start(app="bench", max_events=4 * n + 10)
-        t0 = time.perf_counter()
-        outcome = await kernel.run(started.run_id)
-        elapsed = time.perf_counter() - t0
-        events = (await store.get_run(started.run_id)).last_seq
+        elapsed, events = await timed_run(store, shape, n, concurrency)
         await store.close()
         size = (Path(tmp) / "runs.db").stat().st_size
-    assert outcome.status.value == "succeeded", outcome
     return {
         "shape": shape,
         "tasks": n,
@@ -94,61 +119,281 @@ async def measure(shape: str, n: int, synchronous: str, concurrency: int) -> dic
     }
 
 
-def fsync_floor(samples: int = 300) -> float:
-    """µs for one 4 KiB append + fdatasync in the benchmark's temp dir: the disk's floor."""
+def commit_floor(synchronous: str, samples: int = 300) -> float:
+    """µs per SQLite WAL commit of one small row at ``synchronous``, in the benchmark's temp
+    dir: the least a durable step can cost in this store."""
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
-        fd = os.open(Path(tmp) / "floor", os.O_WRONLY | os.O_CREAT)
-        page = b"x" * 4096
+        db = sqlite3.connect(Path(tmp) / "floor.db", isolation_level=None)
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+        db.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)")
         t0 = time.perf_counter()
-        for _ in range(samples):
-            os.write(fd, page)
-            os.fdatasync(fd)
+        for i in range(samples):
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("INSERT INTO t VALUES (?, ?)", (i, "x" * 200))
+            db.execute("COMMIT")
         elapsed = time.perf_counter() - t0
-        os.close(fd)
-    return round(elapsed / samples * 1e6, 1)
+        db.close()
+    return elapsed / samples * 1e6
+
+
+# -- memory: a fresh process per size -------------------------------------------------------
+
+
+def peak_kib() -> int:
+    """This process's peak RSS. ``VmHWM`` where there is /proc: ``ru_maxrss`` keeps the
+    forking parent's peak across exec on Linux."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def rss_child(n: int) -> None:
+    """Run a chain of ``n`` at NORMAL; print peak RSS (KiB) before and after."""
+    before = peak_kib()
+    asyncio.run(measure("chain", n, "normal", 16))
+    print(before, peak_kib())
+
+
+def peak_rss(n: int) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.kernel_overhead", "--rss-child", str(n)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    before, after = int(out[-2]), int(out[-1])
+    return {
+        "tasks": n,
+        "peak_mb": round(after / 1024, 1),
+        "growth_mb": round((after - before) / 1024, 1),
+    }
+
+
+# -- PostgreSQL: time per step, round trips per step ----------------------------------------
+
+
+class Relay:
+    """A TCP relay between a client and PostgreSQL that counts round trips: each time the
+    client speaks after the server did (or first) is one turn."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.turns = 0
+        self.loop = asyncio.new_event_loop()
+        self.port = 0
+        ready = threading.Event()
+        threading.Thread(target=self._serve, args=(ready,), daemon=True).start()
+        ready.wait()
+
+    def _serve(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+
+        async def handle(cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
+            sr, sw = await asyncio.open_connection(*self.target)
+            last = {"side": "server"}
+
+            async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter, side: str) -> None:
+                while data := await r.read(65536):
+                    if side == "client" and last["side"] == "server":
+                        self.turns += 1
+                    last["side"] = side
+                    w.write(data)
+                    await w.drain()
+                w.close()
+
+            await asyncio.gather(pipe(cr, sw, "client"), pipe(sr, cw, "server"))
+
+        server = self.loop.run_until_complete(asyncio.start_server(handle, "127.0.0.1", 0))
+        self.port = server.sockets[0].getsockname()[1]
+        ready.set()
+        self.loop.run_forever()
+
+
+def pg_database() -> str | None:
+    """A fresh database on the benchmark's server, or None if it does not answer."""
+    try:
+        import psycopg
+    except ImportError:
+        return None
+    base = os.environ.get("LOOPKERNEL_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+    name = f"lk_bench_{uuid.uuid4().hex[:8]}"
+    try:
+        with psycopg.connect(base, autocommit=True, connect_timeout=3) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+    except psycopg.Error:
+        return None
+    return base.rsplit("/", 1)[0] + "/" + name
+
+
+def drop_pg(url: str) -> None:
+    import psycopg
+
+    base, name = url.rsplit("/", 1)
+    with psycopg.connect(base + "/postgres", autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+async def pg_step(url: str, n: int) -> dict[str, float]:
+    from loopkernel.store import open_store
+
+    store = open_store(url)
+    await store.open()
+    try:
+        elapsed, events = await timed_run(store, "chain", n, 16)
+    finally:
+        await store.close()
+    return {"ms_per_step": elapsed / n * 1e3, "events": events}
+
+
+async def pg_turns(url: str, relay: Relay, n: int) -> float:
+    """Round trips per step: a chain of ``n`` minus a chain of 1, over ``n - 1`` steps."""
+    from urllib.parse import urlsplit
+
+    from loopkernel.store import open_store
+
+    parts = urlsplit(url)
+    relayed = parts._replace(netloc=f"{parts.username}@127.0.0.1:{relay.port}").geturl()
+
+    async def turns(steps: int) -> int:
+        store = open_store(relayed)
+        await store.open()
+        try:
+            start = relay.turns
+            await timed_run(store, "chain", steps, 16)
+            return relay.turns - start
+        finally:
+            await store.close()
+
+    one = await turns(1)
+    many = await turns(n)
+    return (many - one) / (n - 1)
+
+
+# -- the run --------------------------------------------------------------------------------
+
+
+def median(xs: list[float]) -> float:
+    return round(statistics.median(xs), 1)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="skip the 100,000-task run")
+    parser.add_argument("--quick", action="store_true", help="RSS up to 10,000; fewer rounds")
+    parser.add_argument("--rss-child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    rows: list[dict[str, Any]] = []
+    if args.rss_child:
+        rss_child(args.rss_child)
+        return
+    rounds = 3 if args.quick else 5
+    samples: dict[str, list[float]] = {}
 
-    def run(shape: str, n: int, sync: str, concurrency: int = 16) -> None:
-        row = asyncio.run(measure(shape, n, sync, concurrency))
-        print(f"  {shape:<8} n={n:<7} sync={sync:<6} {row['us_per_task']:>8} µs/task", flush=True)
-        rows.append(row)
+    def add(key: str, value: float) -> None:
+        samples.setdefault(key, []).append(value)
 
-    print("throughput (1,000 tasks):")
-    for sync in ("full", "normal"):
-        run("chain", 1000, sync)
-        run("fanout", 1000, sync, concurrency=64)
-    print("scaling (chain, synchronous=FULL):")
-    sizes = [100, 1000, 10_000] + ([] if args.quick else [100_000])
-    for n in sizes:
-        run("chain", n, "full")
+    pg_url = pg_database()
+    try:
+        for r in range(rounds):
+            add("floor_full_us", commit_floor("full"))
+            add("chain_full_us", asyncio.run(measure("chain", 1000, "full", 16))["us_per_task"])
+            add("floor_normal_us", commit_floor("normal"))
+            add("chain_normal_us", asyncio.run(measure("chain", 1000, "normal", 16))["us_per_task"])
+            for c in (16, 64, 1000):
+                row = asyncio.run(measure("fanout", 1000, "full", c))
+                add(f"fanout_c{c}_us", row["us_per_task"])
+            if pg_url is not None:
+                add("pg_step_ms", asyncio.run(pg_step(pg_url, 200))["ms_per_step"])
+            print(
+                f"  round {r + 1}/{rounds}: "
+                + ", ".join(f"{k}={v[-1]:.1f}" for k, v in samples.items()),
+                flush=True,
+            )
+        turns = None
+        if pg_url is not None:
+            turns = round(asyncio.run(pg_turns(pg_url, Relay("127.0.0.1", 5432), 50)), 2)
+    finally:
+        if pg_url is not None:
+            drop_pg(pg_url)
+    rss = [peak_rss(n) for n in ([1000, 10_000] if args.quick else [1000, 10_000, 100_000])]
 
-    floor = fsync_floor()
-    print(f"fsync floor: {floor} µs per 4 KiB append + fdatasync")
+    m = {k: median(v) for k, v in samples.items()}
+    ratios = {
+        "chain_full_to_floor": round(m["chain_full_us"] / m["floor_full_us"], 2),
+        "chain_normal_to_floor": round(m["chain_normal_us"] / m["floor_normal_us"], 2),
+    }
+    if "pg_step_ms" in m:
+        ratios["pg_step_to_sqlite_full_step"] = round(
+            m["pg_step_ms"] * 1000 / m["chain_full_us"], 2
+        )
+    ratios["rss_growth_largest_vs_1k_mb"] = round(rss[-1]["peak_mb"] - rss[0]["peak_mb"], 1)
+    load = os.getloadavg()
+    table = [
+        ("floor: SQLite WAL commit, FULL (fsync)", f"{m['floor_full_us']} µs", ""),
+        ("floor: SQLite WAL commit, NORMAL", f"{m['floor_normal_us']} µs", ""),
+        (
+            "chain of 1,000, FULL, per step",
+            f"{m['chain_full_us']} µs",
+            f"{ratios['chain_full_to_floor']} x floor",
+        ),
+        (
+            "chain of 1,000, NORMAL, per step",
+            f"{m['chain_normal_us']} µs",
+            f"{ratios['chain_normal_to_floor']} x floor",
+        ),
+        *(
+            (
+                f"fan-out of 1,000 at concurrency {c}, FULL, per task",
+                f"{m[f'fanout_c{c}_us']} µs",
+                "",
+            )
+            for c in (16, 64, 1000)
+        ),
+        *(
+            (
+                f"peak RSS, chain of {r['tasks']:,}",
+                f"{r['peak_mb']} MB (+{r['growth_mb']} in the run)",
+                "",
+            )
+            for r in rss
+        ),
+    ]
+    if "pg_step_ms" in m:
+        table.append(
+            (
+                "PostgreSQL chain of 200, per step",
+                f"{m['pg_step_ms']} ms",
+                f"{ratios['pg_step_to_sqlite_full_step']} x SQLite FULL step",
+            )
+        )
+        table.append(("PostgreSQL round trips per step", str(turns), ""))
+    else:
+        table.append(("PostgreSQL", "not measured: no server answered", ""))
     print()
     print(
-        "| shape | tasks | synchronous | completions/s | µs per task | µs per event "
-        "| db bytes/task |"
+        f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, {os.cpu_count()} cpus"
     )
-    print("|---|---:|---|---:|---:|---:|---:|")
-    for r in rows:
-        print(
-            f"| {r['shape']} | {r['tasks']:,} | {r['synchronous'].upper()} | "
-            f"{r['completions_per_s']:,.0f} | {r['us_per_task']} | {r['us_per_event']} | "
-            f"{r['db_bytes_per_task']} |"
-        )
+    print(f"medians of {rounds} interleaved rounds")
+    print()
+    print("| measure | value | ratio |")
+    print("|---|---:|---:|")
+    for line in table:
+        print("| " + " | ".join(line) + " |")
     write_results(
         "kernel_overhead",
         {
-            "fsync_floor_us": floor,
-            "rows": rows,
+            "rounds": rounds,
+            "medians": m,
+            "samples": samples,
+            "ratios": ratios,
+            "rss": rss,
+            "pg_round_trips_per_step": turns,
         },
         quick=args.quick,
+        load_average=[round(x, 2) for x in load],
     )
 
 
