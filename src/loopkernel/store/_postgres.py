@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, Literal
 
 import psycopg
@@ -204,12 +204,17 @@ class PostgresStore:
             ) from exc
 
     @asynccontextmanager
-    async def _tx(self, *, sync: bool = True) -> AsyncIterator[Conn]:
+    async def _tx(self, *, sync: bool = True, pipeline: bool = False) -> AsyncIterator[Conn]:
         """One read-write transaction; rolled back if the block raises. Callers map a
         duplicate key to its meaning outside the block, by constraint name, so that only
         the key that means "already done" becomes a LoopKernel error. ``sync=False``: see
-        the module docstring."""
-        async with self._conn() as conn, conn.transaction():
+        the module docstring. ``pipeline``: statements are sent without waiting for each
+        answer (psycopg's pipeline mode): BEGIN goes with the first statement whose result
+        is read, the writes after it with COMMIT -- a round trip for each read, one more."""
+        async with self._conn() as conn, AsyncExitStack() as stack:
+            if pipeline:
+                await stack.enter_async_context(conn.pipeline())
+            await stack.enter_async_context(conn.transaction())
             if not sync:
                 await conn.execute("SET LOCAL synchronous_commit = off")
             yield conn
@@ -422,7 +427,7 @@ class PostgresStore:
         now = time.time()
         final_event: Event | None = None
         try:
-            async with self._tx() as conn:
+            async with self._tx(pipeline=True) as conn:
                 _, seq = await self._lock_run(conn, run_id)
                 out = []
                 if journal:
