@@ -1,10 +1,11 @@
 """The embedded store: one SQLite file, WAL while running, whole again at every quiet point.
 
 Durability: ``synchronous="full"`` (the default) fsyncs the WAL at every patch commit.
-An event commit is not fsynced on its own: the WAL is ordered, so the patch commit that
-follows it makes both durable with one fsync. ``kill -9`` loses nothing; a power cut
-between the two loses the event, which is the same as a crash just before it (the task
-runs again, its tool calls replayed from the effect journal).
+A step is usually one such commit (``commit_step``: its events, tasks and patches). An
+event commit of its own (``append_events``) is not fsynced: the WAL is ordered, so the
+patch commit that follows it makes both durable with one fsync. ``kill -9`` loses
+nothing; a power cut between the two loses the event, which is the same as a crash just
+before it (the task runs again, its tool calls replayed from the effect journal).
 
 Faults that pass (the write lock held past ``busy_timeout``, a full disk, an I/O error)
 come out of every method as ``StoreUnavailable``, the transaction rolled back; the
