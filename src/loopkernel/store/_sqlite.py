@@ -589,11 +589,7 @@ class SQLiteStore:
         delta: Delta,
         final: NewEvent | None = None,
     ) -> Event | None:
-        with self._tx(run_id) as db:
-            final_event = self._write_patches(db, run_id, records, delta, final, time.time())
-        if delta.finish is not None:
-            self._checkpoint_quietly()
-        return final_event
+        return (await self.commit_step(run_id, (), records, delta, final))[1]
 
     @_guarded
     async def commit_step(
@@ -606,7 +602,7 @@ class SQLiteStore:
     ) -> tuple[list[Event], Event | None]:
         now = time.time()
         with self._tx(run_id) as db:
-            out = self._append(db, run_id, [as_new(e) for e in journal], now)
+            out = self._append(db, run_id, [as_new(e) for e in journal], now) if journal else []
             records, delta = rebase_step(journal, out, records, delta)
             final_event = self._write_patches(db, run_id, records, delta, final, now)
         if delta.finish is not None:
