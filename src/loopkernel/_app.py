@@ -10,7 +10,6 @@ import importlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from typing import Any, Literal
 
 from loopkernel.errors import UsageError
@@ -183,6 +182,8 @@ class App:
 def registered(name: str) -> bool:
     """Whether ``name`` is an installed app (entry point group ``loopkernel.apps``): the
     apps a worker runs without being told to."""
+    from importlib.metadata import entry_points  # ~10 ms: only when an app is looked up
+
     return bool(entry_points(group="loopkernel.apps", name=name))
 
 
@@ -195,6 +196,8 @@ def load_app(name: str) -> App:
         except (ImportError, AttributeError) as exc:
             raise UsageError(f"cannot load app {name!r}: {exc}") from None
     else:
+        from importlib.metadata import entry_points
+
         matches = entry_points(group="loopkernel.apps", name=name)
         if not matches:
             known = ", ".join(sorted(ep.name for ep in entry_points(group="loopkernel.apps")))
