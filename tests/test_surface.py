@@ -64,7 +64,13 @@ def test_layers_import_downward_only() -> None:
 
 def test_apps_use_the_public_api_only() -> None:
     apps = SRC.parent / "loopkernel_apps"
-    public = {"loopkernel", "loopkernel.testing", "loopkernel.tools", "loopkernel.policy"}
+    public = {
+        "loopkernel",
+        "loopkernel.testing",
+        "loopkernel.tools",
+        "loopkernel.policy",
+        "loopkernel.models",
+    }
     for path in apps.rglob("*.py"):
         for module in _imports(path):
             if module.startswith("loopkernel.") or module == "loopkernel":

@@ -14,7 +14,7 @@ import os
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from loopkernel._app import App, load_app
 from loopkernel.errors import ApprovalRefused, UsageError
@@ -45,6 +45,9 @@ from loopkernel.store import (
     dump_of_state,
     open_store,
 )
+
+if TYPE_CHECKING:
+    from loopkernel.models import ModelLayer
 
 __all__ = ["Client", "Inspection"]
 
@@ -124,9 +127,18 @@ class Client:
     def kernel(self, app: App, params: Mapping[str, JSON], **options: Any) -> Kernel:
         parts = app.build(params)
         tools = None if parts.tool_layer is None else parts.tool_layer(self.store)
+        options.setdefault("models", self.model_layer())
         return Kernel(
             self.store, parts.planner, parts.workers, tools=tools, guard=parts.guard, **options
         )
+
+    def model_layer(self) -> ModelLayer | None:
+        """``ctx.complete`` through the gateway that ``LOOPKERNEL_GATEWAY`` names, journaled
+        in this store; None when no gateway is configured."""
+        from loopkernel.models import ModelClient, ModelLayer
+
+        client = ModelClient.from_env()
+        return None if client is None else ModelLayer(self.store, client)
 
     async def start(
         self,

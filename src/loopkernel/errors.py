@@ -16,6 +16,9 @@
         ├── ToolError               bad arguments, bad output, or the tool's handler raised
         ├── ToolTimeout             the client deadline passed; the request was cancelled
         ├── ToolUnavailable         the tool server would not start, died, or spoke no MCP
+        ├── ModelError              the model gateway refused the call or the reply was unusable
+        ├── ModelTimeout            the model call passed its deadline
+        ├── ModelUnavailable        the gateway or its provider could not be reached; retry
         ├── BudgetExceeded          a budget limit would be passed
         ├── TripwireFired           a tripwire stopped the run
         └── RunawayRun              the run passed its ``max_events``
@@ -33,6 +36,9 @@ __all__ = [
     "BudgetExceeded",
     "LeaseLost",
     "LoopKernelError",
+    "ModelError",
+    "ModelTimeout",
+    "ModelUnavailable",
     "PatchRejected",
     "ReplayDivergence",
     "RunError",
@@ -140,6 +146,28 @@ class ToolTimeout(RunError):
 
 class ToolUnavailable(RunError):
     code = "tool_unavailable"
+    retryable = True
+
+
+class ModelError(RunError):
+    """The model gateway answered with an error that retrying will not fix: a bad request,
+    a refused token, a reply that is not the JSON the schema asks for. ``kind`` names it."""
+
+    code = "model_error"
+
+
+class ModelTimeout(RunError):
+    """The model call passed its deadline (the gateway's, or the client's)."""
+
+    code = "model_timeout"
+    retryable = True
+
+
+class ModelUnavailable(RunError):
+    """The gateway could not be reached, or its provider kept failing (429 / 5xx) after
+    the gateway's retries. Retrying later is safe: the call carries its idempotency key."""
+
+    code = "model_unavailable"
     retryable = True
 
 

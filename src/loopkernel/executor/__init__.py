@@ -1,6 +1,12 @@
 """The executor: the loop that runs a run, its worker context, and the crash points."""
 
-from loopkernel.executor._context import NeedsApproval, TaskContext, ToolCaller, Worker
+from loopkernel.executor._context import (
+    ModelCaller,
+    NeedsApproval,
+    TaskContext,
+    ToolCaller,
+    Worker,
+)
 from loopkernel.executor._kernel import (
     DEFAULT_MAX_EVENTS,
     Kernel,
@@ -13,6 +19,7 @@ from loopkernel.executor._kernel import (
 __all__ = [
     "DEFAULT_MAX_EVENTS",
     "Kernel",
+    "ModelCaller",
     "NeedsApproval",
     "PatchGuard",
     "RunOutcome",

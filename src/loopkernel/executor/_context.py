@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loopkernel.graph import JSON, GraphState, TaskState
 from loopkernel.ids import RunId, TaskId
 
-__all__ = ["NeedsApproval", "TaskContext", "ToolCaller", "Worker"]
+if TYPE_CHECKING:  # the model face lives above the executor; only its types are named here
+    from loopkernel.models import Completion, Message
+
+__all__ = ["ModelCaller", "NeedsApproval", "TaskContext", "ToolCaller", "Worker"]
 
 
 class NeedsApproval(Exception):
@@ -37,6 +40,22 @@ class ToolCaller(Protocol):
         *,
         timeout: float | None = None,  # noqa: ASYNC109 - a per-call deadline handed on
     ) -> JSON: ...
+
+
+class ModelCaller(Protocol):
+    """Model calls as the kernel sees them: one call, journaled in the effect journal
+    (``loopkernel.models.ModelLayer``)."""
+
+    async def complete(
+        self,
+        ctx: TaskContext,
+        index: int,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int,
+        response_schema: dict[str, Any] | None,
+        timeout: float,  # noqa: ASYNC109 - a per-call deadline handed on
+    ) -> Completion: ...
 
 
 class _Visible(Mapping[TaskId, JSON]):
@@ -70,7 +89,8 @@ class _Visible(Mapping[TaskId, JSON]):
 
 
 class TaskContext:
-    """Handed to a worker: its input, what it may see, and the one way to call tools."""
+    """Handed to a worker: its input, what it may see, and the one way to call tools and
+    models."""
 
     def __init__(
         self,
@@ -80,6 +100,7 @@ class TaskContext:
         attempt: int,
         upto_seq: int,
         tools: ToolCaller | None,
+        models: ModelCaller | None = None,
     ) -> None:
         task = state.tasks[task_id]
         self.run_id: RunId = state.run_id
@@ -99,6 +120,8 @@ class TaskContext:
             self.evidence = _Visible(state, lambda _tid: True, upto_seq)
         self._tools = tools
         self._calls = 0
+        self._models = models
+        self._model_calls = 0
 
     async def call_tool(
         self,
@@ -121,6 +144,41 @@ class TaskContext:
         index = self._calls
         self._calls += 1
         return await self._tools.call(self, index, name, dict(arguments or {}), timeout=timeout)
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int = 256,
+        response_schema: dict[str, Any] | None = None,
+        timeout: float = 30.0,  # noqa: ASYNC109 - a per-call deadline handed on
+    ) -> Completion:
+        """Ask the model gateway; the n-th model call of a task has a stable key.
+
+        Journaled like a tool call: an answer already journaled is returned again
+        (``replayed=True``, nothing charged); a call in flight at a crash is re-sent with
+        the same key, and the gateway's ledger answers it without a second provider call.
+        Raises ``ModelError``, ``ModelTimeout``, ``ModelUnavailable`` or ``BudgetExceeded``
+        (which escalates the run).
+        """
+        if self._models is None:
+            from loopkernel.errors import UsageError
+
+            raise UsageError(
+                f"task {self.task_id!r} asked a model but the kernel has no model gateway; "
+                "set LOOPKERNEL_GATEWAY and LOOPKERNEL_GATEWAY_TOKEN (see docs/models.md) "
+                "or pass models=ModelLayer(...) to Kernel"
+            )
+        index = self._model_calls
+        self._model_calls += 1
+        return await self._models.complete(
+            self,
+            index,
+            messages,
+            max_tokens=max_tokens,
+            response_schema=response_schema,
+            timeout=timeout,
+        )
 
 
 Worker = Callable[[TaskContext], Awaitable[Any]]

@@ -12,6 +12,8 @@ Points the kernel passes through:
 ``patch_committed``   after a patch commit, before the tasks it readied start
 ``tool_sent``         the tool layer journaled a call as intended, before sending it
 ``tool_returned``     a tool call returned, before its result is journaled
+``model_sent``        ``ctx.complete`` journaled a model call as intended, before sending it
+``model_returned``    the gateway answered a model call, before the answer is journaled
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ POINTS = frozenset(
         "patch_committed",
         "tool_sent",
         "tool_returned",
+        "model_sent",
+        "model_returned",
     }
 )
 

@@ -33,7 +33,7 @@ from loopkernel.errors import (
     TripwireFired,
     UsageError,
 )
-from loopkernel.executor._context import TaskContext, ToolCaller, Worker
+from loopkernel.executor._context import ModelCaller, TaskContext, ToolCaller, Worker
 from loopkernel.executor._crash import crashpoint
 from loopkernel.executor._outcomes import (
     event_data,
@@ -118,6 +118,7 @@ class Kernel:
         workers: Mapping[str, Worker],
         *,
         tools: ToolCaller | None = None,
+        models: ModelCaller | None = None,
         max_concurrency: int = 16,
         poll_interval: float = 0.2,
         cancel_grace: float = 5.0,
@@ -130,6 +131,7 @@ class Kernel:
         self.planner = planner
         self.workers = dict(workers)
         self.tools = tools
+        self.models = models
         self.max_concurrency = max_concurrency
         self.poll_interval = poll_interval
         self.cancel_grace = cancel_grace
@@ -270,6 +272,7 @@ class _RunLoop:
                 attempt=task.attempts,
                 upto_seq=self.known_seq,
                 tools=self.k.tools,
+                models=self.k.models,
             )
             fut = asyncio.ensure_future(_call(self.k.workers[task.skill], ctx))
             self.running[fut] = task.task_id

@@ -1,0 +1,104 @@
+"""The values a model call takes and gives: ``Message`` and ``Completion``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias
+
+from loopkernel.errors import UsageError
+
+__all__ = ["Completion", "Message", "Role", "messages_from_json", "messages_to_json"]
+
+Role: TypeAlias = Literal["system", "user", "assistant"]
+"""Who says a message. Tool output is never a role of its own: it reaches a model inside a
+user message, fenced as untrusted data by whoever builds the prompt."""
+
+_ROLES: frozenset[str] = frozenset({"system", "user", "assistant"})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Message:
+    """One chat message."""
+
+    role: Role
+    """``system``, ``user`` or ``assistant``."""
+    content: str
+    """Its text."""
+
+    def __post_init__(self) -> None:
+        if self.role not in _ROLES:
+            raise UsageError(
+                f"Message.role must be one of system, user, assistant, not {self.role!r}"
+            )
+        if not isinstance(self.content, str):
+            raise UsageError(f"Message.content must be a str, not {type(self.content).__name__}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Completion:
+    """A model's answer, with what it cost."""
+
+    text: str
+    """The reply's text (a JSON document when a ``response_schema`` was given)."""
+    model: str
+    """The model that answered, as the provider names it."""
+    input_tokens: int
+    """Prompt tokens the provider counted."""
+    output_tokens: int
+    """Reply tokens the provider counted."""
+    cost_usd: float
+    """What the call cost, from the gateway's price table (0 for a free model)."""
+    latency_ms: float
+    """How long the provider took, as the gateway measured it when the answer was made."""
+    replayed: bool
+    """True when this answer came from a journal (the run's effect journal, or the
+    gateway's ledger) instead of a new provider call; nothing was charged for it."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The journaled form (``replayed`` is a property of a read, so it is left out)."""
+        return {
+            "text": self.text,
+            "model": self.model,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cost_usd": self.cost_usd,
+            "latency_ms": self.latency_ms,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], *, replayed: bool) -> Completion:
+        """Rebuild a completion from its journaled (or wire) form."""
+        return cls(
+            text=str(data["text"]),
+            model=str(data["model"]),
+            input_tokens=int(data["input_tokens"]),
+            output_tokens=int(data["output_tokens"]),
+            cost_usd=float(data["cost_usd"]),
+            latency_ms=float(data["latency_ms"]),
+            replayed=replayed,
+        )
+
+
+def messages_to_json(messages: Sequence[Message]) -> list[dict[str, str]]:
+    """The wire form: ``[{"role": ..., "content": ...}, ...]``."""
+    out: list[dict[str, str]] = []
+    for m in messages:
+        if not isinstance(m, Message):
+            raise UsageError(f"messages must be Message values, not {type(m).__name__}")
+        out.append({"role": m.role, "content": m.content})
+    if not out:
+        raise UsageError("a model call needs at least one message")
+    return out
+
+
+def messages_from_json(data: Any) -> list[Message]:
+    """Parse the wire form strictly (``UsageError`` naming what is wrong)."""
+    if not isinstance(data, list) or not data:
+        raise UsageError("messages must be a non-empty list")
+    out: list[Message] = []
+    for i, item in enumerate(data):
+        if not isinstance(item, dict) or set(item) != {"role", "content"}:
+            raise UsageError(f"messages[{i}] must be an object with exactly role and content")
+        out.append(Message(role=item["role"], content=item["content"]))
+    return out
