@@ -57,8 +57,8 @@ from loopkernel.graph import (
     validate,
 )
 from loopkernel.ids import RunId, TaskId, new_run_id
-from loopkernel.planner import Planner, Snapshot
-from loopkernel.store import NewEvent, PatchRecord, Store, digest_of
+from loopkernel.planner import Planner, Proposal, Snapshot
+from loopkernel.store import NewEvent, PatchRecord, ProposalNote, Store, digest_of
 
 __all__ = [
     "DEFAULT_MAX_EVENTS",
@@ -426,11 +426,43 @@ class _RunLoop:
         try:
             proposed = self.k.planner.plan(self.state, event)
             patch = await proposed if inspect.isawaitable(proposed) else proposed
-            if not isinstance(patch, GraphPatch):
+            if not isinstance(patch, GraphPatch | Proposal):
                 raise TypeError(f"plan() returned {type(patch).__name__}, not GraphPatch")
         except Exception as exc:
             verdict = {"kind": "planner_error", "type": type(exc).__name__, "message": str(exc)}
             return self._kernel_finish(event, "failed", verdict, "the planner raised")
+        if isinstance(patch, Proposal):
+            return self._judge(event, patch)
+        return self._settle(event, patch)
+
+    def _judge(self, event: Event, proposal: Proposal) -> tuple[PatchRecord, Delta]:
+        """A proposal: applied if the guard and ``validate`` pass it, else its fallback."""
+        reason, detail = proposal.reason, proposal.detail
+        if proposal.patch is not None and reason is None:
+            try:
+                if self.k.guard is not None:
+                    self.k.guard.check_patch(self.state, event, proposal.patch)
+                delta = validate(self.state, proposal.patch, self.k.workers.keys())
+            except (TripwireFired, BudgetExceeded) as exc:
+                reason, detail = "policy", exc.message
+            except PatchRejected as exc:
+                reason, detail = str(exc.attrs.get("rule") or "rejected"), exc.message
+            else:
+                note = proposal_note(proposal, accepted=True)
+                record = PatchRecord(
+                    event_seq=event.seq,
+                    ops=proposal.patch.to_json(),
+                    planner=proposal.source,
+                    proposal=note,
+                )
+                return record, delta
+        record, delta = self._settle(event, proposal.fallback)
+        note = proposal_note(proposal, accepted=False, reason=reason, detail=detail)
+        planner = "fallback" if record.planner == "planner" else record.planner
+        return replace(record, planner=planner, proposal=note), delta
+
+    def _settle(self, event: Event, patch: GraphPatch) -> tuple[PatchRecord, Delta]:
+        """A planner's patch: the guard, then ``validate``; a refusal ends the run."""
         if self.k.guard is not None:
             try:
                 self.k.guard.check_patch(self.state, event, patch)
@@ -526,6 +558,24 @@ class _RunLoop:
             await self.store.commit_patches(self.run_id, [], delta, final)
         except Exception:
             pass
+
+
+def proposal_note(
+    p: Proposal, *, accepted: bool, reason: str | None = None, detail: str | None = None
+) -> ProposalNote:
+    """The journal's record of a proposal, beside the patch that was applied."""
+    return ProposalNote(
+        accepted=accepted,
+        reason=reason,
+        detail=None if detail is None else detail[:500],
+        ops=p.ops if p.ops is not None or p.patch is None else p.patch.to_json(),
+        raw_sha256=p.raw_sha256,
+        model=p.model,
+        input_tokens=p.input_tokens,
+        output_tokens=p.output_tokens,
+        cost_usd=p.cost_usd,
+        latency_ms=p.latency_ms,
+    )
 
 
 async def _call(worker: Worker, ctx: TaskContext) -> JSON:

@@ -1,5 +1,5 @@
 """Planners: the protocol, the snapshot they read, and a base class with defaults."""
 
-from loopkernel.planner._protocol import BasePlanner, Planner, Snapshot
+from loopkernel.planner._protocol import BasePlanner, Planner, Proposal, Snapshot
 
-__all__ = ["BasePlanner", "Planner", "Snapshot"]
+__all__ = ["BasePlanner", "Planner", "Proposal", "Snapshot"]
