@@ -105,6 +105,7 @@ class Inspection:
                     "planner": p.planner,
                     "reason": p.reason,
                     "ops": p.ops,
+                    "proposal": None if p.proposal is None else p.proposal.to_json(),
                 }
                 for p in self.patches
             ]

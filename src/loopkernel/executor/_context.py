@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from loopkernel.evidence import Evidence, SourceRef
 from loopkernel.graph import JSON, GraphState, TaskState
 from loopkernel.ids import RunId, TaskId
 
 if TYPE_CHECKING:  # the model face lives above the executor; only its types are named here
+    from loopkernel.executor._evidence import EvidenceBook
     from loopkernel.models import Completion, Message
 
 __all__ = ["ModelCaller", "NeedsApproval", "TaskContext", "ToolCaller", "Worker"]
@@ -101,6 +103,7 @@ class TaskContext:
         upto_seq: int,
         tools: ToolCaller | None,
         models: ModelCaller | None = None,
+        book: EvidenceBook | None = None,
     ) -> None:
         task = state.tasks[task_id]
         self.run_id: RunId = state.run_id
@@ -113,11 +116,13 @@ class TaskContext:
         self.wait_epoch: int = task.wait_epoch
         preds = frozenset(state.predecessors(task_id))
         self.predecessors: Mapping[TaskId, JSON] = _Visible(state, preds.__contains__, upto_seq)
+        allowed: Callable[[TaskId], bool] = lambda _tid: True
         if task.evidence_scope == "ancestors":
-            ancestors = state.ancestors(task_id)
-            self.evidence: Mapping[TaskId, JSON] = _Visible(state, ancestors.__contains__, upto_seq)
-        else:
-            self.evidence = _Visible(state, lambda _tid: True, upto_seq)
+            allowed = state.ancestors(task_id).__contains__
+        self.evidence: Mapping[TaskId, JSON] = _Visible(state, allowed, upto_seq)
+        """Results of the tasks in this task's evidence scope, by task id."""
+        self._scope = (state, upto_seq, allowed)
+        self._book = book
         self._tools = tools
         self._calls = 0
         self._models = models
@@ -143,7 +148,21 @@ class TaskContext:
             )
         index = self._calls
         self._calls += 1
-        return await self._tools.call(self, index, name, dict(arguments or {}), timeout=timeout)
+        result = await self._tools.call(self, index, name, dict(arguments or {}), timeout=timeout)
+        if self._book is not None:
+            source = SourceRef(kind="tool", uri=f"tool:{name}", task_id=self.task_id)
+            await self._book.record(f"tool/{self.task_id}/{index}", result, source)
+        return result
+
+    @property
+    def evidence_items(self) -> list[Evidence]:
+        """Typed evidence in this task's scope (``E1, E2, ...``, each with its source): the
+        user's statements, this task's own tool results and model replies, and those of
+        the tasks ``evidence`` shows (so ``ancestors`` stays exact)."""
+        if self._book is None:
+            return []
+        state, upto, allowed = self._scope
+        return self._book.visible(state, self.task_id, upto, allowed)
 
     async def complete(
         self,
@@ -171,7 +190,7 @@ class TaskContext:
             )
         index = self._model_calls
         self._model_calls += 1
-        return await self._models.complete(
+        reply = await self._models.complete(
             self,
             index,
             messages,
@@ -179,6 +198,10 @@ class TaskContext:
             response_schema=response_schema,
             timeout=timeout,
         )
+        if self._book is not None:
+            source = SourceRef(kind="model", uri=f"model:{reply.model}", task_id=self.task_id)
+            await self._book.record(f"model/{self.task_id}/{index}", reply.text, source)
+        return reply
 
 
 Worker = Callable[[TaskContext], Awaitable[Any]]

@@ -35,6 +35,7 @@ from loopkernel.errors import (
 )
 from loopkernel.executor._context import ModelCaller, TaskContext, ToolCaller, Worker
 from loopkernel.executor._crash import crashpoint
+from loopkernel.executor._evidence import EvidenceBook, default_redactor
 from loopkernel.executor._outcomes import (
     event_data,
     late_result,
@@ -183,6 +184,7 @@ class _RunLoop:
         self.running: dict[asyncio.Task[JSON], TaskId] = {}
         self.cancelled: dict[asyncio.Task[JSON], TaskId] = {}
         self.last_poll = 0.0
+        self.book = EvidenceBook(kernel.store, run_id, redact=default_redactor())
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -198,6 +200,8 @@ class _RunLoop:
         try:
             crashed = [t.task_id for t in self.state.in_state(TaskState.RUNNING)]
             self.ready = {t.task_id: None for t in self.state.in_state(TaskState.READY)}
+            await self.book.load()
+            await self.book.from_params(self.state.params)
             await self._plan(list(loaded.unplanned))  # with the crashed tasks still running
             await self._recover_running(crashed)
             while not self.state.finished:
@@ -273,6 +277,7 @@ class _RunLoop:
                 upto_seq=self.known_seq,
                 tools=self.k.tools,
                 models=self.k.models,
+                book=self.book,
             )
             fut = asyncio.ensure_future(_call(self.k.workers[task.skill], ctx))
             self.running[fut] = task.task_id
@@ -372,6 +377,8 @@ class _RunLoop:
                     )
                 )
                 continue
+            if event.kind is EventKind.HUMAN_INPUT:
+                await self.book.from_event(event)
             record, delta = await self._plan_one(event)
             self.state.apply(delta)
             for task in delta.tasks:
