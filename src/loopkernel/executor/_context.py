@@ -90,6 +90,10 @@ class _Visible(Mapping[TaskId, JSON]):
         return sum(1 for _ in self)
 
 
+def _everything(_tid: TaskId) -> bool:
+    return True
+
+
 class TaskContext:
     """Handed to a worker: its input, what it may see, and the one way to call tools and
     models."""
@@ -116,7 +120,7 @@ class TaskContext:
         self.wait_epoch: int = task.wait_epoch
         preds = frozenset(state.predecessors(task_id))
         self.predecessors: Mapping[TaskId, JSON] = _Visible(state, preds.__contains__, upto_seq)
-        allowed: Callable[[TaskId], bool] = lambda _tid: True
+        allowed: Callable[[TaskId], bool] = _everything
         if task.evidence_scope == "ancestors":
             allowed = state.ancestors(task_id).__contains__
         self.evidence: Mapping[TaskId, JSON] = _Visible(state, allowed, upto_seq)
