@@ -256,7 +256,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run")
     p.add_argument("--to", required=True, help="the new file")
 
-    for module in ("loopkernel.cli._tools", "loopkernel.cli._workers", "loopkernel.cli._bench"):
+    for module in (
+        "loopkernel.cli._tools",
+        "loopkernel.cli._workers",
+        "loopkernel.cli._bench",
+        "loopkernel.cli._gateway",
+    ):
         _add_optional(sub, module)
     return parser
 
