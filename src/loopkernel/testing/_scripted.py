@@ -70,8 +70,8 @@ class _State:
 
 
 class ScriptedProvider:
-    """See the module docstring. ``api_key``: require this key (``Authorization: Bearer``
-    for OpenAI, ``x-api-key`` for Anthropic), else answer 401."""
+    """See the module docstring. ``api_key``: require this key (``Authorization: Bearer``;
+    for Anthropic also ``x-api-key``), else answer 401."""
 
     def __init__(
         self,
@@ -228,9 +228,10 @@ class ScriptedProvider:
 
 
 def _authorized(req: HttpRequest, protocol: str, key: str) -> bool:
-    if protocol == "anthropic":
-        return req.headers.get("x-api-key") == key
-    return req.headers.get("authorization") == f"Bearer {key}"
+    bearer = req.headers.get("authorization") == f"Bearer {key}"
+    if protocol == "anthropic":  # x-api-key, or a bearer token (the SDK's 2.x default)
+        return bearer or req.headers.get("x-api-key") == key
+    return bearer
 
 
 def _reply(value: ScriptedReply | str) -> ScriptedReply:
