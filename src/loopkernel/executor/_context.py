@@ -130,7 +130,6 @@ class TaskContext:
         self._tools = tools
         self._calls = 0
         self._models = models
-        self._model_calls = 0
 
     async def call_tool(
         self,
@@ -176,7 +175,7 @@ class TaskContext:
         response_schema: dict[str, Any] | None = None,
         timeout: float = 30.0,  # noqa: ASYNC109 - a per-call deadline handed on
     ) -> Completion:
-        """Ask the model gateway; the n-th model call of a task has a stable key.
+        """Ask the model gateway; the n-th call of a task (tool or model) has a stable key.
 
         Journaled like a tool call: an answer already journaled is returned again
         (``replayed=True``, nothing charged); a call in flight at a crash is re-sent with
@@ -192,8 +191,8 @@ class TaskContext:
                 "set LOOPKERNEL_GATEWAY and LOOPKERNEL_GATEWAY_TOKEN (see docs/models.md) "
                 "or pass models=ModelLayer(...) to Kernel"
             )
-        index = self._model_calls
-        self._model_calls += 1
+        index = self._calls  # one count for tool and model calls: the n-th effect of a task
+        self._calls += 1
         reply = await self._models.complete(
             self,
             index,

@@ -231,7 +231,7 @@ class HttpServer:
         self.requested = address
         self.address = address
         self._server: asyncio.Server | None = None
-        self._conns: set[asyncio.Task[None]] = set()
+        self._conns: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
 
     async def start(self) -> Address:
         if self.requested.path is not None:
@@ -259,9 +259,14 @@ class HttpServer:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-            for conn in list(self._conns):
+            for writer in list(self._conns.values()):
+                writer.close()  # an idle connection's reader sees EOF and its task ends
+            _, pending = (
+                await asyncio.wait(list(self._conns), timeout=5) if self._conns else ((), ())
+            )
+            for conn in pending:  # a handler still busy: cancel it
                 conn.cancel()
-            await asyncio.gather(*self._conns, return_exceptions=True)
+            await asyncio.gather(*pending, return_exceptions=True)
             await self._server.wait_closed()
             self._server = None
         if self.address.path is not None:
@@ -278,7 +283,7 @@ class HttpServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._conns.add(task)
+        self._conns[task] = writer
         try:
             while True:
                 try:
@@ -310,8 +315,10 @@ class HttpServer:
                     return
         except (ConnectionError, OSError):
             return
+        except asyncio.CancelledError:
+            return  # closing the server cancelled a busy handler: the connection just ends
         finally:
-            self._conns.discard(task)
+            self._conns.pop(task, None)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()

@@ -317,7 +317,8 @@ def dump_of(
     """The canonical dump of one run from its rows: ``run`` in ``RUN_COLUMNS`` order,
     ``tasks`` in ``DUMP_TASK_COLUMNS`` order by task_id, ``edges`` as (src, dst) by src,
     dst, ``effects`` in ``DUMP_EFFECT_COLUMNS`` order by task_id, call_index. No timestamps,
-    no attempt counters: a resumed run digests like an uninterrupted one."""
+    no attempt counters, no model latencies: a resumed run digests like an uninterrupted
+    one."""
     return {
         "run": {
             "app": run[1],
@@ -347,7 +348,7 @@ def dump_of(
                 "effect": r[3],
                 "arguments": loads(r[4]),
                 "status": r[5],
-                "result": loads(r[6]),
+                "result": _timeless(r[2], loads(r[6])),
                 "error": loads(r[7]),
             }
             for r in effects
@@ -386,6 +387,15 @@ def dump_of_state(state: GraphState, effects: Iterable[EffectRecord]) -> dict[st
         for e in sorted(effects, key=lambda e: (e.task_id, e.call_index))
     ]
     return dump_of(run, tasks, edges, rows)
+
+
+def _timeless(tool: str, result: JSON) -> JSON:
+    """A model answer's ``latency_ms`` is a measurement, like a timestamp: left out of the
+    dump, so a resumed run digests like an uninterrupted one (the model effect's ``tool``
+    is ``"model"``; see ``loopkernel.models``)."""
+    if tool == "model" and isinstance(result, dict) and "latency_ms" in result:
+        return {k: v for k, v in result.items() if k != "latency_ms"}
+    return result
 
 
 def digest_of(dump: dict[str, JSON]) -> str:

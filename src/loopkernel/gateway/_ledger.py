@@ -1,0 +1,228 @@
+"""The gateway's ledger: one SQLite row per call key, so a repeated key is answered without
+a second provider call, and budgets are sums over rows.
+
+A row's life::
+
+    reserve   status 'reserved', reserved_usd / reserved_tokens held against the budgets
+              (refused whole, nothing written, when a limit would be passed)
+    settle    status 'done' with the answer and its real cost; the reservation is dropped
+    fail      status 'failed' with the error (a ModelError is an answer: replayed as such)
+    release   the row is deleted (a timeout or an outage: nobody knows the answer, so the
+              same key may try again)
+
+A row left 'reserved' by a gateway that died is released when the gateway starts again.
+The file (and its WAL sidecars) are created with mode 0600: they hold prompts and answers.
+Spend per run counts done rows' costs plus reservations; per day, the same for the UTC day
+of the call. Every write is one ``BEGIN IMMEDIATE`` transaction, synchronous=FULL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from loopkernel.errors import BudgetExceeded, ModelError, UsageError
+from loopkernel.gateway._config import Limits
+
+__all__ = ["Ledger", "LedgerRow", "Reservation", "utc_day"]
+
+_EPSILON = 1e-9
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS calls (
+    key             TEXT PRIMARY KEY,
+    request_hash    TEXT NOT NULL,
+    run_id          TEXT NOT NULL,
+    task_id         TEXT,
+    provider        TEXT NOT NULL,
+    day             TEXT NOT NULL,
+    status          TEXT NOT NULL CHECK (status IN ('reserved', 'done', 'failed')),
+    reserved_usd    REAL NOT NULL DEFAULT 0,
+    reserved_tokens INTEGER NOT NULL DEFAULT 0,
+    cost_usd        REAL NOT NULL DEFAULT 0,
+    tokens          INTEGER NOT NULL DEFAULT 0,
+    answer          TEXT,
+    created_at      REAL NOT NULL,
+    updated_at      REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS calls_run ON calls (run_id);
+CREATE INDEX IF NOT EXISTS calls_day ON calls (day);
+"""
+
+
+def utc_day(now: float | None = None) -> str:
+    return datetime.fromtimestamp(time.time() if now is None else now, UTC).strftime("%Y-%m-%d")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LedgerRow:
+    """What the ledger holds for a key."""
+
+    key: str
+    request_hash: str
+    status: Literal["reserved", "done", "failed"]
+    answer: dict[str, Any] | None
+    """The completion (done) or the error verdict (failed)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Reservation:
+    key: str
+    usd: float
+    tokens: int
+
+
+class Ledger:
+    """The ledger file. Synchronous and short: each call is one small transaction."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        if path != ":memory:":
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            os.close(fd)
+            os.chmod(path, 0o600)
+        old = os.umask(0o177)  # the WAL and shm sidecars are created 0600 too
+        try:
+            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA busy_timeout=5000")
+            self._db.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as err:
+            raise UsageError(f"the gateway ledger {path} is not usable: {err}") from None
+        finally:
+            os.umask(old)
+        self.released_at_start = self._release_stale()
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _release_stale(self) -> int:
+        """Rows a dead gateway left reserved: their answers are unknown, drop them."""
+        cur = self._db.execute("DELETE FROM calls WHERE status = 'reserved'")
+        return cur.rowcount
+
+    def get(self, key: str) -> LedgerRow | None:
+        row = self._db.execute(
+            "SELECT key, request_hash, status, answer FROM calls WHERE key = ?", (key,)
+        ).fetchone()
+        if row is None:
+            return None
+        return LedgerRow(
+            key=row[0],
+            request_hash=row[1],
+            status=row[2],
+            answer=None if row[3] is None else json.loads(row[3]),
+        )
+
+    def reserve(
+        self,
+        *,
+        key: str,
+        request_hash: str,
+        run_id: str,
+        task_id: str | None,
+        provider: str,
+        usd: float,
+        tokens: int,
+        limits: Limits,
+        now: float | None = None,
+    ) -> Reservation:
+        """Hold ``usd`` and ``tokens`` for a call, or raise ``BudgetExceeded`` (nothing
+        written). A key already present raises ``ModelError`` (kind ``duplicate``): the
+        caller looks the key up first."""
+        now = time.time() if now is None else now
+        day = utc_day(now)
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            run_usd, run_tokens = db.execute(
+                "SELECT COALESCE(SUM(cost_usd + reserved_usd), 0), "
+                "COALESCE(SUM(tokens + reserved_tokens), 0) FROM calls WHERE run_id = ?",
+                (run_id,),
+            ).fetchone()
+            (day_usd,) = db.execute(
+                "SELECT COALESCE(SUM(cost_usd + reserved_usd), 0) FROM calls WHERE day = ?",
+                (day,),
+            ).fetchone()
+            _check("run_usd", limits.run_usd, run_usd, usd, run_id)
+            _check("day_usd", limits.day_usd, day_usd, usd, run_id)
+            _check("run_tokens", limits.run_tokens, run_tokens, tokens, run_id)
+            try:
+                db.execute(
+                    "INSERT INTO calls (key, request_hash, run_id, task_id, provider, day, "
+                    "status, reserved_usd, reserved_tokens, created_at, updated_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, 'reserved', ?, ?, ?, ?)",
+                    (key, request_hash, run_id, task_id, provider, day, usd, tokens, now, now),
+                )
+            except sqlite3.IntegrityError:
+                raise ModelError(f"call {key} is already in the ledger", kind="duplicate") from None
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return Reservation(key=key, usd=usd, tokens=tokens)
+
+    def settle(self, key: str, *, cost_usd: float, tokens: int, answer: dict[str, Any]) -> None:
+        """Record the answer and its real cost; drop the reservation."""
+        self._db.execute(
+            "UPDATE calls SET status = 'done', cost_usd = ?, tokens = ?, reserved_usd = 0, "
+            "reserved_tokens = 0, answer = ?, updated_at = ? WHERE key = ?",
+            (cost_usd, tokens, json.dumps(answer), time.time(), key),
+        )
+
+    def fail(self, key: str, error: dict[str, Any], *, cost_usd: float, tokens: int) -> None:
+        """Record an error that is an answer (the same request gets it again), with what
+        the provider charged for it (an unusable reply still costs its tokens)."""
+        self._db.execute(
+            "UPDATE calls SET status = 'failed', cost_usd = ?, tokens = ?, reserved_usd = 0, "
+            "reserved_tokens = 0, answer = ?, updated_at = ? WHERE key = ?",
+            (cost_usd, tokens, json.dumps(error), time.time(), key),
+        )
+
+    def release(self, key: str) -> None:
+        """Forget a reservation whose outcome is unknown (timeout, outage)."""
+        self._db.execute("DELETE FROM calls WHERE key = ? AND status = 'reserved'", (key,))
+
+    def spent(self, *, run_id: str | None = None, day: str | None = None) -> dict[str, float]:
+        """Settled and reserved USD and tokens, for a run, a day, or everything."""
+        where, args = "", tuple[str, ...]()
+        if run_id is not None:
+            where, args = "WHERE run_id = ?", (run_id,)
+        elif day is not None:
+            where, args = "WHERE day = ?", (day,)
+        row = self._db.execute(
+            "SELECT COALESCE(SUM(cost_usd), 0), COALESCE(SUM(reserved_usd), 0), "
+            "COALESCE(SUM(tokens), 0), COALESCE(SUM(reserved_tokens), 0), "
+            f"COUNT(*) FROM calls {where}",
+            args,
+        ).fetchone()
+        return {
+            "cost_usd": row[0],
+            "reserved_usd": row[1],
+            "tokens": row[2],
+            "reserved_tokens": row[3],
+            "calls": row[4],
+        }
+
+
+def _check(limit: str, maximum: float | None, used: float, more: float, run_id: str) -> None:
+    if maximum is None:
+        return
+    total = used + more
+    if total > maximum + _EPSILON:
+        unit = "tokens" if limit == "run_tokens" else "USD"
+        raise BudgetExceeded(
+            f"the gateway's {limit} limit ({maximum:g} {unit}) would be passed: "
+            f"{used:g} used or reserved, this call reserves {more:g} "
+            f"(max_tokens x price); raise the limit in the gateway's config",
+            limit=f"gateway.{limit}",
+            maximum=maximum,
+            observed=round(total, 6),
+            run_id=run_id,
+        )

@@ -1,0 +1,404 @@
+"""The gateway's HTTP face: ``POST /v1/complete`` and ``GET /v1/health``, behind a token.
+
+A call, in order::
+
+    auth          Authorization: Bearer <LOOPKERNEL_GATEWAY_TOKEN>, else 401
+    parse         strict: unknown fields, bad messages, a bad schema -> 400 UsageError
+    ledger        key done   -> the same answer, replayed (no provider call, no charge)
+                  key failed -> the same error again
+                  key in flight here -> wait for that call's answer
+                  same key, other request -> 409 ModelError (key_reused)
+    reserve       input bytes x price_in + max_tokens x price_out, against run_usd, day_usd
+                  and run_tokens -> 402 BudgetExceeded, nothing spent
+    provider      retries on 429 / 5xx / connection errors with backoff, inside the deadline
+                  -> 504 ModelTimeout, 503 ModelUnavailable (reservation released: the
+                  same key may try again), 502 ModelError (recorded: it is an answer)
+    validate      a response_schema reply must parse and match -> 502 ModelError
+                  (kind invalid_output), recorded with its cost
+    settle        the real cost (price table x the provider's usage) replaces the reservation
+
+Responses are JSON; errors are ``{"error": {"type", "message", "attrs"}}``, which
+``loopkernel.models.ModelClient`` turns back into the same exception classes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TextIO
+
+from loopkernel.errors import (
+    BudgetExceeded,
+    LoopKernelError,
+    ModelError,
+    ModelTimeout,
+    ModelUnavailable,
+    UsageError,
+)
+from loopkernel.gateway._config import GatewayConfig, ProviderConfig
+from loopkernel.gateway._ledger import Ledger, utc_day
+from loopkernel.gateway._local import LocalModel
+from loopkernel.gateway._providers import (
+    Provider,
+    Retryable,
+    call_with_retries,
+    make_provider,
+)
+from loopkernel.models import Completion, Message, check_reply
+from loopkernel.models._client import schema_problem
+from loopkernel.models._http import (
+    Address,
+    HttpRequest,
+    HttpResponse,
+    HttpServer,
+    json_response,
+)
+from loopkernel.models._types import messages_from_json
+
+__all__ = ["Gateway"]
+
+MAX_TOKENS_CAP = 65_536
+_FIELDS = frozenset(
+    {"messages", "key", "run_id", "task_id", "max_tokens", "response_schema", "timeout", "model"}
+)
+_STATUS: dict[type[LoopKernelError], int] = {
+    UsageError: 400,
+    BudgetExceeded: 402,
+    ModelError: 502,
+    ModelUnavailable: 503,
+    ModelTimeout: 504,
+}
+
+
+def _error(err: LoopKernelError, status: int | None = None) -> HttpResponse:
+    code = status or next((s for cls, s in _STATUS.items() if isinstance(err, cls)), 500)
+    attrs = {k: v for k, v in err.attrs.items() if isinstance(v, str | int | float | bool)}
+    return json_response(
+        code, {"error": {"type": type(err).__name__, "message": err.message, "attrs": attrs}}
+    )
+
+
+def _err_from_record(record: Mapping[str, Any]) -> LoopKernelError:
+    cls = {"ModelError": ModelError, "BudgetExceeded": BudgetExceeded}.get(
+        str(record.get("type")), ModelError
+    )
+    return cls(str(record.get("message", "")), **dict(record.get("attrs") or {}))
+
+
+class _Call:
+    """A parsed ``/v1/complete`` request."""
+
+    def __init__(self, body: Any, config: GatewayConfig) -> None:
+        if not isinstance(body, dict):
+            raise UsageError("the request body must be a JSON object")
+        unknown = set(body) - _FIELDS
+        if unknown:
+            raise UsageError(f"unknown field(s) {', '.join(sorted(unknown))}")
+        self.messages: list[Message] = messages_from_json(body.get("messages"))
+        key, run_id = body.get("key"), body.get("run_id")
+        if not isinstance(key, str) or not key or len(key) > 512:
+            raise UsageError("key must be a non-empty string of at most 512 characters")
+        if not isinstance(run_id, str) or not run_id:
+            raise UsageError("run_id must be a non-empty string")
+        self.key: str = key
+        self.run_id: str = run_id
+        self.task_id = body.get("task_id")
+        if self.task_id is not None and not isinstance(self.task_id, str):
+            raise UsageError("task_id must be a string or null")
+        mt = body.get("max_tokens", 256)
+        if isinstance(mt, bool) or not isinstance(mt, int) or not 1 <= mt <= MAX_TOKENS_CAP:
+            raise UsageError(f"max_tokens must be a whole number in 1..{MAX_TOKENS_CAP}")
+        self.max_tokens: int = mt
+        schema = body.get("response_schema")
+        if schema is not None:
+            if not isinstance(schema, dict):
+                raise UsageError("response_schema must be a JSON Schema object or null")
+            schema_problem(None, schema)  # raises UsageError when the schema itself is bad
+        self.response_schema: dict[str, Any] | None = schema
+        timeout = body.get("timeout", 30.0)
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 < timeout <= config.max_timeout
+        ):
+            raise UsageError(f"timeout must be a number in (0, {config.max_timeout:g}] seconds")
+        self.timeout = float(timeout)
+        model = body.get("model")
+        if model is not None and not isinstance(model, str):
+            raise UsageError("model must be a string or null")
+        self.provider: ProviderConfig = config.provider(model)
+        canonical = json.dumps(
+            {
+                "messages": body["messages"],
+                "max_tokens": self.max_tokens,
+                "response_schema": schema,
+                "provider": self.provider.name,
+                "run_id": self.run_id,
+                "task_id": self.task_id,
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+        self.request_hash = hashlib.sha256(canonical.encode()).hexdigest()
+
+    def reservation(self) -> tuple[float, int]:
+        """An upper bound of what the call can cost: every prompt byte a token (a byte-level
+        tokenizer never needs more), a few tokens per message of chat template, and the
+        whole ``max_tokens`` of reply."""
+        prompt = sum(len(m.content.encode()) + 8 for m in self.messages)
+        return self.provider.cost(prompt, self.max_tokens), prompt + self.max_tokens
+
+
+class Gateway:
+    """One gateway: providers, a ledger, an HTTP server. ``await start()``, then serve."""
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        *,
+        token: str,
+        env: Mapping[str, str],
+        log: TextIO | None = None,
+    ) -> None:
+        if not token or len(token) < 16:
+            raise UsageError(
+                "LOOPKERNEL_GATEWAY_TOKEN must be set in the gateway's environment "
+                "(at least 16 characters; e.g. python -c 'import secrets; "
+                "print(secrets.token_urlsafe(32))')"
+            )
+        self.config = config
+        self._expected = f"Bearer {token}".encode()
+        self._keys = {p.name: p.api_key(env) for p in config.providers}  # fail fast, exit 2
+        self.log = log or sys.stderr
+        self.providers: dict[str, Provider] = {}
+        self.locals: dict[str, LocalModel] = {}
+        self.ledger: Ledger | None = None
+        self.server: HttpServer | None = None
+        self.provider_calls = 0
+        """Requests sent to providers (retries included)."""
+        self.answered = 0
+        """Calls answered by a provider since start."""
+        self.replayed = 0
+        """Calls answered from the ledger since start."""
+        self._inflight: dict[str, asyncio.Task[HttpResponse]] = {}
+
+    async def start(self) -> Address:
+        for p in self.config.providers:
+            base_url = None
+            key = self._keys[p.name]
+            if p.kind == "local":
+                local = LocalModel(p.model)
+                base_url = await asyncio.to_thread(local.start)
+                self.locals[p.name] = local
+                key = local.api_key
+            self.providers[p.name] = make_provider(p, key, base_url)
+        self._keys.clear()
+        self.ledger = Ledger(self.config.ledger)
+        self.server = HttpServer(self.handle, self.config.listen)
+        return await self.server.start()
+
+    async def serve_forever(self) -> None:
+        assert self.server is not None
+        await self.server.serve_forever()
+
+    async def close(self) -> None:
+        if self.server is not None:
+            await self.server.close()
+        for task in list(self._inflight.values()):
+            task.cancel()
+        for provider in self.providers.values():
+            await provider.aclose()
+        for local in self.locals.values():
+            local.stop()
+        if self.ledger is not None:
+            self.ledger.close()
+
+    # -- requests --------------------------------------------------------------------------
+
+    async def handle(self, req: HttpRequest) -> HttpResponse:
+        given = req.headers.get("authorization", "").encode()
+        if not hmac.compare_digest(given, self._expected):
+            return _error(
+                ModelError(
+                    "missing or wrong gateway token: send Authorization: Bearer "
+                    "$LOOPKERNEL_GATEWAY_TOKEN",
+                    kind="unauthorized",
+                ),
+                401,
+            )
+        if req.path == "/v1/health":
+            if req.method != "GET":
+                return json_response(405, {"error": {"type": "UsageError", "message": "GET"}})
+            return json_response(200, self.health())
+        if req.path != "/v1/complete":
+            return _error(UsageError(f"no such endpoint {req.path}"), 404)
+        if req.method != "POST":
+            return _error(UsageError("POST a JSON call to /v1/complete"), 405)
+        try:
+            body = json.loads(req.body or b"null")
+        except ValueError as err:
+            return _error(UsageError(f"the request body is not JSON: {err}"))
+        try:
+            call = _Call(body, self.config)
+        except UsageError as err:
+            return _error(err)
+        running = self._inflight.get(call.key)
+        if running is None:
+            running = asyncio.ensure_future(self._complete(call))
+            self._inflight[call.key] = running
+            running.add_done_callback(self._forget(call.key))
+        return await asyncio.shield(running)
+
+    def _forget(self, key: str) -> Callable[[asyncio.Task[HttpResponse]], None]:
+        def forget(_task: asyncio.Task[HttpResponse]) -> None:
+            self._inflight.pop(key, None)
+
+        return forget
+
+    def health(self) -> dict[str, Any]:
+        assert self.ledger is not None
+        return {
+            "status": "ok",
+            "providers": [
+                {"name": p.name, "kind": p.kind, "model": p.model} for p in self.config.providers
+            ],
+            "limits": {
+                "run_usd": self.config.limits.run_usd,
+                "day_usd": self.config.limits.day_usd,
+                "run_tokens": self.config.limits.run_tokens,
+            },
+            "today": self.ledger.spent(day=utc_day()),
+            "since_start": {
+                "provider_requests": self.provider_calls,
+                "answered": self.answered,
+                "replayed": self.replayed,
+            },
+            "local": {
+                name: {"load_seconds": m.stats.load_seconds if m.stats else None}
+                for name, m in self.locals.items()
+            },
+        }
+
+    async def _complete(self, call: _Call) -> HttpResponse:
+        assert self.ledger is not None
+        ledger = self.ledger
+        prior = ledger.get(call.key)
+        if prior is not None:
+            if prior.request_hash != call.request_hash:
+                return _error(
+                    ModelError(
+                        f"key {call.key} was used before for a different request; "
+                        "each distinct call needs its own key",
+                        kind="key_reused",
+                    ),
+                    409,
+                )
+            if prior.status == "done" and prior.answer is not None:
+                self.replayed += 1
+                self._log(call, prior.answer, replayed=True)
+                return json_response(200, {"completion": prior.answer, "replayed": True})
+            if prior.status == "failed" and prior.answer is not None:
+                self.replayed += 1
+                return _error(_err_from_record(prior.answer))
+            return _error(
+                ModelUnavailable(
+                    f"call {call.key} is in flight in another gateway process",
+                    kind="in_flight",
+                ),
+                409,
+            )
+        usd, tokens = call.reservation()
+        try:
+            ledger.reserve(
+                key=call.key,
+                request_hash=call.request_hash,
+                run_id=call.run_id,
+                task_id=call.task_id,
+                provider=call.provider.name,
+                usd=usd,
+                tokens=tokens,
+                limits=self.config.limits,
+            )
+        except (BudgetExceeded, ModelError) as err:
+            self._log_line(f"refused key={call.key} run={call.run_id} {err.code}: {err.message}")
+            return _error(err)
+        provider = self.providers[call.provider.name]
+
+        async def attempt() -> Any:
+            self.provider_calls += 1
+            return await provider.complete(
+                call.messages, max_tokens=call.max_tokens, response_schema=call.response_schema
+            )
+
+        def on_retry(err: Retryable, wait: float) -> None:
+            self._log_line(f"retry key={call.key} after {err} in {wait:.2f}s")
+
+        started = time.perf_counter()
+        try:
+            reply, _retries = await call_with_retries(
+                attempt,
+                deadline=call.timeout,
+                retries=self.config.retries,
+                backoff=self.config.backoff,
+                on_retry=on_retry,
+            )
+        except (ModelTimeout, ModelUnavailable) as err:
+            ledger.release(call.key)
+            self._log_line(f"failed key={call.key} run={call.run_id} {err.code}: {err.message}")
+            return _error(err)
+        except ModelError as err:
+            ledger.fail(call.key, _record(err), cost_usd=0.0, tokens=0)
+            self._log_line(f"failed key={call.key} run={call.run_id} {err.code}: {err.message}")
+            return _error(err)
+        except BaseException:
+            ledger.release(call.key)
+            raise
+        latency_ms = (time.perf_counter() - started) * 1000
+        cost = call.provider.cost(reply.input_tokens, reply.output_tokens)
+        used = reply.input_tokens + reply.output_tokens
+        try:
+            check_reply(reply.text, call.response_schema)
+        except ModelError as err:
+            if reply.finish_reason == "length":
+                err = ModelError(
+                    f"{err.message} (the reply was cut off at max_tokens={call.max_tokens})",
+                    **err.attrs,
+                )
+            ledger.fail(call.key, _record(err), cost_usd=cost, tokens=used)
+            self._log_line(f"invalid key={call.key} run={call.run_id}: {err.message}")
+            return _error(err)
+        completion = Completion(
+            text=reply.text,
+            model=reply.model,
+            input_tokens=reply.input_tokens,
+            output_tokens=reply.output_tokens,
+            cost_usd=round(cost, 10),
+            latency_ms=round(latency_ms, 3),
+            replayed=False,
+        )
+        answer = completion.to_json()
+        ledger.settle(call.key, cost_usd=completion.cost_usd, tokens=used, answer=answer)
+        self.answered += 1
+        self._log(call, answer, replayed=False)
+        return json_response(200, {"completion": answer, "replayed": False})
+
+    def _log(self, call: _Call, answer: Mapping[str, Any], *, replayed: bool) -> None:
+        self._log_line(
+            f"{'replayed' if replayed else 'answered'} key={call.key} run={call.run_id} "
+            f"task={call.task_id} provider={call.provider.name} in={answer['input_tokens']} "
+            f"out={answer['output_tokens']} usd={answer['cost_usd']:.6f} "
+            f"ms={answer['latency_ms']:.1f}"
+        )
+
+    def _log_line(self, text: str) -> None:
+        print(f"gateway: {text}", file=self.log, flush=True)
+
+
+def _record(err: LoopKernelError) -> dict[str, Any]:
+    attrs = {k: v for k, v in err.attrs.items() if isinstance(v, str | int | float | bool)}
+    return {"type": type(err).__name__, "message": err.message, "attrs": attrs}
