@@ -19,6 +19,7 @@ from loopkernel.errors import (
     ToolUnavailable,
     UsageError,
 )
+from loopkernel.evidence import Evidence, SourceRef
 from loopkernel.executor import (
     DEFAULT_MAX_EVENTS,
     Kernel,
@@ -39,7 +40,8 @@ from loopkernel.graph import (
     TaskState,
 )
 from loopkernel.ids import RunId, TaskId
-from loopkernel.planner import BasePlanner, Planner, Snapshot
+from loopkernel.planner import BasePlanner, Planner, Proposal, Snapshot
+from loopkernel.planner.llm import AllowedSkill, Allowlist, LLMPlanner, planner_for
 from loopkernel.store import SQLiteStore, Store, open_store
 
 __version__ = "0.1.0"
@@ -47,24 +49,30 @@ __version__ = "0.1.0"
 __all__ = [
     "DEFAULT_MAX_EVENTS",
     "JSON",
+    "AllowedSkill",
+    "Allowlist",
     "App",
     "AppParts",
     "ApprovalRefused",
     "BasePlanner",
     "Event",
     "EventKind",
+    "Evidence",
     "GraphPatch",
     "Kernel",
+    "LLMPlanner",
     "LoopKernelError",
     "NeedsApproval",
     "PatchRejected",
     "Planner",
+    "Proposal",
     "RunError",
     "RunId",
     "RunOutcome",
     "RunStatus",
     "SQLiteStore",
     "Snapshot",
+    "SourceRef",
     "StartedRun",
     "Store",
     "Task",
@@ -79,4 +87,5 @@ __all__ = [
     "Worker",
     "load_app",
     "open_store",
+    "planner_for",
 ]

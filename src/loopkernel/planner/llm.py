@@ -29,12 +29,12 @@ from __future__ import annotations
 import hashlib
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from loopkernel.evidence import Evidence
-from loopkernel.graph import Event, GraphPatch, GraphState
+from loopkernel.graph import JSON, Event, GraphPatch, GraphState
 from loopkernel.ids import RunId
 from loopkernel.planner._judge import REASONS, AllowedSkill, Allowlist, Judgement, judge
 from loopkernel.planner._prompt import Prompt, build_prompt
@@ -51,6 +51,7 @@ __all__ = [
     "build_prompt",
     "judge",
     "plan_key",
+    "planner_for",
 ]
 
 
@@ -142,6 +143,21 @@ class LLMPlanner:
         self.last = PlanTimings()
         """The timings of the last event planned."""
 
+    @classmethod
+    def from_env(cls, *, allow: Allowlist, fallback: Planner, **options: Any) -> LLMPlanner:
+        """The planner with the gateway ``LOOPKERNEL_GATEWAY`` names; ``UsageError`` (one
+        line, nothing written) when no gateway is configured."""
+        from loopkernel.errors import UsageError
+        from loopkernel.models import ModelClient
+
+        client = ModelClient.from_env()
+        if client is None:
+            raise UsageError(
+                "--planner llm needs a model gateway: start `loopkernel gateway ...` and set "
+                "LOOPKERNEL_GATEWAY and LOOPKERNEL_GATEWAY_TOKEN (docs/models.md)"
+            )
+        return cls(allow=allow, fallback=fallback, client=client, **options)
+
     async def plan(self, snapshot: Snapshot, event: Event) -> Proposal:
         answer = self.fallback.plan(snapshot, event)
         fallback = await answer if inspect.isawaitable(answer) else answer
@@ -197,6 +213,19 @@ class LLMPlanner:
             cost_usd=reply.cost_usd,
             latency_ms=reply.latency_ms,
         )
+
+
+def planner_for(params: Mapping[str, JSON], *, rules: Planner, allow: Allowlist) -> Planner:
+    """The planner an app's ``planner`` parameter asks for: ``rules`` (the default) or
+    ``llm`` (an ``LLMPlanner`` backed by ``rules``, through the configured gateway)."""
+    from loopkernel.errors import UsageError
+
+    choice = params.get("planner", "rules")
+    if choice == "rules":
+        return rules
+    if choice == "llm":
+        return LLMPlanner.from_env(allow=allow, fallback=rules)
+    raise UsageError(f"planner must be rules or llm, not {choice!r}")
 
 
 def _messages(prompt: Prompt) -> list[Any]:

@@ -318,11 +318,13 @@ def dump_of(
     ``tasks`` in ``DUMP_TASK_COLUMNS`` order by task_id, ``edges`` as (src, dst) by src,
     dst, ``effects`` in ``DUMP_EFFECT_COLUMNS`` order by task_id, call_index. No timestamps,
     no attempt counters, no model latencies: a resumed run digests like an uninterrupted
-    one."""
+    one. Nor the ``planner`` parameter: who planned each event is the patch journal's
+    business (docs/models.md), so a run planned by a model digests like the same run
+    planned by rules."""
     return {
         "run": {
             "app": run[1],
-            "params": loads(run[2]),
+            "params": _plannerless(loads(run[2])),
             "status": run[3],
             "verdict": loads(run[4]),
         },
@@ -354,6 +356,12 @@ def dump_of(
             for r in effects
         ],
     }
+
+
+def _plannerless(params: JSON) -> JSON:
+    if isinstance(params, dict) and "planner" in params:
+        return {k: v for k, v in params.items() if k != "planner"}
+    return params
 
 
 def dump_of_state(state: GraphState, effects: Iterable[EffectRecord]) -> dict[str, JSON]:

@@ -8,14 +8,17 @@ Parameters (``--set KEY=VALUE``): ``policy`` (a ``Policy.to_json()`` object),
 ``act_delay`` (seconds the action of step ``slow_step`` takes), ``fault`` (``wrong_type``,
 ``timeout`` or ``raise`` in that action), ``tool_timeout`` (seconds), ``inject`` (a skill
 that raises at step 2, as a bug would). The tool server keeps
-the durable run record under ``$LOOPLAB_DIR`` (default ``.looplab``).
+the durable run record under ``$LOOPLAB_DIR`` (default ``.looplab``). ``planner``: ``rules``
+(default) or ``llm`` (``--planner llm``): a model proposes each patch and the allowlist
+(``ALLOW``) admits only a proposal whose effect is the rules' own, so every scenario ends
+as it does with the rules (docs/models.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from loopkernel import JSON, App, AppParts, Store, UsageError
+from loopkernel import JSON, AllowedSkill, Allowlist, App, AppParts, Store, UsageError, planner_for
 from loopkernel.policy import Policy
 from loopkernel.tools import ToolLayer, policy_hook
 from loopkernel_apps.looplab._loop import WORKERS, LooplabPlanner
@@ -23,6 +26,7 @@ from loopkernel_apps.looplab.scenarios import EXPECTED, POLICY, SCENARIOS
 from loopkernel_apps.looplab.tools import data_dir, tool_source
 
 __all__ = [
+    "ALLOW",
     "EXPECTED",
     "POLICY",
     "SCENARIOS",
@@ -34,6 +38,42 @@ __all__ = [
 ]
 
 FAULTS = ("", "wrong_type", "timeout", "raise")
+
+_INDEX = {"index": {"type": "integer", "minimum": 1}}
+ALLOW = Allowlist(
+    skills=(
+        AllowedSkill(name="load", description="loads the run's steps", input_schema={}),
+        AllowedSkill(
+            name="plan",
+            description="plans step INDEX, after load or the previous record",
+            input_schema={"type": "object", "required": ["index", "step"], "properties": _INDEX},
+        ),
+        AllowedSkill(
+            name="guard",
+            description="checks the plan against the policy, after plan",
+            input_schema={"type": "object", "required": ["index", "plan"], "properties": _INDEX},
+        ),
+        AllowedSkill(
+            name="act",
+            description="acts through an MCP tool, after guard (or a failed verify)",
+            input_schema={"type": "object", "required": ["index", "attempt", "tool"]},
+        ),
+        AllowedSkill(
+            name="verify",
+            description="verifies the action, after act",
+            input_schema={"type": "object", "required": ["index", "attempt"]},
+        ),
+        AllowedSkill(
+            name="record",
+            description="records the verified step, after verify",
+            input_schema={"type": "object", "required": ["index", "attempt"]},
+        ),
+    ),
+    ops=frozenset({"add", "connect", "cancel", "finish"}),
+    finish=frozenset({"succeeded", "failed", "cancelled"}),
+    agree=True,
+)
+"""What a model may propose for a looplab run (``--planner llm``)."""
 
 
 def build(params: Mapping[str, JSON]) -> AppParts:
@@ -48,7 +88,7 @@ def build(params: Mapping[str, JSON]) -> AppParts:
         return ToolLayer(store, [source], policy_hook=policy_hook(policy, store))
 
     return AppParts(
-        planner=LooplabPlanner(),
+        planner=planner_for(params, rules=LooplabPlanner(), allow=ALLOW),
         workers=WORKERS,
         tool_layer=layer,
         guard=policy.guard(),
@@ -67,6 +107,7 @@ app = App(
         "fault": "",
         "tool_timeout": 30.0,
         "inject": "",
+        "planner": "rules",
     },
     scenarios={name: {} for name in SCENARIOS},
 )
