@@ -127,7 +127,7 @@ class LLMPlanner:
         fallback: Planner,
         client: _Client | None,
         evidence: EvidenceSource | None = None,
-        max_tokens: int = 512,
+        max_tokens: int = 256,
         timeout: float = 30.0,
         max_evidence: int = 20,
         suggest: bool = True,
