@@ -190,20 +190,34 @@ def check_ops(ops: list[Any], allow: Allowlist) -> tuple[GraphPatch | None, Judg
     return patch, None
 
 
+_VALIDATORS: dict[str, Any] = {}
+
+
+def _validator(schema: Mapping[str, Any]) -> Any:
+    """A checked, compiled validator per schema (building one costs milliseconds)."""
+    key = json.dumps(schema, sort_keys=True)
+    found = _VALIDATORS.get(key)
+    if found is None:
+        try:
+            import jsonschema  # type: ignore[import-untyped]
+        except ImportError:  # pragma: no cover - the models extra brings it
+            raise UsageError(
+                "checking proposals needs jsonschema: pip install 'loopkernel[models]'"
+            ) from None
+        cls = jsonschema.validators.validator_for(schema)
+        cls.check_schema(schema)
+        found = _VALIDATORS[key] = cls(dict(schema))
+    return found
+
+
 def _schema_problem(value: JSON, schema: Mapping[str, Any]) -> str | None:
+    if not schema:
+        return None
     try:
-        import jsonschema  # type: ignore[import-untyped]
-    except ImportError:  # pragma: no cover - the models extra brings it
-        raise UsageError(
-            "checking proposals needs jsonschema: pip install 'loopkernel[tools]'"
-        ) from None
-    try:
-        jsonschema.validate(value, dict(schema))
-    except jsonschema.ValidationError as exc:
-        return f"input: {exc.message[:200]}"
+        error = next(iter(_validator(schema).iter_errors(value)), None)
     except RecursionError:
         return "input nested too deep"
-    return None
+    return None if error is None else f"input: {str(error.message)[:200]}"
 
 
 def _effect(delta: Delta) -> tuple[Any, ...]:
