@@ -155,10 +155,13 @@ def test_ancestors_scope_hides_a_siblings_evidence(tmp_path: Path) -> None:
             return GraphPatch()
 
     async def look(ctx: TaskContext) -> Any:
+        await ctx.add_evidence(
+            f"page read by {ctx.task_id}", uri=f"https://example.test/{ctx.task_id}"
+        )
         return await ctx.call_tool("record", {"entry": f"seen by {ctx.task_id}"})
 
     async def read(ctx: TaskContext) -> Any:
-        seen["c"] = [e.source.task_id for e in ctx.evidence_items]
+        seen["c"] = [(e.source.kind, e.source.task_id) for e in ctx.evidence_items]
         return None
 
     async def scenario() -> None:
@@ -170,8 +173,8 @@ def test_ancestors_scope_hides_a_siblings_evidence(tmp_path: Path) -> None:
             kernel = Kernel(store, Two(), {"look": look, "read": read}, tools=tools)
             await kernel.start(app="ev", run_id="s")
             assert (await kernel.run("s")).status is RunStatus.SUCCEEDED
-            assert len(await store.evidence("s")) == 2  # type: ignore[arg-type]
+            assert len(await store.evidence("s")) == 4  # type: ignore[arg-type]
         await store.close()
 
     asyncio.run(scenario())
-    assert seen["c"] == ["a"]
+    assert seen["c"] == [("external", "a"), ("tool", "a")]

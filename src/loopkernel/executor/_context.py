@@ -127,6 +127,7 @@ class TaskContext:
         """Results of the tasks in this task's evidence scope, by task id."""
         self._scope = (state, upto_seq, allowed)
         self._book = book
+        self._external = 0
         self._tools = tools
         self._calls = 0
         self._models = models
@@ -156,6 +157,17 @@ class TaskContext:
             source = SourceRef(kind="tool", uri=f"tool:{name}", task_id=self.task_id)
             await self._book.record(f"tool/{self.task_id}/{index}", result, source)
         return result
+
+    async def add_evidence(self, content: JSON, *, uri: str) -> Evidence | None:
+        """Record outside text this task read some other way (a file, a web page) as
+        ``external`` evidence; the n-th call of a task has a stable key, so a rerun of the
+        task records nothing twice. ``None`` when the kernel keeps no evidence."""
+        index = self._external
+        self._external += 1
+        if self._book is None:
+            return None
+        source = SourceRef(kind="external", uri=uri, task_id=self.task_id)
+        return await self._book.record(f"external/{self.task_id}/{index}", content, source)
 
     @property
     def evidence_items(self) -> list[Evidence]:
