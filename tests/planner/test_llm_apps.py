@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from lk_looplab import DIGESTS
-from loopkernel.testing import GatewayProcess, ScriptedProvider, run_cli
+from loopkernel.testing import GatewayProcess, ScriptedProvider, run_cli, was_killed
 
 pytestmark = pytest.mark.slow
 
@@ -94,6 +94,44 @@ def test_speculation_against_the_scripted_server_applies_valid_proposals(
     assert "[llm scripted-model " in journal.stdout
     assert "[fallback: bad_json (scripted-model " in journal.stdout
     assert "rejected proposal: (wait)" in journal.stdout
+
+
+@pytest.mark.parametrize("point", ["before_patch:2", "patch_committed:2"])
+def test_a_sigkill_while_planning_asks_the_provider_once_per_event(
+    tmp_path: Path, point: str
+) -> None:
+    """Killed before (or after) the second patch commit, resumed in a new process: every
+    event is planned once, and the provider sees one call per event -- an event whose patch
+    was lost is asked again with the same key and the gateway's ledger answers it."""
+    first = '[{"op": "add", "task_id": "plan", "skill": "plan", "input": {"researchers": 3}}]'
+    with (
+        ScriptedProvider([first], default="[]", api_key=PROVIDER_KEY).running() as provider,
+        GatewayProcess(
+            ["--provider", "openai", "--base-url", provider.base_url, "--model", "m"],
+            env={"OPENAI_API_KEY": PROVIDER_KEY},
+            ledger=tmp_path / "ledger.db",
+        ) as gateway,
+    ):
+        env = gateway.runtime_env()
+        db = tmp_path / "runs.db"
+        args = ["run", "speculation", *SPEC, "--planner", "llm", "--run-id", "k", "--quiet"]
+        killed = run_cli(args, db=db, env=env, crash_at=point)
+        assert was_killed(killed), killed.stderr
+        asked_before = provider.calls
+        resumed = run_cli(["resume", "k", "--quiet"], db=db, env=env)
+        assert resumed.returncode == 0, resumed.stderr
+        calls = provider.calls
+        keys = [r.body["messages"][1]["content"].split("\n", 1)[0] for r in provider.requests]
+    closed(gateway)
+    rules = run_cli(["run", "speculation", *SPEC, "--run-id", "k"], db=tmp_path / "r.db")
+    assert rules.returncode == 0, rules.stderr
+    got, want = inspect(db, "k"), inspect(tmp_path / "r.db", "k")
+    assert (got["status"], got["digest"]) == (want["status"], want["digest"])
+    seqs = [p["event_seq"] for p in got["patches"]]
+    assert seqs == sorted(set(seqs))  # one patch per event
+    assert asked_before >= 2
+    assert calls == len(seqs), (calls, seqs, keys)  # one provider call per event
+    assert got["patches"][0]["planner"] == "llm"
 
 
 def test_llm_without_a_gateway_is_a_usage_error_and_writes_nothing(tmp_path: Path) -> None:
