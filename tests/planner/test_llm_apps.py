@@ -175,6 +175,9 @@ def test_the_apps_with_the_real_local_model_end_as_the_rules_end_them(tmp_path: 
         got, want = inspect(db, run), inspect(rules_db, run)
         assert (got["status"], got["digest"]) == (want["status"], want["digest"]), run
         assert all(p["planner"] in ("llm", "fallback") for p in got["patches"]), run
-        assert all(p["proposal"]["model"] for p in got["patches"]), run
+        # Each answered by the model (its name kept) or refused for a named model error.
+        for p in got["patches"]:
+            note = p["proposal"]
+            assert note["model"] or note["reason"] in ("model_timeout", "model_unavailable"), p
     assert inspect(db, "lab")["digest"] == DIGESTS["baseline"]
     assert "smollm2" in log

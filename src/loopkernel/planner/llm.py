@@ -224,7 +224,9 @@ def planner_for(params: Mapping[str, JSON], *, rules: Planner, allow: Allowlist)
     if choice == "rules":
         return rules
     if choice == "llm":
-        return LLMPlanner.from_env(allow=allow, fallback=rules)
+        # 192 tokens hold the longest patch the shipped apps make (speculation's three
+        # researchers); a longer reply would be refused anyway, so it is not waited for.
+        return LLMPlanner.from_env(allow=allow, fallback=rules, max_tokens=192)
     raise UsageError(f"planner must be rules or llm, not {choice!r}")
 
 
