@@ -24,8 +24,9 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from loopkernel import telemetry
 from loopkernel.errors import (
     BudgetExceeded,
     LoopKernelError,
@@ -33,7 +34,13 @@ from loopkernel.errors import (
     TripwireFired,
     UsageError,
 )
-from loopkernel.executor._context import ModelCaller, TaskContext, ToolCaller, Worker
+from loopkernel.executor._context import (
+    ModelCaller,
+    NeedsApproval,
+    TaskContext,
+    ToolCaller,
+    Worker,
+)
 from loopkernel.executor._crash import crashpoint
 from loopkernel.executor._evidence import EvidenceBook, default_redactor
 from loopkernel.executor._outcomes import (
@@ -60,6 +67,9 @@ from loopkernel.graph import (
 from loopkernel.ids import RunId, TaskId, new_run_id
 from loopkernel.planner import Planner, Proposal, Snapshot
 from loopkernel.store import NewEvent, PatchRecord, ProposalNote, Store, digest_of
+
+if TYPE_CHECKING:
+    from loopkernel.telemetry._otel import Span, Tracer
 
 __all__ = [
     "DEFAULT_MAX_EVENTS",
@@ -156,8 +166,18 @@ class Kernel:
             raise UsageError(f"run params must be JSON: {exc}") from None
         rid = RunId(run_id) if run_id else new_run_id()
         token = secrets.token_urlsafe(24)
+        tracer, trace = telemetry.tracer(), None
+        if tracer:  # the run's span: every execution of the run joins its trace
+            span = tracer.start(f"run {app}", {"loopkernel.run_id": rid, "loopkernel.app": app})
+            trace = tracer.traceparent(span)
+            tracer.end(span)
         await self.store.create_run(
-            run_id=rid, app=app, params=params, max_events=max_events, token_hash=hash_token(token)
+            run_id=rid,
+            app=app,
+            params=params,
+            max_events=max_events,
+            token_hash=hash_token(token),
+            trace=trace,
         )
         return StartedRun(run_id=rid, token=token)
 
@@ -185,11 +205,30 @@ class _RunLoop:
         self.cancelled: dict[asyncio.Task[JSON], TaskId] = {}
         self.last_poll = 0.0
         self.book = EvidenceBook(kernel.store, run_id, redact=default_redactor())
+        self.tracer = telemetry.tracer()
+        self.span: Span | None = None
 
     # -- the loop --------------------------------------------------------------------------
 
     async def execute(self) -> RunOutcome:
+        try:
+            outcome = await self._execute()
+        except BaseException as exc:
+            if self.tracer and self.span:
+                self.tracer.end(self.span, error=exc)
+            raise
+        if self.tracer and self.span:
+            self.tracer.end(self.span, {"loopkernel.status": outcome.status.value})
+        return outcome
+
+    async def _execute(self) -> RunOutcome:
         loaded = await self.store.load_run(self.run_id)
+        if self.tracer:
+            self.span = self.tracer.start(
+                f"execute {self.run_id}",
+                {"loopkernel.run_id": self.run_id, "loopkernel.resumed": loaded.info.last_seq > 1},
+                parent=loaded.info.trace,
+            )
         self.state = loaded.state
         self.max_events = loaded.info.max_events
         self.known_seq = loaded.info.last_seq
@@ -279,7 +318,18 @@ class _RunLoop:
                 models=self.k.models,
                 book=self.book,
             )
-            fut = asyncio.ensure_future(_call(self.k.workers[task.skill], ctx))
+            worker = self.k.workers[task.skill]
+            if self.tracer:
+                attributes = {
+                    "loopkernel.run_id": self.run_id,
+                    "loopkernel.task_id": task.task_id,
+                    "loopkernel.skill": task.skill,
+                    "loopkernel.attempt": task.attempts,
+                }
+                span = self.tracer.start(f"task {task.task_id}", attributes, parent=self.span)
+                fut = asyncio.ensure_future(_traced(self.tracer, span, worker, ctx))
+            else:
+                fut = asyncio.ensure_future(_call(worker, ctx))
             self.running[fut] = task.task_id
 
     async def _start_ready(self) -> None:
@@ -379,7 +429,7 @@ class _RunLoop:
                 continue
             if event.kind is EventKind.HUMAN_INPUT:
                 await self.book.from_event(event)
-            record, delta = await self._plan_one(event)
+            record, delta = await self._plan_traced(event)
             self.state.apply(delta)
             for task in delta.tasks:
                 if task.state is TaskState.READY:
@@ -413,6 +463,29 @@ class _RunLoop:
                 self.cancelled[fut] = tid
                 fut.cancel()
         return True
+
+    async def _plan_traced(self, event: Event) -> tuple[PatchRecord, Delta]:
+        """``_plan_one`` in a span of its own when tracing is on."""
+        if not self.tracer:
+            return await self._plan_one(event)
+        attributes = {
+            "loopkernel.run_id": self.run_id,
+            "loopkernel.event.seq": event.seq,
+            "loopkernel.event.kind": event.kind.value,
+        }
+        span = self.tracer.start(f"plan {event.kind.value}", attributes, parent=self.span)
+        with self.tracer.current(span):
+            record, delta = await self._plan_one(event)
+        ops = ",".join(str(op.get("op")) for op in record.ops or [] if isinstance(op, dict))
+        self.tracer.end(
+            span,
+            {
+                "loopkernel.patch.ops": ops or "(wait)",
+                "loopkernel.patch.outcome": record.outcome,
+                "loopkernel.planner": record.planner,
+            },
+        )
+        return record, delta
 
     async def _plan_one(self, event: Event) -> tuple[PatchRecord, Delta]:
         if event.seq > self.max_events:
@@ -587,3 +660,24 @@ def proposal_note(
 
 async def _call(worker: Worker, ctx: TaskContext) -> JSON:
     return await worker(ctx)
+
+
+async def _traced(tracer: Tracer, span: Span, worker: Worker, ctx: TaskContext) -> JSON:
+    """``_call`` inside the task's span: its tool and model calls nest under it."""
+    with tracer.current(span):
+        try:
+            result = await worker(ctx)
+        except asyncio.CancelledError:
+            tracer.end(span, {"loopkernel.outcome": "cancelled"})
+            raise
+        except BaseException as exc:
+            parked = isinstance(exc, NeedsApproval)
+            outcome = {"loopkernel.outcome": "waiting" if parked else "failed"}
+            tracer.end(span, outcome, error=None if parked else exc)
+            raise
+        this = asyncio.current_task()
+        if this is not None and this.cancelling():  # it returned after a cancel: discarded
+            tracer.end(span, {"loopkernel.outcome": "cancelled", "loopkernel.late_result": True})
+        else:
+            tracer.end(span, {"loopkernel.outcome": "succeeded"})
+        return result

@@ -134,16 +134,23 @@ def event_from_row(run_id: RunId, row: Any) -> Event:
     )
 
 
-RUN_COLUMNS = "run_id, app, params, status, verdict, max_events, created_at, updated_at"
+RUN_COLUMNS = "run_id, app, params, status, verdict, max_events, created_at, updated_at, trace"
 
 
 def run_params(
-    run_id: RunId, app: str, params: JSON, max_events: int, token_hash: str, now: float
+    run_id: RunId,
+    app: str,
+    params: JSON,
+    max_events: int,
+    token_hash: str,
+    now: float,
+    trace: str | None = None,
 ) -> tuple[Any, ...]:
     """A new ``running`` run: run_id, app, params, status, verdict, max_events,
-    token_hash, created_at, updated_at."""
+    token_hash, created_at, updated_at, trace."""
     status = RunStatus.RUNNING.value
-    return (run_id, app, dumps(params), status, dumps(None), max_events, token_hash, now, now)
+    head = (run_id, app, dumps(params), status, dumps(None), max_events, token_hash)
+    return (*head, now, now, trace)
 
 
 def run_info_from_row(row: Any, *, last_seq: int, task_counts: dict[str, int]) -> RunInfo:
@@ -157,6 +164,7 @@ def run_info_from_row(row: Any, *, last_seq: int, task_counts: dict[str, int]) -
         max_events=row[5],
         created_at=row[6],
         updated_at=row[7],
+        trace=row[8],
         last_seq=last_seq,
         task_counts=task_counts,
     )

@@ -127,7 +127,7 @@ _INFO = (
 
 
 def _info(row: Any) -> RunInfo:
-    return run_info_from_row(row, last_seq=int(row[8]), task_counts=loads(row[9]) or {})
+    return run_info_from_row(row, last_seq=int(row[9]), task_counts=loads(row[10]) or {})
 
 
 class PostgresStore:
@@ -225,7 +225,14 @@ class PostgresStore:
     # -- runs ------------------------------------------------------------------------------
 
     async def create_run(
-        self, *, run_id: RunId, app: str, params: JSON, max_events: int, token_hash: str
+        self,
+        *,
+        run_id: RunId,
+        app: str,
+        params: JSON,
+        max_events: int,
+        token_hash: str,
+        trace: str | None = None,
     ) -> Event:
         now = time.time()
         started = NewEvent(kind=EventKind.RUN_STARTED, data={"app": app})
@@ -235,8 +242,9 @@ class PostgresStore:
             async with self._tx() as conn:
                 await conn.execute(
                     "INSERT INTO runs (run_id, app, params, status, verdict, max_events, "
-                    "token_hash, created_at, updated_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-                    run_params(run_id, app, params, max_events, token_hash, now),
+                    "token_hash, created_at, updated_at, trace) "
+                    "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                    run_params(run_id, app, params, max_events, token_hash, now, trace),
                 )
                 # A new run has no events, and its row stays locked until we commit.
                 (event,) = await self._append(conn, run_id, 0, [started], now)

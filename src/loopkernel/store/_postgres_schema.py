@@ -123,7 +123,9 @@ MIGRATIONS: list[list[str]] = [
             created_at  double precision NOT NULL
         )""",
     ],
-    # 4: models and evidence (docs/models.md, docs/evidence.md): a proposing planner's
+    # 4: the run's trace context (docs/observability.md): a W3C traceparent, or NULL.
+    ["ALTER TABLE runs ADD COLUMN trace text"],
+    # 5: models and evidence (docs/models.md, docs/evidence.md): a proposing planner's
     # proposal beside the applied patch; typed evidence, E<n> in journal order.
     [
         "ALTER TABLE patches ADD COLUMN proposal json",

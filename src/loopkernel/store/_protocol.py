@@ -141,6 +141,8 @@ class RunInfo:
     updated_at: float
     last_seq: int
     task_counts: dict[str, int] = field(default_factory=dict)
+    trace: str | None = None
+    """The W3C ``traceparent`` of the run's span, when it was created with tracing on."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -207,8 +209,10 @@ class Store(Protocol):
         params: JSON,
         max_events: int,
         token_hash: str,
+        trace: str | None = None,
     ) -> Event:
-        """Insert the run (status ``running``) and its ``run_started`` event, seq 1."""
+        """Insert the run (status ``running``) and its ``run_started`` event, seq 1;
+        ``trace`` is the run span's ``traceparent`` (``RunInfo.trace``)."""
 
     async def load_run(self, run_id: RunId) -> LoadedRun: ...
 

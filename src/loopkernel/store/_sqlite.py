@@ -200,15 +200,22 @@ class SQLiteStore:
     # -- runs ------------------------------------------------------------------------------
 
     async def create_run(
-        self, *, run_id: RunId, app: str, params: JSON, max_events: int, token_hash: str
+        self,
+        *,
+        run_id: RunId,
+        app: str,
+        params: JSON,
+        max_events: int,
+        token_hash: str,
+        trace: str | None = None,
     ) -> Event:
         now = time.time()
         with self._tx(run_id) as db:
             try:
                 db.execute(
                     "INSERT INTO runs (run_id, app, params, status, verdict, max_events, "
-                    "token_hash, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?)",
-                    run_params(run_id, app, params, max_events, token_hash, now),
+                    "token_hash, created_at, updated_at, trace) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    run_params(run_id, app, params, max_events, token_hash, now, trace),
                 )
             except sqlite3.IntegrityError:
                 raise UsageError(

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeAlias
 
+from loopkernel import telemetry
 from loopkernel.errors import (
     ReplayDivergence,
     ToolError,
@@ -288,6 +289,31 @@ class ToolLayer:
         ``timeout`` overrides the tool's deadline (``ToolSource.timeouts``, else the
         layer's ``default_timeout``) for this call.
         """
+        tracer = telemetry.tracer()
+        if not tracer:
+            return await self._call(ctx, index, name, arguments, timeout, {})
+        key = idempotency_key(ctx.run_id, ctx.task_id, index)
+        span = tracer.start(f"tool {name}", {"loopkernel.tool": name, "loopkernel.key": key})
+        facts: dict[str, JSON] = {}
+        with tracer.current(span):
+            try:
+                value = await self._call(ctx, index, name, arguments, timeout, facts)
+            except BaseException as exc:
+                tracer.end(span, facts, error=exc)
+                raise
+        tracer.end(span, facts)
+        return value
+
+    async def _call(
+        self,
+        ctx: TaskContext,
+        index: int,
+        name: str,
+        arguments: Mapping[str, JSON],
+        timeout: float | None,  # noqa: ASYNC109 - a per-call deadline handed on
+        facts: dict[str, JSON],
+    ) -> JSON:
+        """``call``; what it learns for the trace goes into ``facts``."""
         if not self._open:
             raise UsageError("the tool layer is not open; use `async with ToolLayer(...)`")
         args = dict(arguments)
@@ -297,7 +323,9 @@ class ToolLayer:
             )
         run_id, key = ctx.run_id, idempotency_key(ctx.run_id, ctx.task_id, index)
         prior = await self.store.get_effect(run_id, key)
+        facts["loopkernel.replayed"] = prior is not None and prior.status != "intended"
         if prior is not None:
+            facts["loopkernel.effect"] = prior.effect
             _check_same(prior, name, args)
             self._count(ctx, prior.effect)
             if prior.status == "done":
@@ -305,6 +333,7 @@ class ToolLayer:
             if prior.status == "failed":
                 raise _error_from_journal(prior.error, name)
         slot, tool = await self._resolve(name)
+        facts["loopkernel.effect"] = tool.effect
         check_arguments(self._schemas, tool, args)
         if prior is None:
             seq = self._count(ctx, tool.effect)

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, TextIO, cast
 
+from loopkernel import telemetry
 from loopkernel.errors import ToolError, ToolTimeout, ToolUnavailable, UsageError
 from loopkernel.graph import JSON
 from loopkernel.tools._defs import EFFECTS, Effect, ToolDef, ToolDefs, effect_of
@@ -381,6 +382,9 @@ class SourceSession:
             raise self._lost(name)
         tool = self.tool(name)
         meta: Any = None if key is None else {IDEMPOTENCY_META_KEY: key}
+        tracer = telemetry.tracer()
+        if tracer and (traceparent := tracer.traceparent()):
+            meta = {**(meta or {}), "traceparent": traceparent}
         try:
             result = await session.call_tool(
                 name, arguments, read_timeout_seconds=time_limit, meta=meta

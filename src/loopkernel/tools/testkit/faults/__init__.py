@@ -29,6 +29,10 @@ def build_host(wire: int | None = None) -> ToolHost:
     async def echo(args: dict[str, JSON], call: CallInfo) -> JSON:
         return {"text": args["text"]}
 
+    @host.tool("request_meta")
+    async def request_meta(args: dict[str, JSON], call: CallInfo) -> JSON:
+        return {"meta": dict(call.meta)}
+
     @host.tool("wrong_type")
     async def wrong_type(args: dict[str, JSON], call: CallInfo) -> JSON:
         return {"price": "0.40"}
