@@ -388,3 +388,113 @@ def test_a_unix_socket_gateway_is_0600(tmp_path: Path) -> None:
         assert not sock.exists()
 
     asyncio.run(scenario())
+
+
+def test_concurrent_calls_reserve_before_they_are_sent(tmp_path: Path) -> None:
+    # each call reserves (1 + 8) x 0.001 + 40 x 0.002 = 0.089 USD: two fit in 0.2, three not
+    script = [ScriptedReply(text="x", input_tokens=1, output_tokens=1)] * 3
+
+    async def scenario() -> None:
+        async with (
+            ScriptedProvider(script) as p,
+            gateway_for(
+                p, tmp_path, limits=Limits(run_usd=0.2), price_in=1000.0, price_out=2000.0
+            ) as (_gw, client),
+        ):
+            results = await asyncio.gather(
+                *(
+                    client.complete(ask("x"), key=f"r/{i}", run_id="r", max_tokens=40)
+                    for i in range(3)
+                ),
+                return_exceptions=True,
+            )
+            refused = [r for r in results if isinstance(r, BudgetExceeded)]
+            assert len(refused) == 1 and p.calls == 2
+
+    asyncio.run(scenario())
+
+
+def test_a_reservation_left_by_a_killed_gateway_is_dropped_at_start(tmp_path: Path) -> None:
+    from loopkernel.gateway._ledger import Ledger
+
+    path = str(tmp_path / "ledger.db")
+    ledger = Ledger(path)
+    ledger.reserve(
+        key="r/0",
+        request_hash="h",
+        run_id="r",
+        task_id=None,
+        provider="p",
+        usd=5.0,
+        tokens=10,
+        limits=Limits(),
+    )
+    ledger.close()  # as a SIGKILL would leave it: reserved, never settled
+    again = Ledger(path)
+    assert again.released_at_start == 1
+    assert again.get("r/0") is None
+    assert again.spent(run_id="r")["reserved_usd"] == 0
+    again.close()
+
+
+def test_a_config_file_names_several_providers_and_a_call_picks_one(tmp_path: Path) -> None:
+    from loopkernel.errors import UsageError
+    from loopkernel.gateway import Gateway, load_config
+
+    async def scenario() -> None:
+        async with ScriptedProvider(["from a"]) as a, ScriptedProvider(["from b"]) as b:
+            config_file = tmp_path / "gateway.toml"
+            config_file.write_text(
+                f"""
+listen = "127.0.0.1:0"
+ledger = "{tmp_path / "ledger.db"}"
+retries = 0
+
+[limits]
+run_usd = 1.0
+
+[[providers]]
+name = "a"
+kind = "openai"
+base_url = "{a.base_url}"
+model = "model-a"
+price_in = 1.0
+price_out = 1.0
+
+[[providers]]
+name = "b"
+kind = "anthropic"
+base_url = "{b.anthropic_url}"
+model = "model-b"
+key_env = "B_KEY"
+price_in = 3.0
+price_out = 15.0
+"""
+            )
+            config = load_config(str(config_file))
+            assert config.limits.run_usd == 1.0 and config.retries == 0
+            gw = Gateway(
+                config,
+                token=TOKEN,
+                env={"OPENAI_API_KEY": "ka", "B_KEY": "kb"},
+                log=(tmp_path / "log").open("w"),
+            )
+            client = ModelClient(await gw.start(), TOKEN)
+            try:
+                assert (await client.complete(ask(), key="1", run_id="r")).text == "from a"
+                reply = await client.complete(ask(), key="2", run_id="r", model="b")
+                assert reply.text == "from b"
+                assert reply.cost_usd == pytest.approx((11 * 3.0 + 7 * 15.0) / 1e6)
+                assert b.requests[0].body["model"] == "model-b"
+                assert b.requests[0].headers["authorization"] == "Bearer kb"
+                with pytest.raises(UsageError, match="no model 'c'"):
+                    await client.complete(ask(), key="3", run_id="r", model="c")
+            finally:
+                await gw.close()
+                gw.log.close()
+        bad = tmp_path / "bad.toml"
+        bad.write_text('[[providers]]\nname = "x"\nkind = "openai"\nmodel = "m"\ncolour = 1\n')
+        with pytest.raises(UsageError, match="colour"):
+            load_config(str(bad))
+
+    asyncio.run(scenario())

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["add_parser"]
+__all__ = ["add_parser", "run_gateway"]
+
+
+def run_gateway(argv: list[str]) -> int:
+    from loopkernel.gateway._cli import main
+
+    return main(argv)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from loopkernel.gateway._cli import main
-
-    return main(args.gateway_args)
+    return run_gateway(args.gateway_args)
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -293,6 +293,11 @@ def _add_optional(sub: Any, module: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    raw = list(sys.argv[1:] if argv is None else argv)
+    if raw[:1] == ["gateway"]:  # the gateway has its own command line (and process)
+        from loopkernel.cli._gateway import run_gateway
+
+        return run_gateway(raw[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command != "gateway":

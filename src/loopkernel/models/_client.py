@@ -164,9 +164,11 @@ class ModelClient:
         max_tokens: int = 256,
         response_schema: dict[str, Any] | None = None,
         timeout: float = 30.0,  # noqa: ASYNC109 - the call's deadline, enforced by the gateway
+        model: str | None = None,
     ) -> Completion:
         """One model call. ``key`` identifies it across retries and crashes: the gateway
         answers a key it has seen from its ledger, without calling the provider again.
+        ``model`` names one of the gateway's providers (default: its first).
 
         Raises ``ModelError`` (bad request, unusable reply), ``ModelTimeout``,
         ``ModelUnavailable`` (retryable) or ``BudgetExceeded``.
@@ -180,6 +182,8 @@ class ModelClient:
             response_schema=response_schema,
             timeout=timeout,
         )
+        if model is not None:
+            payload["model"] = model
         data = await self._post("/v1/complete", payload, deadline=timeout + _GRACE)
         try:
             completion = Completion.from_json(data["completion"], replayed=bool(data["replayed"]))

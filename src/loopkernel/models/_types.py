@@ -48,7 +48,9 @@ class Completion:
     output_tokens: int
     """Reply tokens the provider counted."""
     cost_usd: float
-    """What the call cost, from the gateway's price table (0 for a free model)."""
+    """What the answer cost when it was made, from the gateway's price table (0 for a free
+    model). A replayed answer carries the same figure, so a resumed task computes what an
+    uninterrupted one did; it was not charged again."""
     latency_ms: float
     """How long the provider took, as the gateway measured it when the answer was made."""
     replayed: bool

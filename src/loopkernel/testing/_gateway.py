@@ -78,7 +78,8 @@ class GatewayProcess:
             stderr=log,
             text=True,
         )
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
         if not self._ready.wait(self.ready_timeout) or self.address is None:
             self.stop()
             raise RuntimeError(
@@ -119,6 +120,9 @@ class GatewayProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self._reader.join(timeout=30)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
         self._log_file.close()
         return self.proc.returncode
 

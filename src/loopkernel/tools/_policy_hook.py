@@ -25,7 +25,9 @@ def policy_hook(policy: Policy, store: Store) -> PolicyHook:
     async def hook(request: ToolCallRequest) -> None:
         effects = await store.effects(request.run_id)
         usage = Usage(
-            tool_calls=len(effects),
+            # model calls share the effect journal (tool "model"): their cost_usd counts
+            # as money spent, but they are not tool calls
+            tool_calls=sum(1 for e in effects if e.tool != "model"),
             spent_usd=sum(
                 policy.price(e.result)
                 for e in effects
