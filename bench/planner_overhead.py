@@ -33,6 +33,7 @@ import asyncio
 import copy
 import importlib.util
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -220,6 +221,7 @@ def main() -> None:
     write_results(
         "planner_overhead",
         {"model": model, "runs": runs, "repeat": repeat, "rows": rows, "replay": replay},
+        loadavg=[round(x, 2) for x in os.getloadavg()],
     )
 
 
