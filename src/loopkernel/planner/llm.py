@@ -198,7 +198,10 @@ class LLMPlanner:
             return Proposal(patch=None, fallback=fallback, reason=_reason_of(exc), detail=detail)
         t2 = time.perf_counter()
         timings.model_ms = (t2 - t1) * 1000
-        verdict = judge(reply.text, snapshot, self.allow, fallback=fallback)
+        try:
+            verdict = judge(reply.text, snapshot, self.allow, fallback=fallback)
+        except Exception as exc:  # a bug of ours must not fail the run: the rules answer
+            verdict = Judgement(reason="judge_error", detail=f"{type(exc).__name__}: {exc}")
         timings.judge_ms = (time.perf_counter() - t2) * 1000
         return Proposal(
             patch=verdict.patch,
