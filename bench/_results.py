@@ -5,20 +5,32 @@ from __future__ import annotations
 import json
 import os
 import platform
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).parent / "results"
+"""The committed results: only full runs write here."""
+QUICK_RESULTS = Path(tempfile.gettempdir()) / "loopkernel-bench-quick"
+"""Where ``--quick`` runs write, so a smoke run never overwrites the committed numbers."""
 
 
-def write_results(name: str, payload: dict[str, Any], **machine: Any) -> Path:
-    """Write ``bench/results/<name>.json``: ``payload`` plus ``machine`` and ``date``.
+def results_dir(quick: bool) -> Path:
+    return QUICK_RESULTS if quick else RESULTS
+
+
+def write_results(
+    name: str, payload: dict[str, Any], *, quick: bool = False, **machine: Any
+) -> Path:
+    """Write ``<name>.json`` in ``bench/results`` (``quick``: in ``QUICK_RESULTS``):
+    ``payload`` plus ``machine`` and ``date``.
 
     ``machine`` adds facts to the machine record (a server version, the load average).
     """
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"{name}.json"
+    where = results_dir(quick)
+    where.mkdir(parents=True, exist_ok=True)
+    out = where / f"{name}.json"
     record = {
         "machine": {
             "cpus": os.cpu_count(),

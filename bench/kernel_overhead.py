@@ -148,6 +148,7 @@ def main() -> None:
             "fsync_floor_us": floor,
             "rows": rows,
         },
+        quick=args.quick,
     )
 
 

@@ -350,6 +350,7 @@ def main() -> None:
             "scaleout": scale,
             "durable_step": steps_rows,
         },
+        quick=args.quick,
         postgres=sql(args.db, "SHOW server_version")[0][0],
     )
 

@@ -32,8 +32,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench._results import results_dir
+
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
 PY = sys.executable
 RUN = "lab"
 IMPLS = ("loopkernel", "handrolled", "langgraph")
@@ -732,8 +733,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.scoreboard", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="3 repetitions, no virtualenvs")
     parser.add_argument("--keep", action="store_true", help="keep the working directories")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="where results are written")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="where results are written (default bench/results; with --quick "
+        f"{results_dir(quick=True)}, so a quick run never overwrites the committed results)",
+    )
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = results_dir(args.quick)
     try:
         import langgraph
         import langgraph.checkpoint.sqlite.aio  # noqa: F401

@@ -221,6 +221,7 @@ def main() -> None:
             "calls": calls,
             "cold_start": cold,
         },
+        quick=args.quick,
         load_avg_1m=round(os.getloadavg()[0], 2),
     )
 

@@ -1,5 +1,7 @@
 # Sourced by scripts/*: make .venv with the project installed (editable) and its extras.
-# Re-installs only when pyproject.toml changed since the last install.
+# Each extras set keeps its own marker, and pip never uninstalls what another script
+# installed, so scripts/demo and scripts/test share one .venv without reinstalling each
+# other's: each installs again only when pyproject.toml changed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -11,8 +13,9 @@ fi
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-want="$(sha256sum pyproject.toml | cut -c1-16)-${LK_EXTRAS}"
-if [ "$(cat .venv/.lk-installed 2>/dev/null)" != "$want" ]; then
+want="$(sha256sum pyproject.toml | cut -c1-16)"
+marker=".venv/.lk-installed-${LK_EXTRAS//[^a-z,]/}"
+if [ "$(cat "$marker" 2>/dev/null)" != "$want" ]; then
   echo "installing loopkernel[${LK_EXTRAS}] into .venv ..." >&2
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v 'is ignored' >&2 || true
   .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[${LK_EXTRAS}]" 2>&1 | grep -v 'is ignored' >&2 || true
@@ -23,5 +26,5 @@ if [ "$(cat .venv/.lk-installed 2>/dev/null)" != "$want" ]; then
       ;;
   esac
   .venv/bin/python -c "import loopkernel" || { echo "install failed" >&2; exit 1; }
-  echo "$want" > .venv/.lk-installed
+  echo "$want" > "$marker"
 fi

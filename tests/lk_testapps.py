@@ -87,3 +87,32 @@ restart = App(
     build=_restart,
     defaults={"marker": ""},
 )
+
+
+class FlakyCall(OneCall):
+    """One task that calls ``flaky`` (or the irreversible ``flaky_send``); finish with it."""
+
+
+async def call_flaky(ctx: TaskContext) -> Any:
+    tool = "flaky_send" if ctx.params["irreversible"] else "flaky"
+    args = {"marker": str(ctx.params["marker"]), "failures": int(ctx.params["failures"])}
+    return await ctx.call_tool(tool, args)
+
+
+def _flaky(params: Mapping[str, Any]) -> AppParts:
+    from loopkernel.tools import ToolLayer, allow_all
+    from loopkernel.tools.testkit import faults_source
+
+    return AppParts(
+        planner=FlakyCall(),
+        workers={"call": call_flaky},
+        tool_layer=lambda store: ToolLayer(store, [faults_source()], policy_hook=allow_all),
+    )
+
+
+flaky = App(
+    name="lk_testapps:flaky",
+    description="a tool that fails with ENOSPC a given number of times, then answers",
+    build=_flaky,
+    defaults={"marker": "", "failures": 0, "irreversible": False},
+)

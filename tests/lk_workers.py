@@ -13,7 +13,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, TypeVar
@@ -79,10 +79,14 @@ def start_worker(
     poll: float = 0.2,
     concurrency: int = 8,
     env: Mapping[str, str] | None = None,
+    apps: Sequence[str] = ("lk_workers:relay", "lk_testapps:gate"),
 ) -> subprocess.Popen[bytes]:
-    """``loopkernel worker`` in a session of its own (its tool servers die with it)."""
+    """``loopkernel worker`` in a session of its own (its tool servers die with it), also
+    running the ``module:attribute`` test apps ``apps``."""
     args = ["--db", db, "worker", "--id", tag, "--lease", str(lease), "--poll", str(poll)]
     args += ["--concurrency", str(concurrency)]
+    for app in apps:
+        args += ["--app", app]
     with log.open("ab") as out:
         return subprocess.Popen(
             [*LOOPKERNEL, *args],

@@ -21,3 +21,6 @@ def test_the_readme_example_runs_and_prints_what_it_says(tmp_path: Path) -> None
     )
     assert out.returncode == 0, out.stderr
     assert "status=<RunStatus.SUCCEEDED: 'succeeded'>, verdict=6)" in out.stdout
+    (said,) = re.findall(r"# (RunOutcome\(.*\))", blocks[0])  # what the comment promises
+    printed = re.sub(r"run_id='run-[0-9a-f]{12}'", "run_id='run-…'", out.stdout.strip())
+    assert printed == said

@@ -8,7 +8,7 @@ Importing this package loads the kernel and the SQLite store only: the MCP tool 
 (``loopkernel.tools``) and the PostgreSQL store load when first used.
 """
 
-from loopkernel._app import App, AppParts, load_app
+from loopkernel._app import App, AppParts, Param, load_app
 from loopkernel.errors import (
     ApprovalRefused,
     LoopKernelError,
@@ -63,6 +63,7 @@ __all__ = [
     "LLMPlanner",
     "LoopKernelError",
     "NeedsApproval",
+    "Param",
     "PatchRejected",
     "Planner",
     "Proposal",

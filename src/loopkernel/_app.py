@@ -7,10 +7,11 @@ rebuilds exactly the planner and workers it ran with.
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any
+from typing import Any, Literal
 
 from loopkernel.errors import UsageError
 from loopkernel.executor import PatchGuard, ToolCaller, Worker
@@ -18,7 +19,90 @@ from loopkernel.graph import JSON
 from loopkernel.planner import Planner
 from loopkernel.store import Store
 
-__all__ = ["App", "AppParts", "load_app"]
+__all__ = ["App", "AppParts", "Param", "load_app", "registered"]
+
+ParamKind = Literal["int", "number", "str", "bool", "list", "object"]
+
+_KINDS: dict[str, tuple[type, ...]] = {
+    "int": (int,),
+    "number": (int, float),
+    "str": (str,),
+    "bool": (bool,),
+    "list": (list,),
+    "object": (dict,),
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Param:
+    """The type and range of one app parameter, checked before a run is journaled."""
+
+    kind: ParamKind
+    """The JSON type: ``int``, ``number`` (int or float), ``str``, ``bool``, ``list``,
+    ``object``."""
+    minimum: float | None = None
+    """Smallest value of a number, or fewest items of a list."""
+    maximum: float | None = None
+    """Largest value of a number, or most items of a list."""
+    choices: tuple[JSON, ...] | None = None
+    """The only values allowed, if set."""
+    items: Param | None = None
+    """Each item of a list must pass this."""
+    help: str = ""
+    """What it means, for the error message."""
+
+    def check(self, name: str, value: JSON) -> None:
+        """A ``UsageError`` naming the parameter and the rule ``value`` breaks, if any."""
+        types = _KINDS[self.kind]
+        if (isinstance(value, bool) and self.kind != "bool") or not isinstance(value, types):
+            raise UsageError(f"parameter {name} must be {_a(self.kind)}, not {_shown(value)}")
+        if self.choices is not None and value not in self.choices:
+            known = ", ".join(_shown(c) for c in self.choices)
+            raise UsageError(f"parameter {name} must be one of {known}, not {_shown(value)}")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if value != value or value in (float("inf"), float("-inf")):
+                raise UsageError(f"parameter {name} must be a finite number")
+            size: float = value
+        elif isinstance(value, list):
+            size = len(value)
+        else:
+            return
+        what = "items" if isinstance(value, list) else ""
+        if self.minimum is not None and size < self.minimum:
+            raise UsageError(
+                f"parameter {name} must have at least {_n(self.minimum)} {what}".rstrip()
+                if what
+                else f"parameter {name} must be >= {_n(self.minimum)}, not {_shown(value)}"
+            )
+        if self.maximum is not None and size > self.maximum:
+            raise UsageError(
+                f"parameter {name} must have at most {_n(self.maximum)} {what}".rstrip()
+                if what
+                else f"parameter {name} must be <= {_n(self.maximum)}, not {_shown(value)}"
+            )
+        if isinstance(value, list) and self.items is not None:
+            for i, item in enumerate(value):
+                self.items.check(f"{name}[{i}]", item)
+
+
+def _a(kind: str) -> str:
+    return {
+        "int": "a whole number",
+        "number": "a number",
+        "str": "a string",
+        "bool": "true or false",
+        "list": "a JSON list",
+        "object": "a JSON object",
+    }[kind]
+
+
+def _n(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def _shown(value: JSON) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -50,6 +134,9 @@ class App:
     """Parameters and their default values; ``--set`` may change only these."""
     scenarios: Mapping[str, Mapping[str, JSON]] = field(default_factory=dict)
     """Named sets of parameter overrides; ``--scenario NAME``."""
+    parameters: Mapping[str, Param] = field(default_factory=dict)
+    """Types and ranges of the parameters: ``params()`` refuses a value that breaks them,
+    so a bad ``--set`` fails with one line before anything is journaled."""
 
     def params(
         self, scenario: str | None = None, overrides: Mapping[str, JSON] | None = None
@@ -67,7 +154,20 @@ class App:
                 known = ", ".join(sorted(self.defaults)) or "none"
                 raise UsageError(f"app {self.name!r} has no parameter {key!r} (known: {known})")
             params[key] = value
+        self.check(params)
         return params
+
+    def check(self, params: Mapping[str, JSON]) -> None:
+        """``UsageError`` naming the first parameter whose value breaks its declaration."""
+        for key, spec in self.parameters.items():
+            if key in params:
+                spec.check(key, params[key])
+
+
+def registered(name: str) -> bool:
+    """Whether ``name`` is an installed app (entry point group ``loopkernel.apps``): the
+    apps a worker runs without being told to."""
+    return bool(entry_points(group="loopkernel.apps", name=name))
 
 
 def load_app(name: str) -> App:

@@ -1,39 +1,71 @@
 """The client API: what the CLI and the web inspector call. One method, one operation.
 
+One executor per run: ``execute`` first takes the run's lease (``Store.acquire``), keeps
+it with a heartbeat while the run executes, writes only through a view fenced to that
+lease, and gives it back at the end. A run held by another live executor is refused with
+``RunHeld`` before anything is written; a holder that died on this machine is taken over
+at once, one elsewhere when its lease runs out. A store that does not answer
+(``StoreUnavailable``: locked, disk full, I/O error, PostgreSQL down) is retried with
+backoff for ``store_retry`` seconds; then ``StoreUnavailable`` leaves the run as it was
+journaled, resumable.
+
 Authority for approvals: whoever holds the run's approval token (printed once by ``run``)
 may approve or reject; ``local=True`` means the caller has write access to the store
-itself (the CLI on the machine that holds ``runs.db``), which already is full authority
-over the run, so no token is asked for. Every approval answers one wait of one task once:
-a replayed or late approval is refused by the store.
+itself (the CLI on the machine that holds ``runs.db``), which by default is authority
+enough, so no token is asked for. A run started with ``require_token=True``, or any run
+seen by a client made with ``require_token=True`` (``LOOPKERNEL_REQUIRE_TOKEN=1``), needs
+its token even then: for a shared PostgreSQL database that operators reach with the CLI
+(``docs/workers.md`` says which setting fits which deployment). Every approval answers one
+wait of one task once: a replayed or late approval is refused by the store.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
 import os
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from loopkernel._app import App, load_app
-from loopkernel.errors import ApprovalRefused, UsageError
-from loopkernel.executor import DEFAULT_MAX_EVENTS, Kernel, RunOutcome, StartedRun, hash_token
+from loopkernel._app import App, load_app, registered
+from loopkernel.errors import (
+    ApprovalRefused,
+    LeaseLost,
+    RunHeld,
+    StoreUnavailable,
+    UsageError,
+)
+from loopkernel.executor import (
+    DEFAULT_MAX_EVENTS,
+    TOKEN_REQUIRED,
+    Kernel,
+    RunOutcome,
+    StartedRun,
+    hash_token,
+)
 from loopkernel.executor._kernel import Observer
 from loopkernel.graph import (
     JSON,
+    TERMINAL_RUN,
     TERMINAL_TASK,
     Event,
     EventKind,
+    GraphPatch,
     GraphState,
     RunStatus,
     Task,
     TaskState,
     state_at,
+    validate,
 )
-from loopkernel.ids import RunId, TaskId
+from loopkernel.ids import RunId, TaskId, check_id
 from loopkernel.ids import new_run_id as new_run_id_
 from loopkernel.store import (
+    Claim,
     EffectRecord,
     Fork,
     NewEvent,
@@ -45,11 +77,26 @@ from loopkernel.store import (
     dump_of_state,
     open_store,
 )
+from loopkernel.store._lease import Holder
 
 if TYPE_CHECKING:
     from loopkernel.models import ModelLayer
 
-__all__ = ["Client", "Inspection"]
+__all__ = ["DEFAULT_LEASE_SECONDS", "DEFAULT_STORE_RETRY", "Client", "Inspection"]
+
+DEFAULT_LEASE_SECONDS = 10.0
+"""How long a local executor's lease lasts without a heartbeat (one every third of it):
+how long another machine waits to take over a run whose executor died."""
+DEFAULT_STORE_RETRY = 60.0
+"""Seconds ``execute`` keeps retrying a store that does not answer before it gives up."""
+
+_HELD: set[tuple[str, RunId]] = set()
+"""Runs this process executes now: its own lease is never taken over from inside it."""
+
+
+def _rid(run_id: str) -> RunId:
+    """A run id from a caller, checked against the id grammar before it reaches a store."""
+    return RunId(check_id(run_id))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -116,8 +163,22 @@ class Inspection:
 class Client:
     """Operations on the runs of one store. Use as ``async with Client(url) as client``."""
 
-    def __init__(self, db: str | None = None, *, store: Store | None = None) -> None:
-        self.store = store or open_store(db)
+    def __init__(
+        self,
+        db: str | None = None,
+        *,
+        store: Store | None = None,
+        create: bool = True,
+        require_token: bool | None = None,
+    ) -> None:
+        """``create=False``: the database must exist already (``inspect``, ``runs`` ...).
+        ``require_token``: every approval needs the run's token, database access or not
+        (default: ``LOOPKERNEL_REQUIRE_TOKEN`` is ``1``/``true``/``yes``)."""
+        self.store = store or open_store(db, create=create)
+        if require_token is None:
+            flag = os.environ.get("LOOPKERNEL_REQUIRE_TOKEN", "").strip().lower()
+            require_token = flag in ("1", "true", "yes", "on")
+        self.require_token = require_token
 
     async def __aenter__(self) -> Client:
         await self.store.open()
@@ -150,29 +211,203 @@ class Client:
         overrides: Mapping[str, JSON] | None = None,
         run_id: str | None = None,
         max_events: int = DEFAULT_MAX_EVENTS,
+        require_token: bool = False,
     ) -> tuple[App, StartedRun]:
+        if run_id is not None:
+            check_id(run_id)
         app = load_app(app_name)
         params = app.params(scenario, overrides)
         kernel = self.kernel(app, params)  # refuses bad parameters before anything is journaled
         started = await kernel.start(
-            app=app_name, params=params, run_id=run_id, max_events=max_events
+            app=app_name,
+            params=params,
+            run_id=run_id,
+            max_events=max_events,
+            require_token=require_token,
         )
         return app, started
 
     async def execute(
-        self, run_id: str, *, observer: Observer | None = None, max_concurrency: int = 16
+        self,
+        run_id: str,
+        *,
+        observer: Observer | None = None,
+        max_concurrency: int = 16,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        store_retry: float = DEFAULT_STORE_RETRY,
+        on_retry: Callable[[StoreUnavailable, float], None] | None = None,
+        apps: Collection[str] | None = None,
+        on_tool_server: Callable[[str, str], None] | None = None,
     ) -> RunOutcome:
-        """Run (or resume) a run with the app it was started with."""
-        info = await self.store.get_run(RunId(run_id))
-        app = load_app(info.app)
+        """Run (or resume) a run with the app it was started with, as its one executor.
+
+        ``RunHeld`` if another executor holds it (nothing written); ``LeaseLost`` if it was
+        taken over meanwhile (this process stopped writing); ``StoreUnavailable`` once the
+        store has not answered for ``store_retry`` seconds (the run stays resumable).
+        ``on_retry(error, delay)`` is told of each retry. ``apps`` and ``on_tool_server``
+        are handed to ``run_owned``.
+        """
+        rid = RunId(run_id)
+        deadline = time.monotonic() + store_retry
+        delay = 0.05
+        while True:
+            try:
+                return await self._execute_once(
+                    rid, observer, max_concurrency, lease_seconds, apps, on_tool_server
+                )
+            except StoreUnavailable as exc:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    attrs = {**exc.attrs, "run_id": rid}
+                    raise StoreUnavailable(
+                        f"{exc.message}; gave up after {store_retry:g} s of retries", **attrs
+                    ) from exc
+                pause = min(delay, left)
+                if on_retry is not None:
+                    on_retry(exc, pause)
+                await asyncio.sleep(pause)
+                delay = min(delay * 2, 2.0)
+
+    async def _execute_once(
+        self,
+        rid: RunId,
+        observer: Observer | None,
+        max_concurrency: int,
+        lease_seconds: float,
+        apps: Collection[str] | None,
+        on_tool_server: Callable[[str, str], None] | None,
+    ) -> RunOutcome:
+        info = await self.store.get_run(rid)
+        if info.status in TERMINAL_RUN:  # nothing to execute, nothing to own
+            return RunOutcome(run_id=rid, status=info.status, verdict=info.verdict)
+        claim = await self._acquire(rid, lease_seconds)
+        held = (self.store.url, rid)
+        _HELD.add(held)
+        lost: list[LeaseLost] = []
+        owner = Client(store=self.store.fenced(rid, claim.epoch))
+        run = asyncio.create_task(
+            owner.run_owned(
+                rid,
+                observer=observer,
+                max_concurrency=max_concurrency,
+                apps=apps,
+                on_tool_server=on_tool_server,
+            )
+        )
+        beat = asyncio.create_task(self._heartbeat(claim, run, lease_seconds, lost))
+        try:
+            return await run
+        except asyncio.CancelledError:
+            if lost and run.cancelled():
+                raise lost[0] from None
+            raise
+        finally:
+            beat.cancel()
+            _HELD.discard(held)
+            # If the store is down, the lease runs out (or this machine sees its holder gone).
+            with contextlib.suppress(StoreUnavailable):
+                await self.store.release(rid, claim.epoch)
+
+    async def _acquire(self, rid: RunId, lease_seconds: float) -> Claim:
+        """The run's lease, taken over at once from a holder that died on this machine."""
+        try:
+            return await self.store.acquire(rid, Holder.here(), lease_seconds)
+        except RunHeld as held:
+            holder = Holder.parse(str(held.attrs.get("holder") or ""))
+            if holder is None:
+                raise
+            # Our own pid: a lease this process failed to release (the store was down) and
+            # that none of its executors holds any more.
+            here = Holder.here()
+            mine = (holder.host, holder.pid) == (here.host, here.pid)
+            mine = mine and (self.store.url, rid) not in _HELD
+            if not (mine or holder.is_dead_here()):
+                raise
+            takeover = int(held.attrs["epoch"])
+            return await self.store.acquire(rid, Holder.here(), lease_seconds, takeover=takeover)
+
+    async def _heartbeat(
+        self,
+        claim: Claim,
+        run: asyncio.Task[RunOutcome],
+        lease_seconds: float,
+        lost: list[LeaseLost],
+    ) -> None:
+        """Renew the lease every third of it; if it was taken over, stop the run."""
+        while True:
+            await asyncio.sleep(lease_seconds / 3)
+            try:
+                await self.store.heartbeat(claim.run_id, claim.epoch, lease_seconds)
+            except LeaseLost as exc:
+                lost.append(exc)
+                run.cancel()
+                return
+            except StoreUnavailable:
+                # The run's own writes fail the same way and are retried; if the lease
+                # runs out meanwhile, fencing refuses whatever this process writes after.
+                continue
+
+    async def run_owned(
+        self,
+        run_id: str,
+        *,
+        observer: Observer | None = None,
+        max_concurrency: int = 16,
+        apps: Collection[str] | None = None,
+        on_tool_server: Callable[[str, str], None] | None = None,
+    ) -> RunOutcome:
+        """Run (or resume) a run this process already owns: ``self.store`` is the view
+        fenced to its lease (a worker's claim, or ``execute``'s own).
+
+        ``apps`` closes the authority surface for a process that executes runs written by
+        others (a worker): only installed apps (entry points) and the names in ``apps`` are
+        run, and a run of any other app, or of one that cannot be loaded, ends ``failed``
+        with an ``app_refused`` verdict instead of being retried. ``None`` (the local
+        command line) runs any app, ``module:attribute`` included. ``on_tool_server(name,
+        "starting" | "ready")`` is told when the run's tool layer starts a server.
+        """
+        info = await self.store.get_run(_rid(run_id))
+        if apps is not None:
+            if info.status not in (RunStatus.RUNNING, RunStatus.WAITING):
+                return RunOutcome(run_id=info.run_id, status=info.status, verdict=info.verdict)
+            if info.app not in apps and (":" in info.app or not registered(info.app)):
+                return await self.fail(
+                    run_id,
+                    "app_refused",
+                    f"app {info.app!r} is not registered on this worker (install it as an "
+                    "entry point, or start the worker with --app NAME)",
+                )
+            try:
+                app = load_app(info.app)
+            except UsageError as exc:
+                return await self.fail(run_id, "app_refused", str(exc))
+            if isinstance(info.params, Mapping):  # a row written past the door: final too
+                try:
+                    app.check(info.params)
+                except UsageError as exc:
+                    return await self.fail(run_id, "bad_params", str(exc))
+        else:
+            app = load_app(info.app)
         kernel = self.kernel(app, info.params, observer=observer, max_concurrency=max_concurrency)
         tools = kernel.tools
         if tools is not None and getattr(tools, "on_restart", False) is None:
-            tools.on_restart = self._journal_restart(RunId(run_id))  # type: ignore[attr-defined]
+            tools.on_restart = self._journal_restart(_rid(run_id))  # type: ignore[attr-defined]
+        if tools is not None and on_tool_server is not None and hasattr(tools, "on_server"):
+            tools.on_server = on_tool_server
         if tools is not None and hasattr(tools, "__aenter__"):
             async with tools:  # type: ignore[attr-defined]
                 return await kernel.run(run_id)
         return await kernel.run(run_id)
+
+    async def fail(self, run_id: str, kind: str, message: str) -> RunOutcome:
+        """End a run ``failed`` with the verdict ``{kind, message}``, without executing it."""
+        rid = _rid(run_id)
+        loaded = await self.store.load_run(rid)
+        verdict: JSON = {"kind": kind, "message": message}
+        delta = validate(loaded.state, GraphPatch().finish("failed", verdict), ())
+        final = NewEvent(kind=EventKind.RUN_FINISHED, data={"status": "failed", "verdict": verdict})
+        await self.store.commit_patches(rid, [], delta, final)
+        return RunOutcome(run_id=rid, status=RunStatus.FAILED, verdict=verdict)
 
     def _journal_restart(self, run_id: RunId) -> Callable[[str, str], Awaitable[None]]:
         """A tool server restart becomes a ``tool_restarted`` event of the run; the executor
@@ -188,17 +423,17 @@ class Client:
 
     async def waiting(self, run_id: str) -> list[Task]:
         """The run's tasks that wait for a human, with their reasons."""
-        loaded = await self.store.load_run(RunId(run_id))
+        loaded = await self.store.load_run(_rid(run_id))
         return loaded.state.in_state(TaskState.WAITING)
 
     async def info(self, run_id: str) -> RunInfo:
-        return await self.store.get_run(RunId(run_id))
+        return await self.store.get_run(_rid(run_id))
 
     async def inspect(
         self, run_id: str, *, journal: bool = False, at: int | None = None
     ) -> Inspection:
         """The run now, or as of event ``at`` (its journal replayed up to there)."""
-        rid = RunId(run_id)
+        rid = _rid(run_id)
         origin = await self.store.origin(rid)
         if at is not None:
             past = await self._as_of(rid, at)
@@ -231,20 +466,22 @@ class Client:
     async def fork(self, run_id: str, *, at: int, new_run_id: str | None = None) -> StartedRun:
         """A new run whose journal is ``run_id``'s up to and including event ``at``
         (``docs/fork.md``); resume it like any run. It has its own approval token."""
-        rid = RunId(run_id)
-        new = RunId(new_run_id) if new_run_id is not None else new_run_id_()
+        rid = _rid(run_id)
+        new = _rid(new_run_id) if new_run_id is not None else new_run_id_()
         if new == rid:
             raise UsageError("a fork needs a run id of its own")
         past = await self._as_of(rid, at)
         state = past.state
         prefix = f"{rid}/"
-        token = secrets.token_urlsafe(24)
+        token = "lk_" + secrets.token_urlsafe(24)  # never "-...": it follows --token
+        # a fork keeps its source's approval rule (--require-token)
+        strict = (await self.store.token_hash(rid)).startswith(TOKEN_REQUIRED)
         await self.store.fork_run(
             Fork(
                 source=past.info,
                 at_seq=at,
                 run_id=new,
-                token_hash=hash_token(token),
+                token_hash=(TOKEN_REQUIRED if strict else "") + hash_token(token),
                 events=past.events,
                 patches=past.patches,
                 state=state,
@@ -293,20 +530,32 @@ class Client:
         local: bool = False,
     ) -> Event:
         """Journal a human's answer for a waiting task (``approve`` / ``reject``)."""
-        rid = RunId(run_id)
-        if not local:
+        rid = _rid(run_id)
+        tid = TaskId(check_id(task_id, "task id"))
+        stored = await self.store.token_hash(rid)
+        strict = stored.startswith(TOKEN_REQUIRED)
+        if not local or strict or self.require_token:
             if token is None:
-                raise ApprovalRefused("an approval needs the run's approval token", run_id=rid)
-            expected = await self.store.token_hash(rid)
+                why = (
+                    ": the run was started with --require-token"
+                    if strict
+                    else ": LOOPKERNEL_REQUIRE_TOKEN is set"
+                    if local
+                    else ""
+                )
+                raise ApprovalRefused(
+                    f"an approval needs the run's approval token (--token){why}", run_id=rid
+                )
+            expected = stored.removeprefix(TOKEN_REQUIRED)
             if not hmac.compare_digest(expected, hash_token(token)):
                 raise ApprovalRefused(f"the approval token does not match run {rid}", run_id=rid)
         return await self.store.add_human_input(
-            rid, TaskId(task_id), decision=decision, payload=payload
+            rid, tid, decision=decision, payload=payload
         )
 
     async def cancel(self, run_id: str, reason: str = "cancelled by an operator") -> RunStatus:
         """Ask for the run to stop. A stopped (waiting) run is finished here and now."""
-        rid = RunId(run_id)
+        rid = _rid(run_id)
         await self.store.request_cancel(rid, reason)
         info = await self.store.get_run(rid)
         if info.status is RunStatus.WAITING:
@@ -316,4 +565,4 @@ class Client:
     async def export(self, run_id: str, to: str | os.PathLike[str]) -> None:
         if not isinstance(self.store, SQLiteStore):
             raise UsageError("export is implemented for the SQLite store")
-        self.store.export_sync(RunId(run_id), to)
+        self.store.export_sync(_rid(run_id), to)

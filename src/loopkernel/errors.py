@@ -8,10 +8,12 @@
     │   └── ApprovalRefused         a forged, replayed or late approval
     ├── PatchRejected               a GraphPatch broke a rule; nothing of it was applied
     ├── StoreError                  the store cannot serve the request
+    │   ├── NotADatabase            missing, foreign, corrupt or unreadable database
     │   ├── SchemaTooNew            the database was written by a newer LoopKernel
     │   ├── ReplayDivergence        a replayed step does not match the journal
-    │   ├── LeaseLost               another worker owns the run now (fencing)
-    │   └── StoreUnavailable        the database could not be reached; retry
+    │   ├── LeaseLost               another executor owns the run now (fencing)
+    │   ├── RunHeld                 another executor holds the run's lease; nothing was written
+    │   └── StoreUnavailable        the database could not be reached or written; retry
     └── RunError                    something stopped a run; ``verdict()`` is what the store keeps
         ├── ToolError               bad arguments, bad output, or the tool's handler raised
         ├── ToolTimeout             the client deadline passed; the request was cancelled
@@ -19,6 +21,8 @@
         ├── ModelError              the model gateway refused the call or the reply was unusable
         ├── ModelTimeout            the model call passed its deadline
         ├── ModelUnavailable        the gateway or its provider could not be reached; retry
+        ├── TransientFault          a fault that may pass outlasted its retries; the run
+        │                           was left running, resumable
         ├── BudgetExceeded          a budget limit would be passed
         ├── TripwireFired           a tripwire stopped the run
         └── RunawayRun              the run passed its ``max_events``
@@ -39,9 +43,11 @@ __all__ = [
     "ModelError",
     "ModelTimeout",
     "ModelUnavailable",
+    "NotADatabase",
     "PatchRejected",
     "ReplayDivergence",
     "RunError",
+    "RunHeld",
     "RunNotFound",
     "RunawayRun",
     "SchemaTooNew",
@@ -50,6 +56,7 @@ __all__ = [
     "ToolError",
     "ToolTimeout",
     "ToolUnavailable",
+    "TransientFault",
     "TripwireFired",
     "UsageError",
 ]
@@ -107,6 +114,13 @@ class StoreError(LoopKernelError):
     code = "store_error"
 
 
+class NotADatabase(StoreError):
+    """The path or URL holds no usable LoopKernel database: nothing there, a directory,
+    another application's file, a corrupt or unreadable one. Nothing was written to it."""
+
+    code = "not_a_database"
+
+
 class SchemaTooNew(StoreError):
     code = "schema_too_new"
 
@@ -123,9 +137,18 @@ class LeaseLost(StoreError):
     retryable = True
 
 
+class RunHeld(StoreError):
+    """Another executor (a ``loopkernel run``/``resume`` process or a worker) holds the
+    run's lease; this one wrote nothing. ``holder`` names it, ``lease_until`` is when its
+    lease ends unless renewed (seconds since the epoch), ``epoch`` the lease epoch seen."""
+
+    code = "run_held"
+
+
 class StoreUnavailable(StoreError):
-    """The database did not answer (connection lost, server down, pool exhausted); the
-    transaction was rolled back, so retrying later is safe."""
+    """The database did not answer or could not write (connection lost, server down, pool
+    exhausted; SQLite locked past its busy timeout, disk full, I/O error); the transaction
+    was rolled back, so retrying later is safe."""
 
     code = "store_unavailable"
     retryable = True
@@ -168,6 +191,16 @@ class ModelUnavailable(RunError):
     the gateway's retries. Retrying later is safe: the call carries its idempotency key."""
 
     code = "model_unavailable"
+    retryable = True
+
+
+class TransientFault(RunError):
+    """A fault that may pass (a tool timed out, its server is gone or out of disk) outlasted
+    the tool's retry policy, or is not retried at all (an irreversible tool). The executor
+    stopped and left the run ``running``: ``resume`` re-sends the call under its
+    idempotency key. ``cause`` is the error type, ``tool`` and ``task_id`` name the call."""
+
+    code = "transient_fault"
     retryable = True
 
 

@@ -33,6 +33,7 @@ from loopkernel.executor import RunOutcome
 from loopkernel.graph import RunStatus
 from loopkernel.ids import RunId
 from loopkernel.store import Claim, Store
+from loopkernel.store._lease import LOCAL, QUEUED
 
 __all__ = ["RunWorker", "WorkerConfig", "WorkerStats", "default_worker_id"]
 
@@ -64,6 +65,9 @@ class WorkerConfig:
     are noticed this way; PostgreSQL notifies of everything else)."""
     task_concurrency: int = 16
     """Tasks at once within one run (the kernel's ``max_concurrency``)."""
+    apps: frozenset[str] = frozenset()
+    """Apps run besides the installed ones (entry points), e.g. ``module:attribute``; a run
+    of any other app ends ``failed`` (``app_refused``) instead of importing its module."""
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.task_concurrency < 1:
@@ -72,6 +76,11 @@ class WorkerConfig:
             raise UsageError("lease_seconds and poll_seconds must be positive")
         if not self.worker_id:
             raise UsageError("worker_id must not be empty")
+        if self.worker_id.startswith((LOCAL, QUEUED)):
+            raise UsageError(
+                f"worker_id must not start with {LOCAL!r} or {QUEUED!r}: those name local "
+                "executors in the lease"
+            )
 
     @property
     def heartbeat_seconds(self) -> float:
@@ -189,7 +198,9 @@ class RunWorker:
         run_id, epoch = claim.run_id, claim.epoch
         client = Client(store=self.store.fenced(run_id, epoch))
         run = asyncio.create_task(
-            client.execute(run_id, max_concurrency=self.config.task_concurrency)
+            client.run_owned(
+                run_id, max_concurrency=self.config.task_concurrency, apps=self.config.apps
+            )
         )
         beat = asyncio.create_task(self._heartbeat(claim, run))
         try:

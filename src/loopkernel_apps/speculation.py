@@ -31,6 +31,7 @@ from loopkernel import (
     BasePlanner,
     Event,
     GraphPatch,
+    Param,
     Snapshot,
     TaskContext,
     TaskSpec,
@@ -183,6 +184,20 @@ app = App(
     description="three researchers race; a quorum of two wins, the third is cancelled in flight",
     build=build,
     defaults={"delays": [0.3, 0.6, 5.0], "quorum": 2, "distill_delay": 0.2, "planner": "rules"},
+    parameters={
+        "delays": Param(
+            kind="list",
+            minimum=1,
+            maximum=len(ANGLES),
+            items=Param(kind="number", minimum=0, maximum=3600),
+            help="seconds each researcher takes",
+        ),
+        "quorum": Param(kind="int", minimum=1, maximum=len(ANGLES)),
+        "distill_delay": Param(kind="number", minimum=0, maximum=3600),
+        "planner": Param(
+            kind="str", choices=("rules", "llm"), help="who plans (docs/planner-llm.md)"
+        ),
+    },
     scenarios={
         "fast": {"delays": [0.01, 0.02, 2.0], "distill_delay": 0.05},
         "demo": {"delays": [0.4, 0.9, 6.0]},

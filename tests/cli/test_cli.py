@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from lk_helpers import LOOPKERNEL, cli_env
+from loopkernel import SQLiteStore
 
 pytestmark = pytest.mark.slow
 
@@ -88,10 +90,23 @@ def test_cancel_a_waiting_run(tmp_path: Path) -> None:
 def test_usage_errors_exit_2_with_a_message_that_names_the_problem(
     tmp_path: Path, args: list[str], message: str
 ) -> None:
-    out = cli("--db", str(tmp_path / "x.db"), *args)
+    db = tmp_path / "x.db"
+    _empty_database(db)
+    out = cli("--db", str(db), *args)
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert message in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def _empty_database(db: Path) -> None:
+    """A LoopKernel database with no runs in it."""
+
+    async def go() -> None:
+        store = SQLiteStore(db)
+        await store.open()
+        await store.close()
+
+    asyncio.run(go())
 
 
 def test_runaway_exit_code_and_verdict(tmp_path: Path) -> None:

@@ -355,22 +355,23 @@ def test_load_run_gives_graph_and_exactly_the_unplanned_events(backend: Backend)
 
 
 def test_task_order_is_byte_order_of_task_ids(backend: Backend) -> None:
-    """Locale collations sort 'a-b' after 'ab' and 'B' after 'a'; the stores must not."""
-    ids = ["b", "Z", "a-b", "ab", "B", "a", "é", "a_b", "0"]
+    """Locale collations sort 'a-b' after 'ab' and 'B' after 'a'; the stores must not.
+    (Ids are ASCII by their grammar, ``loopkernel.ids``; punctuation still sorts apart.)"""
+    ids = ["b", "Z", "a-b", "ab", "B", "a", "a:b", "a_b", "0", "a.b"]
 
     async def body(store: Store) -> None:
         await new_run(store)
         patch = GraphPatch()
         for tid in ids:
             patch = patch.add(TaskSpec(task_id=TaskId(tid), skill="fetch"))
-        for src, dst in (("b", "ab"), ("B", "a-b"), ("B", "a"), ("a", "é")):
+        for src, dst in (("b", "ab"), ("B", "a-b"), ("B", "a"), ("a", "a:b")):
             patch = patch.connect(src, dst)
         await plan(store, 1, patch)
         state = (await store.load_run(RUN)).state
         assert list(state.tasks) == sorted(ids, key=lambda s: s.encode())
         dump = await store.dump(RUN)
         assert [t["task_id"] for t in dump["tasks"]] == sorted(ids, key=lambda s: s.encode())
-        assert dump["edges"] == [["B", "a"], ["B", "a-b"], ["a", "é"], ["b", "ab"]]
+        assert dump["edges"] == [["B", "a"], ["B", "a-b"], ["a", "a:b"], ["b", "ab"]]
         assert state.successors("B") == ["a", "a-b"]
 
     backend.run(body)

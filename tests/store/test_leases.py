@@ -353,3 +353,73 @@ def test_sqlite_has_no_notifications_and_polls(lite_backend: Backend) -> None:
         assert 0.04 < time.monotonic() - t0 < 1
 
     lite_backend.run(body)
+
+
+# -- one executor per run: acquire (loopkernel run / resume / Client.execute) -------------
+
+
+def test_acquire_owns_a_run_once_and_refuses_a_second_executor_writing_nothing(
+    backend: Backend,
+) -> None:
+    from loopkernel.errors import RunHeld
+    from loopkernel.store._lease import Holder
+
+    first = Holder(host="box-a", pid=101, since=1_700_000_000.0)
+    second = Holder(host="box-b", pid=202, since=1_700_000_100.0)
+
+    async def body(store: Store) -> None:
+        await new_run(store, enqueue=False)
+        claim = await store.acquire(RUN, first, 60)
+        before = backend.sql("SELECT owner, lease_until, lease_epoch FROM runs")
+        with pytest.raises(RunHeld) as held:
+            await store.acquire(RUN, second, 60)
+        assert backend.sql("SELECT owner, lease_until, lease_epoch FROM runs") == before
+        message = str(held.value)
+        assert "held by another executor: pid 101 on host box-a since 2023-11-14 22:13:20 UTC" in (
+            message
+        )
+        assert "its lease ends at" in message and "\n" not in message
+        assert held.value.attrs["epoch"] == claim.epoch
+        # Workers never claim a run that was not handed to them, held or not.
+        assert await store.claim_run("w", 60) is None
+        # The holder writes through its fenced view; the refused one never got one.
+        view = store.fenced(RUN, claim.epoch)
+        await view.set_status(RUN, RunStatus.RUNNING)
+        # A holder known dead is taken over at the epoch it held (no waiting for the lease).
+        took = await store.acquire(RUN, second, 60, takeover=claim.epoch)
+        assert took.epoch == claim.epoch + 1
+        with pytest.raises(LeaseLost):
+            await view.set_status(RUN, RunStatus.RUNNING)
+        assert await store.release(RUN, took.epoch)
+        # Given back, a run no worker serves stays out of the workers' reach.
+        assert backend.sql("SELECT owner, lease_until FROM runs") == [(None, None)]
+        assert await store.claim_run("w", 60) is None
+
+    backend.run(body)
+
+
+def test_an_expired_local_lease_is_taken_over_and_an_enqueued_run_goes_back_to_workers(
+    backend: Backend,
+) -> None:
+    from loopkernel.store._lease import Holder
+
+    async def body(store: Store) -> None:
+        await new_run(store, enqueue=False)
+        gone = await store.acquire(RUN, Holder(host="box-a", pid=1, since=0.0), SHORT)
+        await asyncio.sleep(2 * SHORT)
+        # Its lease over, the run is still no worker's: only another local executor takes it.
+        assert await store.claim_run("w", 60) is None
+        later = await store.acquire(RUN, Holder(host="box-b", pid=2, since=0.0), 60)
+        assert later.epoch == gone.epoch + 1
+        assert await store.release(RUN, later.epoch)
+
+        other = RunId("run-2")
+        await new_run(store, other)  # handed to the workers
+        mine = await store.acquire(other, Holder(host="box-c", pid=3, since=0.0), 60)
+        assert mine.owner.startswith("queued:")
+        assert await store.claim_run("w", 60) is None  # held
+        assert await store.release(other, mine.epoch)
+        claimed = await store.claim_run("w", 60)
+        assert claimed is not None and claimed.run_id == other
+
+    backend.run(body)

@@ -30,10 +30,12 @@ ODD: JSON = {
     "nested": {"z": None, "A": True, "a": [False, {}], "": []},
 }
 
-GOLDEN_DIGEST = "eb347db6c21ad13ff14f44f4807c18ae21844a3aba16778ac537aa10a65080a9"
+GOLDEN_DIGEST = "93428dc0b19eff740e6d11fcd7d4029e529b5a3907ff129eabcea38e48d2f38b"
 """The digest of ``scenario``'s run. It changes only when the dump's shape or the codec
 does, and then every journal recorded before stops digesting the same: change it
-deliberately, never to make this test pass."""
+deliberately, never to make this test pass. (Last changed with the scenario itself: its
+task id "é" left the id grammar and became "think:1.a"; the code before that change gives
+this same digest for this scenario, so the codec did not move.)"""
 
 
 async def commit(store: Store, seq: int, patch: GraphPatch, **record: JSON) -> None:
@@ -57,8 +59,8 @@ async def scenario(store: Store) -> None:
         .add(TaskSpec(task_id=TaskId("fetch-B"), skill="fetch", input=ODD))
         .add(TaskSpec(task_id=TaskId("fetch_a"), skill="fetch", input=[1.0]))
         .add(TaskSpec(task_id=TaskId("pay"), skill="pay"), after=["fetch-B", "fetch_a"])
-        .add(TaskSpec(task_id=TaskId("é"), skill="think", evidence_scope="ancestors"))
-        .connect("pay", "é"),
+        .add(TaskSpec(task_id=TaskId("think:1.a"), skill="think", evidence_scope="ancestors"))
+        .connect("pay", "think:1.a"),
     )
     state = (await store.load_run(RUN)).state
     running = [replace(state.task(t), state=TaskState.RUNNING) for t in ("fetch-B", "fetch_a")]

@@ -57,5 +57,10 @@ def test_submit_wait_and_a_worker_on_one_sqlite_file_and_sigterm_gives_runs_back
 
 
 def test_wait_for_an_unknown_run_is_a_usage_error(tmp_path: Path) -> None:
-    out = cli(str(tmp_path / "runs.db"), "wait", "nope")
+    db = str(tmp_path / "runs.db")
+    out = cli(db, "wait", "nope")
+    assert out.returncode == 9 and "no LoopKernel database" in out.stderr  # and none made
+    assert not (tmp_path / "runs.db").exists()
+    assert cli(db, "submit", "speculation", "--scenario", "fast").returncode == 0
+    out = cli(db, "wait", "nope")
     assert out.returncode == 2 and "no run nope" in out.stderr

@@ -21,13 +21,16 @@ from loopkernel.worker import RunWorker, WorkerConfig
 if TYPE_CHECKING:
     from lk_stores import Backend
 
+TEST_APPS = frozenset({"lk_workers:relay", "lk_testapps:gate"})
+"""The module:attribute apps these tests submit: a worker runs them only when told to."""
 SPEC_FAST = {"delays": [0.01, 0.02, 2.0], "distill_delay": 0.01}
 
 
 @asynccontextmanager
 async def serving(store: Store, **config: Any) -> AsyncIterator[RunWorker]:
     lines: list[str] = []
-    worker = RunWorker(store, WorkerConfig(**{"poll_seconds": 0.1, **config}), log=lines.append)
+    config = {"poll_seconds": 0.1, "apps": TEST_APPS, **config}
+    worker = RunWorker(store, WorkerConfig(**config), log=lines.append)
     task = asyncio.create_task(worker.serve())
     try:
         yield worker
@@ -132,7 +135,7 @@ def test_a_worker_whose_lease_is_taken_stops_the_run_and_writes_nothing(
         assert await store.events(RunId("r")) == before  # nothing of the old owner landed
         assert await lease(backend, "r") == ("thief", thief.epoch)
         # The thief resumes the run by the ordinary recovery rules.
-        result = await Client(store=store.fenced(RunId("r"), thief.epoch)).execute("r")
+        result = await Client(store=store.fenced(RunId("r"), thief.epoch)).run_owned("r")
         assert result.status is RunStatus.SUCCEEDED
 
     backend.run(body)

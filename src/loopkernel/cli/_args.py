@@ -6,9 +6,20 @@ from __future__ import annotations
 import argparse
 import json
 
+from loopkernel.errors import UsageError
 from loopkernel.graph import JSON
+from loopkernel.ids import RunId, TaskId, check_id
 
-__all__ = ["count", "json_value", "key_value", "positive", "setting"]
+__all__ = [
+    "count",
+    "json_value",
+    "key_value",
+    "max_events",
+    "positive",
+    "run_id",
+    "setting",
+    "task_id",
+]
 
 
 def positive(text: str) -> float:
@@ -30,6 +41,14 @@ def count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def max_events(text: str) -> int:
+    """The runaway guard: a whole number of at least 2 (``run_started`` and one more)."""
+    value = count(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError("max_events must be at least 2")
     return value
 
 
@@ -56,3 +75,19 @@ def setting(text: str) -> tuple[str, JSON]:
         return key, json.loads(value)
     except json.JSONDecodeError:
         return key, value
+
+
+def run_id(text: str) -> RunId:
+    """A run id that follows the id grammar (``loopkernel.ids.ID_PATTERN``)."""
+    try:
+        return RunId(check_id(text))
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def task_id(text: str) -> TaskId:
+    """A task id that follows the id grammar."""
+    try:
+        return TaskId(check_id(text, "task id"))
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

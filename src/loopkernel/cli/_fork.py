@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from loopkernel.cli._args import count
+from loopkernel.cli._args import count, run_id
 from loopkernel.cli._main import Handler
 from loopkernel.client import Client
 from loopkernel.graph import TERMINAL_RUN
@@ -26,7 +26,7 @@ __all__ = ["add_parser"]
 
 
 async def cmd_fork(args: argparse.Namespace) -> int:
-    async with Client(args.db) as client:
+    async with Client(args.db, create=False) as client:
         started = await client.fork(args.run, at=args.at, new_run_id=args.run_id)
         info = await client.info(started.run_id)
         if args.json:
@@ -60,7 +60,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "start a new run from another's journal up to and including event SEQ "
         "(docs/fork.md); resume it like any run",
     )
-    p.add_argument("run", help="the run to fork")
+    p.add_argument("run", type=run_id, help="the run to fork")
     p.add_argument("--at", type=count, required=True, metavar="SEQ", help="the last event kept")
-    p.add_argument("--run-id", help="the new run's id (default: a random one)")
+    p.add_argument("--run-id", type=run_id, help="the new run's id (default: a random one)")
     p.add_argument("--json", action="store_true", help="print run id, token and origin as JSON")

@@ -10,6 +10,11 @@ Exit codes (also in ``docs/cli.md``):
 4     the run escalated (a tripwire fired)
 5     the run was cancelled
 6     the run is still running (e.g. cancel was requested of a live executor)
+7     the run is held by another executor (its lease); nothing was written
+8     the store is unavailable (locked, disk full, I/O error, PostgreSQL down); the run
+      is left resumable
+9     not a usable LoopKernel database (missing, foreign, corrupt, unreadable, too new)
+141   the output was closed early (``loopkernel runs | head``)
 ====  ==========================================
 """
 
@@ -18,14 +23,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import shlex
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from loopkernel.cli._args import count, json_value, setting
-from loopkernel.cli._render import Progress, render_inspection
-from loopkernel.client import Client
-from loopkernel.errors import LoopKernelError, UsageError
+from loopkernel._app import load_app
+from loopkernel.cli._args import count, json_value, max_events, run_id, setting, task_id
+from loopkernel.cli._render import Progress, one_line, render_inspection
+from loopkernel.client import DEFAULT_STORE_RETRY, Client
+from loopkernel.errors import (
+    LeaseLost,
+    LoopKernelError,
+    NotADatabase,
+    RunHeld,
+    SchemaTooNew,
+    StoreUnavailable,
+    TransientFault,
+    UsageError,
+)
 from loopkernel.executor import DEFAULT_MAX_EVENTS, RunOutcome, StartedRun
 from loopkernel.graph import RunStatus
 
@@ -40,29 +57,37 @@ EXIT_CODES: dict[RunStatus, int] = {
     RunStatus.RUNNING: 6,
 }
 USAGE = 2
+HELD = 7
+STORE_UNAVAILABLE = 8
+NOT_A_DATABASE = 9
+BROKEN_PIPE = 141
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 
 
-async def _finish(client: Client, outcome: RunOutcome, args: argparse.Namespace) -> int:
+async def _finish(
+    client: Client, outcome: RunOutcome, args: argparse.Namespace, token: str | None = None
+) -> int:
+    waiting = (
+        await client.waiting(outcome.run_id) if outcome.status is RunStatus.WAITING else []
+    )
     if getattr(args, "json", False):
-        print(
-            json.dumps(
-                {
-                    "run_id": outcome.run_id,
-                    "status": outcome.status.value,
-                    "verdict": outcome.verdict,
-                },
-                indent=2,
-            )
-        )
+        out: dict[str, Any] = {
+            "run_id": outcome.run_id,
+            "status": outcome.status.value,
+            "verdict": outcome.verdict,
+            "waiting": [{"task_id": t.task_id, "reason": t.wait_reason} for t in waiting],
+        }
+        if token is not None:
+            out["token"] = token  # shown once: a script that ran --json must still get it
+        print(json.dumps(out, indent=2))
     else:
         print(f"run {outcome.run_id}: {outcome.status.value}")
         if outcome.verdict is not None:
             print(f"verdict: {json.dumps(outcome.verdict)}")
-        if outcome.status is RunStatus.WAITING:
+        if waiting:
             print("waiting for a human:")
-            for task in await client.waiting(outcome.run_id):
+            for task in waiting:
                 print(f"  {task.task_id}: {task.wait_reason}")
                 print(
                     f"    loopkernel approve {outcome.run_id} {task.task_id} "
@@ -70,6 +95,17 @@ async def _finish(client: Client, outcome: RunOutcome, args: argparse.Namespace)
                 )
             print(f"  then: loopkernel resume {outcome.run_id}")
     return EXIT_CODES[outcome.status]
+
+
+def check_app_arguments(args: argparse.Namespace) -> None:
+    """Refuse a bad app, scenario or parameter before the database is even opened: a
+    mistyped ``--set`` must not leave a new empty ``runs.db`` behind."""
+    app = load_app(args.app)
+    parts = app.build(app.params(args.scenario, dict(args.set or [])))
+    if parts.tool_layer is not None:  # its MCP layer is built once the store is open
+        from loopkernel.tools._extra import require_mcp
+
+        require_mcp()
 
 
 async def start_run(client: Client, args: argparse.Namespace) -> StartedRun:
@@ -81,13 +117,16 @@ async def start_run(client: Client, args: argparse.Namespace) -> StartedRun:
         | ({"planner": args.planner} if getattr(args, "planner", None) else {}),
         run_id=args.run_id,
         max_events=args.max_events,
+        require_token=args.require_token,
     )
     return started
 
 
 async def cmd_run(args: argparse.Namespace) -> int:
+    check_app_arguments(args)
     async with Client(args.db) as client:
         started = await start_run(client, args)
+        args.started = started.run_id  # for the resume hint on Ctrl-C
         if not args.json:
             print(
                 f"run {started.run_id} started ({args.app}"
@@ -96,14 +135,38 @@ async def cmd_run(args: argparse.Namespace) -> int:
             print(f"approval token (shown once): {started.token}")
         progress = None if args.quiet or args.json else Progress(sys.stdout)
         outcome = await client.execute(
-            started.run_id, observer=progress, max_concurrency=args.concurrency
+            started.run_id,
+            observer=progress,
+            max_concurrency=args.concurrency,
+            store_retry=args.store_retry,
+            on_retry=_retrying(args),
+            on_tool_server=None if progress is None else progress.tool_server,
         )
-        return await _finish(client, outcome, args)
+        return await _finish(client, outcome, args, started.token)
+
+
+def _retrying(args: argparse.Namespace) -> Callable[[StoreUnavailable, float], None]:
+    """Say, once, that the store is being retried (the run is not stuck, it waits)."""
+    said = False
+
+    def on_retry(exc: StoreUnavailable, delay: float) -> None:
+        nonlocal said
+        if not said and not args.quiet:
+            print(
+                f"loopkernel: {exc}; retrying for up to {args.store_retry:g} s",
+                file=sys.stderr,
+                flush=True,
+            )
+            said = True
+
+    return on_retry
 
 
 async def cmd_demo(args: argparse.Namespace) -> int:
     args.app, args.scenario, args.set, args.run_id = "speculation", "demo", [], None
+    args.require_token = False
     args.max_events, args.quiet, args.json, args.concurrency = DEFAULT_MAX_EVENTS, False, False, 16
+    args.store_retry = DEFAULT_STORE_RETRY
     print(
         "LoopKernel demo: three researchers race; at a quorum of two the straggler is "
         "cancelled in flight\nand a distiller that sees only its ancestors writes the answer.\n"
@@ -112,16 +175,21 @@ async def cmd_demo(args: argparse.Namespace) -> int:
 
 
 async def cmd_resume(args: argparse.Namespace) -> int:
-    async with Client(args.db) as client:
+    async with Client(args.db, create=False) as client:
         progress = None if args.quiet or args.json else Progress(sys.stdout)
         outcome = await client.execute(
-            args.run, observer=progress, max_concurrency=args.concurrency
+            args.run,
+            observer=progress,
+            max_concurrency=args.concurrency,
+            store_retry=args.store_retry,
+            on_retry=_retrying(args),
+            on_tool_server=None if progress is None else progress.tool_server,
         )
         return await _finish(client, outcome, args)
 
 
 async def cmd_decide(args: argparse.Namespace) -> int:
-    async with Client(args.db) as client:
+    async with Client(args.db, create=False) as client:
         event = await client.decide(
             args.run,
             args.task,
@@ -139,7 +207,7 @@ async def cmd_decide(args: argparse.Namespace) -> int:
 
 
 async def cmd_cancel(args: argparse.Namespace) -> int:
-    async with Client(args.db) as client:
+    async with Client(args.db, create=False) as client:
         status = await client.cancel(args.run, args.reason)
         if status is RunStatus.RUNNING:
             print(f"cancel requested for run {args.run}; its executor stops it at its next poll")
@@ -149,7 +217,7 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 async def cmd_inspect(args: argparse.Namespace) -> int:
-    async with Client(args.db) as client:
+    async with Client(args.db, create=False) as client:
         inspection = await client.inspect(args.run, journal=args.journal or args.json, at=args.at)
         if args.json:
             print(json.dumps(inspection.to_json(), indent=2, sort_keys=True))
@@ -159,7 +227,7 @@ async def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 async def cmd_runs(args: argparse.Namespace) -> int:
-    async with Client(args.db) as client:
+    async with Client(args.db, create=False) as client:
         for info in await client.store.list_runs(args.limit):
             counts = " ".join(f"{k}={v}" for k, v in sorted(info.task_counts.items()))
             print(
@@ -170,7 +238,7 @@ async def cmd_runs(args: argparse.Namespace) -> int:
 
 
 async def cmd_export(args: argparse.Namespace) -> int:
-    async with Client(args.db) as client:
+    async with Client(args.db, create=False) as client:
         await client.export(args.run, args.to)
         print(f"run {args.run} exported to {args.to}")
         return 0
@@ -194,12 +262,22 @@ def add_app_arguments(p: argparse.ArgumentParser) -> None:
         "through the gateway, the rules answer whatever it gets wrong (same as "
         "--set planner=...; docs/models.md)",
     )
-    p.add_argument("--run-id", help="the run id (default: a random one)")
+    p.add_argument(
+        "--run-id",
+        type=run_id,
+        help="the run id: letters, digits and . _ : - , at most 128 (default: a random one)",
+    )
     p.add_argument(
         "--max-events",
-        type=int,
+        type=max_events,
         default=DEFAULT_MAX_EVENTS,
         help=f"runaway guard: most events a run may have (default {DEFAULT_MAX_EVENTS})",
+    )
+    p.add_argument(
+        "--require-token",
+        action="store_true",
+        help="approvals of this run need its approval token even from a caller with "
+        "database access (set LOOPKERNEL_REQUIRE_TOKEN=1 for every run)",
     )
 
 
@@ -211,7 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--db",
         default=None,
-        help="database: a SQLite path or postgresql:// URL (default: $LOOPKERNEL_DB, else runs.db)",
+        help="database: a SQLite path or postgresql:// URL (default: $LOOPKERNEL_DB, else "
+        "runs.db); also accepted after the command name, except for tools and bench",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -223,8 +302,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     def execution_flags(p: argparse.ArgumentParser) -> None:
         p.add_argument("--quiet", action="store_true", help="no progress lines")
-        p.add_argument("--json", action="store_true", help="print the outcome as JSON")
-        p.add_argument("--concurrency", type=int, default=16, help="tasks at once (default 16)")
+        p.add_argument(
+            "--json",
+            action="store_true",
+            help="print the outcome as JSON (run_id, status, verdict, waiting tasks; "
+            "run adds the approval token)",
+        )
+        p.add_argument("--concurrency", type=count, default=16, help="tasks at once (default 16)")
+        p.add_argument(
+            "--store-retry",
+            type=float,
+            default=DEFAULT_STORE_RETRY,
+            metavar="SECONDS",
+            help="how long to retry a store that does not answer (locked, disk full, "
+            f"server down) before stopping with exit 8 (default {DEFAULT_STORE_RETRY:g})",
+        )
 
     p = command("run", cmd_run, "start a run of an app and execute it")
     add_app_arguments(p)
@@ -233,27 +325,31 @@ def build_parser() -> argparse.ArgumentParser:
     command("demo", cmd_demo, "run the speculation app with a live progress view")
 
     p = command("resume", cmd_resume, "resume a stopped, waiting or crashed run")
-    p.add_argument("run")
+    p.add_argument("run", type=run_id)
     execution_flags(p)
 
     for decision in ("approve", "reject"):
         p = command(decision, cmd_decide, f"{decision} a waiting task (journals human_input)")
-        p.add_argument("run")
-        p.add_argument("task")
+        p.add_argument("run", type=run_id)
+        p.add_argument("task", type=task_id)
         p.add_argument("--payload", type=json_value, default=None, help="JSON handed to the task")
         p.add_argument(
             "--token",
-            help="the run's approval token; without it, local access "
-            "to the database is the authority",
+            help="the run's approval token; without it, access to the database is the "
+            "authority, unless the run or LOOPKERNEL_REQUIRE_TOKEN requires the token",
         )
         p.set_defaults(decision=decision)
 
     p = command("cancel", cmd_cancel, "cancel a run")
-    p.add_argument("run")
-    p.add_argument("--reason", default="cancelled by an operator")
+    p.add_argument("run", type=run_id)
+    p.add_argument(
+        "--reason",
+        default="cancelled by an operator",
+        help="why, kept in the run's verdict (default: cancelled by an operator)",
+    )
 
     p = command("inspect", cmd_inspect, "show a run: graph, verdict, digest, journal")
-    p.add_argument("run")
+    p.add_argument("run", type=run_id)
     p.add_argument("--journal", action="store_true", help="also list events and patches")
     p.add_argument("--json", action="store_true", help="JSON with status, verdict and digest")
     p.add_argument(
@@ -264,17 +360,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = command("runs", cmd_runs, "list the runs in the database")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument(
+        "--limit", type=count, default=50, help="list at most N runs, newest first (default 50)"
+    )
 
     p = command("export", cmd_export, "write a consistent copy of one run to a new SQLite file")
-    p.add_argument("run")
+    p.add_argument("run", type=run_id)
     p.add_argument("--to", required=True, help="the new file")
 
     for module in (
         "loopkernel.cli._tools",
         "loopkernel.cli._workers",
         "loopkernel.cli._fork",
-        "loopkernel.cli._bench",
         "loopkernel.cli._gateway",
     ):
         _add_optional(sub, module)
@@ -290,6 +387,18 @@ def _add_optional(sub: Any, module: str) -> None:
             return
         raise
     mod.add_parser(sub)
+
+
+def _resume_hint(args: argparse.Namespace, exc: LoopKernelError) -> str:
+    """``; run R is left resumable: loopkernel --db DB resume R`` when a run was hit."""
+    run_id = exc.attrs.get("run_id")
+    if not run_id:
+        return ""
+    db = ""
+    if args.db:
+        where = str(exc.attrs.get("url") or args.db)
+        db = f" --db {shlex.quote(where.removeprefix('sqlite:///'))}"
+    return f"; run {run_id} is left resumable: loopkernel{db} resume {run_id}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -316,11 +425,44 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(asyncio.run(func(args)))
         return int(func(args))
     except UsageError as exc:
-        print(f"loopkernel: {exc}", file=sys.stderr)
+        print(f"loopkernel: {one_line(str(exc))}", file=sys.stderr)
         return USAGE
+    except RunHeld as exc:
+        print(f"loopkernel: {one_line(str(exc))}", file=sys.stderr)
+        return HELD
+    except LeaseLost as exc:
+        print(
+            f"loopkernel: {one_line(str(exc))}; another executor took the run over, "
+            "so this one stopped",
+            file=sys.stderr,
+        )
+        return HELD
+    except (NotADatabase, SchemaTooNew) as exc:
+        print(f"loopkernel: {one_line(str(exc))}", file=sys.stderr)
+        return NOT_A_DATABASE
+    except StoreUnavailable as exc:
+        print(
+            f"loopkernel: store unavailable: {one_line(str(exc))}{_resume_hint(args, exc)}",
+            file=sys.stderr,
+        )
+        return STORE_UNAVAILABLE
+    except TransientFault as exc:
+        print(f"loopkernel: {one_line(str(exc))}{_resume_hint(args, exc)}", file=sys.stderr)
+        return EXIT_CODES[RunStatus.RUNNING]
     except LoopKernelError as exc:
-        print(f"loopkernel: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"loopkernel: {type(exc).__name__}: {one_line(str(exc))}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # The reader went away (``loopkernel runs | head``): stop quietly, as `cat` does.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return BROKEN_PIPE
     except KeyboardInterrupt:
-        print("loopkernel: interrupted; the run can be resumed", file=sys.stderr)
+        run = getattr(args, "started", None) or getattr(args, "run", None)
+        if run is not None and args.command in ("run", "demo", "resume"):
+            print(
+                f"loopkernel: interrupted; resume with: loopkernel resume {run}", file=sys.stderr
+            )
+        else:
+            print("loopkernel: interrupted", file=sys.stderr)
         return 130

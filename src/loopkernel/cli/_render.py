@@ -12,7 +12,7 @@ from loopkernel.store import PatchRecord
 if TYPE_CHECKING:
     from loopkernel.client import Inspection
 
-__all__ = ["Progress", "render_inspection", "summarize_ops"]
+__all__ = ["Progress", "one_line", "render_inspection", "summarize_ops"]
 
 _MARK = {
     TaskState.SUCCEEDED: "✓",
@@ -23,6 +23,15 @@ _MARK = {
     TaskState.READY: "·",
     TaskState.PENDING: "·",
 }
+
+
+def one_line(text: str) -> str:
+    """A message on one line: a server's multi-line error joined with `` | ``."""
+    return " | ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+_DONE = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED})
+"""States a task never leaves: counted as done in the progress view."""
 
 
 def summarize_ops(ops: JSON) -> str:
@@ -63,11 +72,22 @@ class Progress:
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.t0 = time.monotonic()
+        self.started = self.t0
+
+    def tool_server(self, name: str, phase: str) -> None:
+        """A line when a tool server starts and when it answers (it takes a second)."""
+        elapsed = time.monotonic() - self.t0
+        if phase == "starting":
+            self.started = time.monotonic()
+            line = f"tool server {name} starting..."
+        else:
+            line = f"tool server {name} ready ({time.monotonic() - self.started:.2f}s)"
+        print(f"  {elapsed:6.2f}s  {line}", file=self.out, flush=True)
 
     def __call__(self, event: Event, state: GraphState, record: PatchRecord | None) -> None:
         elapsed = time.monotonic() - self.t0
         running = sorted(t.task_id for t in state.in_state(TaskState.RUNNING))
-        done = len(state.in_state(TaskState.SUCCEEDED))
+        done = sum(1 for t in state.tasks.values() if t.state in _DONE)
         subject = event.task_id or ""
         answer = summarize_ops(record.ops) if record is not None else ""
         if record is not None and record.planner != "planner":

@@ -21,6 +21,7 @@ import sys
 from typing import Any
 
 from loopkernel.cli._args import key_value, positive
+from loopkernel.cli._render import one_line
 from loopkernel.errors import LoopKernelError, ToolError, ToolTimeout, ToolUnavailable, UsageError
 
 __all__ = ["add_parser"]
@@ -113,7 +114,7 @@ def _quiet(args: argparse.Namespace) -> None:
 def _fail(exc: LoopKernelError) -> int:
     kind = exc.attrs.get("kind")
     label = f"{type(exc).__name__}({kind})" if kind else type(exc).__name__
-    print(f"loopkernel tools: {label}: {exc.message}", file=sys.stderr)
+    print(f"loopkernel tools: {label}: {one_line(exc.message)}", file=sys.stderr)
     return USAGE if isinstance(exc, UsageError) else FAILED
 
 

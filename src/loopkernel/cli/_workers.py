@@ -22,11 +22,16 @@ import signal
 import sys
 import time
 
-from loopkernel.cli._args import count, positive
-from loopkernel.cli._main import EXIT_CODES, Handler, add_app_arguments, start_run
+from loopkernel.cli._args import count, positive, run_id
+from loopkernel.cli._main import (
+    EXIT_CODES,
+    Handler,
+    add_app_arguments,
+    check_app_arguments,
+    start_run,
+)
 from loopkernel.client import Client
 from loopkernel.graph import TERMINAL_RUN, RunStatus
-from loopkernel.ids import RunId
 from loopkernel.store import open_store
 from loopkernel.worker import RunWorker, WorkerConfig, default_worker_id
 
@@ -40,8 +45,9 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         lease_seconds=args.lease,
         poll_seconds=args.poll,
         task_concurrency=args.tasks,
+        apps=frozenset(args.app or ()),
     )
-    store = open_store(args.db)
+    store = open_store(args.db, create=False)
     await store.open()
     try:
         worker = RunWorker(store, config)
@@ -55,6 +61,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
 
 
 async def cmd_submit(args: argparse.Namespace) -> int:
+    check_app_arguments(args)
     async with Client(args.db) as client:
         started = await start_run(client, args)
         await client.store.enqueue(started.run_id)
@@ -68,7 +75,7 @@ async def cmd_submit(args: argparse.Namespace) -> int:
 
 async def cmd_wait(args: argparse.Namespace) -> int:
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
-    async with Client(args.db) as client:
+    async with Client(args.db, create=False) as client:
         while True:
             info = await client.info(args.run)
             if info.status in TERMINAL_RUN or info.status is RunStatus.WAITING:
@@ -76,19 +83,26 @@ async def cmd_wait(args: argparse.Namespace) -> int:
             if deadline is not None and time.monotonic() >= deadline:
                 break
             await asyncio.sleep(args.interval)
+        waiting = await client.waiting(args.run) if info.status is RunStatus.WAITING else []
     if args.json:
         print(
             json.dumps(
-                {"run_id": info.run_id, "status": info.status.value, "verdict": info.verdict}
+                {
+                    "run_id": info.run_id,
+                    "status": info.status.value,
+                    "verdict": info.verdict,
+                    "waiting": [{"task_id": t.task_id, "reason": t.wait_reason} for t in waiting],
+                }
             )
         )
     else:
         print(f"run {info.run_id}: {info.status.value}")
         if info.verdict is not None:
             print(f"verdict: {json.dumps(info.verdict)}")
-        if info.status is RunStatus.WAITING:
+        for task in waiting:
             print(
-                f"waiting for a human: loopkernel approve {info.run_id} TASK (or reject); "
+                f"waiting for a human: task {task.task_id}: {task.wait_reason}\n"
+                f"  loopkernel approve {info.run_id} {task.task_id} (or reject); "
                 "a worker picks it up"
             )
     return EXIT_CODES[info.status]
@@ -124,6 +138,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     p.add_argument("--tasks", type=count, default=16, help="tasks at once per run (default 16)")
     p.add_argument("--id", help="the worker's name in leases (default HOST:PID)")
+    p.add_argument(
+        "--app",
+        action="append",
+        metavar="NAME",
+        help="also run this app (a name or module:attribute); repeatable. Without it a "
+        "worker runs only installed apps (entry points); a run of any other app fails",
+    )
 
     p = command("submit", cmd_submit, "start a run for the workers; print its id and token")
     add_app_arguments(p)
@@ -132,7 +153,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p = command(
         "wait", cmd_wait, "wait until a run ends or waits for a human; exit with its status"
     )
-    p.add_argument("run", type=RunId)
+    p.add_argument("run", type=run_id)
     p.add_argument("--timeout", type=positive, help="give up after this many seconds (exit 6)")
     p.add_argument(
         "--interval", type=positive, default=0.1, help="seconds between looks (default 0.1)"

@@ -9,6 +9,7 @@ from loopkernel.executor._context import (
 )
 from loopkernel.executor._kernel import (
     DEFAULT_MAX_EVENTS,
+    TOKEN_REQUIRED,
     Kernel,
     PatchGuard,
     RunOutcome,
@@ -18,6 +19,7 @@ from loopkernel.executor._kernel import (
 
 __all__ = [
     "DEFAULT_MAX_EVENTS",
+    "TOKEN_REQUIRED",
     "Kernel",
     "ModelCaller",
     "NeedsApproval",

@@ -8,13 +8,12 @@ What becomes evidence, and where (docs/evidence.md):
 - a model's reply (``ctx.complete``): ``model``, keyed the same way.
 
 Every item is keyed, so a replay (a resumed run, a journaled tool result returned again)
-records nothing new and its ref stays what it was. Text passes ``loopkernel.evidence``'s
-``redact`` (when that module provides one) before it reaches the store.
+records nothing new and its ref stays what it was. Every value passes
+``loopkernel.evidence.redact`` (secrets by key and by shape) before it reaches the store.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -25,19 +24,13 @@ from loopkernel.evidence import (
     Evidence,
     NewEvidence,
     SourceRef,
+    redact,
 )
 from loopkernel.graph import JSON, Event, GraphState, TaskState
 from loopkernel.ids import RunId, TaskId
 from loopkernel.store import Store
 
-__all__ = ["EvidenceBook", "default_redactor"]
-
-
-def default_redactor() -> Callable[[str], str] | None:
-    """``loopkernel.evidence.redact`` if the package provides one (secret redaction)."""
-    module = importlib.import_module("loopkernel.evidence")
-    redact = getattr(module, "redact", None)
-    return redact if callable(redact) else None
+__all__ = ["EvidenceBook"]
 
 
 def _text(value: JSON) -> tuple[str, str]:
@@ -56,13 +49,13 @@ class EvidenceBook:
         *,
         max_item_chars: int = DEFAULT_MAX_ITEM_CHARS,
         max_run_chars: int = DEFAULT_MAX_RUN_CHARS,
-        redact: Callable[[str], str] | None = None,
+        redactor: Callable[[JSON], JSON] = redact,
     ) -> None:
         self.store = store
         self.run_id = run_id
         self.max_item_chars = max_item_chars
         self.max_run_chars = max_run_chars
-        self.redact = redact
+        self.redactor = redactor
         self.items: dict[str, Evidence] = {}
         """By ref, in ref order."""
 
@@ -70,9 +63,7 @@ class EvidenceBook:
         self.items = {e.ref: e for e in await self.store.evidence(self.run_id)}
 
     async def record(self, key: str, value: JSON, source: SourceRef) -> Evidence:
-        kind, text = _text(value)
-        if self.redact is not None:
-            text = self.redact(text)
+        kind, text = _text(self.redactor(value))
         item = NewEvidence(key=key, kind=kind, content=text, source=source)  # type: ignore[arg-type]
         stored = await self.store.add_evidence(
             self.run_id,

@@ -29,8 +29,12 @@ from typing import TYPE_CHECKING, Protocol
 from loopkernel import telemetry
 from loopkernel.errors import (
     BudgetExceeded,
+    LeaseLost,
     LoopKernelError,
     PatchRejected,
+    RunError,
+    StoreUnavailable,
+    TransientFault,
     TripwireFired,
     UsageError,
 )
@@ -42,7 +46,7 @@ from loopkernel.executor._context import (
     Worker,
 )
 from loopkernel.executor._crash import crashpoint
-from loopkernel.executor._evidence import EvidenceBook, default_redactor
+from loopkernel.executor._evidence import EvidenceBook
 from loopkernel.executor._outcomes import (
     event_data,
     late_result,
@@ -64,7 +68,7 @@ from loopkernel.graph import (
     TaskState,
     validate,
 )
-from loopkernel.ids import RunId, TaskId, new_run_id
+from loopkernel.ids import RunId, TaskId, check_id, new_run_id
 from loopkernel.planner import Planner, Proposal, Snapshot
 from loopkernel.store import NewEvent, PatchRecord, ProposalNote, Store, digest_of
 
@@ -79,6 +83,11 @@ __all__ = [
     "StartedRun",
     "hash_token",
 ]
+
+_STOPS_THE_RUN = (StoreUnavailable, LeaseLost, TransientFault)
+"""Errors a task may raise that are no verdict on the task: the store did not answer, the
+run is another executor's now, a tool fault may pass. The executor stops, writing nothing
+of the task, and the run stays resumable (the task runs again when it resumes)."""
 
 DEFAULT_MAX_EVENTS = 100_000
 """The runaway guard's default: far above any run the shipped apps make (tens of events)."""
@@ -119,6 +128,11 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+TOKEN_REQUIRED = "token-required:"
+"""Prefix of a run's stored token hash when its approvals need the token even from a
+caller with database access (``Kernel.start(require_token=True)``)."""
+
+
 class Kernel:
     """Runs one application's runs: its planner, its worker registry, one store."""
 
@@ -156,16 +170,20 @@ class Kernel:
         params: JSON = None,
         run_id: str | None = None,
         max_events: int = DEFAULT_MAX_EVENTS,
+        require_token: bool = False,
     ) -> StartedRun:
-        """Create a run and journal ``run_started``; ``run()`` executes it."""
+        """Create a run and journal ``run_started``; ``run()`` executes it.
+
+        ``require_token``: approvals of this run need its token even from a caller with
+        write access to the store (see ``Client.decide``)."""
         if max_events < 2:
             raise UsageError(f"max_events must be at least 2, not {max_events}")
         try:
             json.dumps(params, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise UsageError(f"run params must be JSON: {exc}") from None
-        rid = RunId(run_id) if run_id else new_run_id()
-        token = secrets.token_urlsafe(24)
+        rid = new_run_id() if run_id is None else RunId(check_id(run_id))
+        token = "lk_" + secrets.token_urlsafe(24)  # never "-...": it follows --token
         tracer, trace = telemetry.tracer(), None
         if tracer:  # the run's span: every execution of the run joins its trace
             span = tracer.start(f"run {app}", {"loopkernel.run_id": rid, "loopkernel.app": app})
@@ -176,7 +194,7 @@ class Kernel:
             app=app,
             params=params,
             max_events=max_events,
-            token_hash=hash_token(token),
+            token_hash=(TOKEN_REQUIRED if require_token else "") + hash_token(token),
             trace=trace,
         )
         return StartedRun(run_id=rid, token=token)
@@ -204,7 +222,7 @@ class _RunLoop:
         self.running: dict[asyncio.Task[JSON], TaskId] = {}
         self.cancelled: dict[asyncio.Task[JSON], TaskId] = {}
         self.last_poll = 0.0
-        self.book = EvidenceBook(kernel.store, run_id, redact=default_redactor())
+        self.book = EvidenceBook(kernel.store, run_id)
         self.tracer = telemetry.tracer()
         self.span: Span | None = None
 
@@ -356,6 +374,9 @@ class _RunLoop:
 
     async def _journal(self, done: Iterable[asyncio.Task[JSON]]) -> list[Event]:
         """One transaction for every completion that landed together."""
+        for fut in done:
+            if fut in self.running and not fut.cancelled():
+                _stop_if_not_a_verdict(fut.exception(), self.run_id, self.running[fut])
         new_events: list[NewEvent] = []
         changed: dict[TaskId, Task] = {}
         for fut in sorted(done, key=lambda f: (self.running.get(f) or self.cancelled.get(f)) or ""):
@@ -622,22 +643,60 @@ class _RunLoop:
             )
 
     async def _abandon(self, exc: BaseException) -> None:
-        """The loop itself failed (a store error, a crash of our own code, Ctrl-C)."""
+        """The loop itself stopped on an error; tasks in flight are cancelled.
+
+        A ``LoopKernelError`` (the store did not answer, the lease was lost, a fault the
+        tool layer could not get past) and an interruption (Ctrl-C, cancellation) leave the
+        run as it was journaled -- ``running``, resumable -- and write nothing more: the
+        store may be down, or the run may belong to another executor now. Anything else is
+        a bug in code the executor runs (its own, an observer's): resuming would hit it
+        again, so the run is finished ``failed`` with an ``executor_error`` verdict that
+        names it, if the store still takes the write.
+        """
         for fut in [*self.running, *self.cancelled]:
             fut.cancel()
         if isinstance(exc, KeyboardInterrupt | asyncio.CancelledError | LoopKernelError):
             return
-        # Our own bug or an unexpected error: leave the run resumable but say why.
+        if not isinstance(exc, Exception):  # SystemExit, GeneratorExit: not a verdict
+            return
         verdict = {"kind": "executor_error", "type": type(exc).__name__, "message": str(exc)}
         try:
+            # What the store holds, not our memory: the bug may have struck between a
+            # patch applied here and its commit.
+            journaled = (await self.store.load_run(self.run_id)).state
+            if journaled.finished:
+                return
             patch = GraphPatch().finish("failed", verdict)
-            delta = validate(self.state, patch, self.k.workers.keys())
+            delta = validate(journaled, patch, self.k.workers.keys())
             final = NewEvent(
                 kind=EventKind.RUN_FINISHED, data={"status": "failed", "verdict": verdict}
             )
             await self.store.commit_patches(self.run_id, [], delta, final)
         except Exception:
-            pass
+            pass  # the store failed too: the run stays resumable, the error is raised
+
+
+def _stop_if_not_a_verdict(exc: BaseException | None, run_id: RunId, task_id: TaskId) -> None:
+    """Raise what stops the executor instead of failing the task (``_STOPS_THE_RUN``); a
+    tool error the tool layer marked ``transient`` (its retries spent) is ``TransientFault``."""
+    if isinstance(exc, _STOPS_THE_RUN):
+        raise exc
+    if isinstance(exc, RunError) and exc.attrs.get("transient") is True:
+        sent = exc.attrs.get("sent")
+        why = (
+            "an irreversible tool is not re-sent"
+            if exc.attrs.get("effect") == "irreversible"
+            else f"sent {sent} time(s) by its retry policy"
+        )
+        raise TransientFault(
+            f"task {task_id!r} stopped on a fault that may pass: {exc.message} "
+            f"({type(exc).__name__}; {why}). The run was left running; resuming it re-sends "
+            "the call under the same idempotency key",
+            run_id=run_id,
+            task_id=task_id,
+            cause=type(exc).__name__,
+            **{k: v for k, v in exc.attrs.items() if k in ("tool", "kind", "sent", "effect")},
+        ) from exc
 
 
 def proposal_note(

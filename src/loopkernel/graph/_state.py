@@ -23,12 +23,9 @@ from loopkernel.graph._model import (
     legal_transition,
 )
 from loopkernel.graph._patch import Add, Cancel, Connect, Finish, GraphPatch, Resume, Wait
-from loopkernel.ids import RunId, TaskId
+from loopkernel.ids import ID_PATTERN, RunId, TaskId, valid_id
 
 __all__ = ["Delta", "GraphState", "Task", "validate"]
-
-MAX_TASK_ID = 200
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Task:
@@ -218,8 +215,10 @@ def validate(state: GraphState, patch: GraphPatch, skills: Collection[str]) -> D
         match op:
             case Add(task=spec):
                 tid = TaskId(spec.task_id)
-                if not isinstance(tid, str) or not tid or len(tid) > MAX_TASK_ID:
-                    raise reject(i, "bad_task_id", f"task id must be 1..{MAX_TASK_ID} characters")
+                if not valid_id(tid):
+                    raise reject(
+                        i, "bad_task_id", f"task id {str(tid)[:40]!r} does not match {ID_PATTERN}"
+                    )
                 if current(tid) is not None:
                     raise reject(i, "duplicate_task", f"task {tid!r} already exists")
                 if spec.skill not in skills:

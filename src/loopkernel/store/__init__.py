@@ -17,7 +17,7 @@ from loopkernel.store._protocol import (
     RunInfo,
     Store,
 )
-from loopkernel.store._sqlite import SQLiteStore
+from loopkernel.store._sqlite import DEFAULT_BUSY_TIMEOUT, SQLiteStore
 
 __all__ = [
     "DEFAULT_DB",
@@ -39,11 +39,12 @@ __all__ = [
 DEFAULT_DB = "runs.db"
 
 
-def open_store(url: str | None = None) -> Store:
+def open_store(url: str | None = None, *, create: bool = True) -> Store:
     """A store for ``url``: a path or ``sqlite:///path`` (SQLite), ``postgresql://...``.
 
     ``None`` reads ``LOOPKERNEL_DB``, then falls back to ``runs.db``. The store is not
-    opened yet: ``await store.open()``.
+    opened yet: ``await store.open()``. ``create=False``: opening a SQLite path that holds
+    no LoopKernel database raises ``NotADatabase`` instead of making one.
     """
     url = url or os.environ.get("LOOPKERNEL_DB") or DEFAULT_DB
     if url.startswith(("postgresql://", "postgres://")):
@@ -62,4 +63,18 @@ def open_store(url: str | None = None) -> Store:
         raise UsageError(
             f"unknown database URL {url!r}: use a file path, sqlite:///, postgresql://"
         )
-    return SQLiteStore(url)
+    return SQLiteStore(url, create=create, busy_timeout=_busy_timeout())
+
+
+def _busy_timeout() -> float:
+    """``LOOPKERNEL_SQLITE_BUSY_TIMEOUT`` (seconds a write waits for another process's lock)."""
+    raw = os.environ.get("LOOPKERNEL_SQLITE_BUSY_TIMEOUT")
+    if not raw:
+        return DEFAULT_BUSY_TIMEOUT
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        raise UsageError(f"LOOPKERNEL_SQLITE_BUSY_TIMEOUT must be seconds >= 0, not {raw!r}")
+    return seconds

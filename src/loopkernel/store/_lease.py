@@ -1,23 +1,46 @@
 """What both stores share about leases: the fence a view carries, the rules and the errors.
 
-A run is *enqueued* (served by workers) when its ``lease_until`` is not NULL; a run that
-``loopkernel run`` executes in its own process never is, and nothing here touches it.
-An enqueued run is claimable when it is ``running`` and ``lease_until`` has passed
-(``0`` after ``enqueue`` or ``release``). ``lease_epoch`` grows by one at every claim and
-every release; a fenced write compares it, under the run's write lock, with the epoch
-its worker was given, so a worker whose lease was taken over cannot write anything more.
+Every executor owns the run it executes under a lease: workers take one with
+``claim_run``; ``loopkernel run``/``resume`` and ``Client.execute`` take one with
+``acquire`` (one named run). ``lease_epoch`` grows by one at every claim, acquire and
+release; a fenced write compares it, under the run's write lock, with the epoch its
+executor was given, so an executor whose lease was taken over cannot write anything more.
+
+A run is *enqueued* (served by workers) when its ``lease_until`` is not NULL and its
+``owner`` is not a local holder's. It is claimable when it is ``running`` and
+``lease_until`` has passed (``0`` after ``enqueue`` or ``release``).
+
+A process that is not a worker writes its ``Holder`` into ``owner`` (no extra column):
+``local:SINCE:PID:HOST`` for a run no worker serves (workers never claim it, and its
+release puts ``lease_until`` back to NULL), ``queued:SINCE:PID:HOST`` for an enqueued run
+that a local process took while its lease was free (its release hands it back to the
+workers). So the refusal a second executor gets can say who holds the run and since when.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import socket
+import time
 from dataclasses import dataclass
 
-from loopkernel.errors import LeaseLost, UsageError
+from loopkernel.errors import LeaseLost, RunHeld, UsageError
 from loopkernel.graph import UNPLANNED_EVENTS
 from loopkernel.ids import RunId
 
-__all__ = ["CHANNEL", "Fence", "check_lease_seconds", "lease_lost", "unplanned_kinds"]
+__all__ = [
+    "CHANNEL",
+    "LOCAL",
+    "QUEUED",
+    "Fence",
+    "Holder",
+    "check_lease_seconds",
+    "describe_owner",
+    "lease_lost",
+    "run_held",
+    "unplanned_kinds",
+]
 
 CHANNEL = "loopkernel_runnable"
 """The PostgreSQL NOTIFY channel: a run became claimable (the payload is its id)."""
@@ -45,11 +68,93 @@ class Fence:
             raise lease_lost(self.run_id, self.epoch, current, owner)
 
 
+LOCAL = "local:"
+"""``owner`` prefix of a local holder of a run no worker serves."""
+QUEUED = "queued:"
+"""``owner`` prefix of a local holder of an enqueued run."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Holder:
+    """A process that executes a run without being a worker (``loopkernel run``/``resume``)."""
+
+    host: str
+    """``socket.gethostname()`` of the holder."""
+    pid: int
+    """Its process id."""
+    since: float
+    """When it took the lease (seconds since the epoch)."""
+
+    @classmethod
+    def here(cls) -> Holder:
+        return cls(host=socket.gethostname(), pid=os.getpid(), since=time.time())
+
+    def owner(self, prefix: str) -> str:
+        """The ``owner`` column's value; ``prefix`` is ``LOCAL`` or ``QUEUED``."""
+        return f"{prefix}{self.since:.3f}:{self.pid}:{self.host}"
+
+    @classmethod
+    def parse(cls, owner: str | None) -> Holder | None:
+        """The holder an ``owner`` value names, or ``None`` (a worker, or nobody)."""
+        if not owner or not owner.startswith((LOCAL, QUEUED)):
+            return None
+        try:
+            since, pid, host = owner.split(":", 1)[1].split(":", 2)
+            return cls(host=host, pid=int(pid), since=float(since))
+        except ValueError:
+            return None
+
+    def is_dead_here(self) -> bool:
+        """True only if the holder ran on this machine and its process is gone: its lease
+        may be taken over before it runs out (it died without releasing it)."""
+        if self.host != socket.gethostname() or self.pid == os.getpid():
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        try:  # a zombie (killed, not yet reaped by its parent) is dead too
+            with open(f"/proc/{self.pid}/stat", "rb") as stat:
+                return stat.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+        except (OSError, IndexError):
+            return False
+
+
+def _clock(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+
+
+def describe_owner(owner: str | None) -> str:
+    """``owner`` for a human: ``loopkernel pid 42 on host h since ...`` or ``worker 'w'``."""
+    holder = Holder.parse(owner)
+    if holder is not None:
+        return f"pid {holder.pid} on host {holder.host} since {_clock(holder.since)}"
+    return f"worker {owner!r}" if owner else "nobody"
+
+
+def run_held(
+    run_id: RunId, owner: str | None, lease_until: float | None, epoch: int, now: float
+) -> RunHeld:
+    """The one-line refusal a second executor gets."""
+    until = lease_until or now
+    return RunHeld(
+        f"run {run_id} is held by another executor: {describe_owner(owner)}; its lease ends "
+        f"at {_clock(until)} (in {max(0.0, until - now):.0f} s) unless renewed. Nothing was "
+        "written; resume it once that executor has stopped",
+        run_id=run_id,
+        holder=owner or "",
+        lease_until=until,
+        epoch=epoch,
+    )
+
+
 def lease_lost(run_id: RunId, epoch: int, current: int | None, owner: str | None) -> LeaseLost:
-    holder = f"worker {owner!r}" if owner else "no worker"
     return LeaseLost(
-        f"run {run_id}: lease epoch {epoch} is over (now {current}, held by {holder}); "
-        "this worker must stop the run and write nothing more for it",
+        f"run {run_id}: lease epoch {epoch} is over (now {current}, held by "
+        f"{describe_owner(owner)}); this executor must stop the run and write nothing more "
+        "for it",
         run_id=run_id,
         epoch=epoch,
         current=-1 if current is None else current,

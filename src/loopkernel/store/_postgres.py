@@ -79,7 +79,7 @@ from loopkernel.store._codec import (
     with_done_seq,
 )
 from loopkernel.store._fork import Fork, fork_statements
-from loopkernel.store._lease import Fence, check_lease_seconds
+from loopkernel.store._lease import Fence, Holder, check_lease_seconds
 from loopkernel.store._postgres_db import (
     Conn,
     configure,
@@ -668,6 +668,23 @@ class PostgresStore:
         self._unfenced("claim runs")
         async with self._conn() as conn:
             return await _lease.claim(conn, worker_id, lease_seconds)
+
+    async def acquire(
+        self,
+        run_id: RunId,
+        holder: Holder,
+        lease_seconds: float,
+        *,
+        takeover: int | None = None,
+    ) -> Claim:
+        check_lease_seconds(lease_seconds)
+        self._unfenced("acquire leases")
+        async with self._tx() as conn:
+            await self._lock_run(conn, run_id, seq=False)
+            got = await _lease.acquire(conn, run_id, holder, lease_seconds, takeover)
+        if got is None:
+            raise self._not_found(run_id)
+        return got
 
     async def heartbeat(self, run_id: RunId, epoch: int, lease_seconds: float) -> None:
         check_lease_seconds(lease_seconds)

@@ -17,11 +17,11 @@ import asyncio
 import psycopg
 
 from loopkernel.ids import RunId
-from loopkernel.store._lease import CHANNEL, unplanned_kinds
+from loopkernel.store._lease import CHANNEL, LOCAL, QUEUED, Holder, run_held, unplanned_kinds
 from loopkernel.store._postgres_db import Conn, fetch_one
 from loopkernel.store._protocol import Claim
 
-__all__ = ["Listener", "claim", "enqueue", "extend", "notify", "release", "wake"]
+__all__ = ["Listener", "acquire", "claim", "enqueue", "extend", "notify", "release", "wake"]
 
 NOW = "extract(epoch FROM clock_timestamp())::double precision"
 """The server's time in seconds since the epoch, as ``lease_until`` holds it."""
@@ -65,6 +65,7 @@ async def claim(conn: Conn, worker_id: str, lease_seconds: float) -> Claim | Non
         f"UPDATE runs SET owner = %s, lease_epoch = lease_epoch + 1, lease_until = {NOW} + %s "
         "WHERE run_id = (SELECT run_id FROM runs WHERE status = 'running' "
         f"AND lease_until IS NOT NULL AND lease_until <= {NOW} "
+        f"AND (owner IS NULL OR owner NOT LIKE '{LOCAL}%%') "
         "ORDER BY created_at, run_id LIMIT 1 FOR UPDATE SKIP LOCKED) "
         "RETURNING run_id, lease_epoch",
         (worker_id, lease_seconds),
@@ -72,6 +73,38 @@ async def claim(conn: Conn, worker_id: str, lease_seconds: float) -> Claim | Non
     if row is None:
         return None
     return Claim(run_id=RunId(row[0]), epoch=int(row[1]), owner=worker_id)
+
+
+async def acquire(
+    conn: Conn, run_id: RunId, holder: Holder, lease_seconds: float, takeover: int | None
+) -> Claim | None:
+    """Under the run's row lock (the caller's ``_lock_run``): take its lease if it is free
+    or run out (or still at epoch ``takeover``: its holder is known dead); ``RunHeld`` if
+    someone else holds it."""
+    row = await fetch_one(
+        conn,
+        f"UPDATE runs SET owner = CASE WHEN lease_until IS NULL OR owner LIKE '{LOCAL}%%' "
+        f"THEN %s ELSE %s END, lease_epoch = lease_epoch + 1, lease_until = {NOW} + %s "
+        f"WHERE run_id = %s AND (lease_until IS NULL OR lease_until <= {NOW} "
+        "OR lease_epoch = %s) RETURNING lease_epoch, owner",
+        (
+            holder.owner(LOCAL),
+            holder.owner(QUEUED),
+            lease_seconds,
+            run_id,
+            -1 if takeover is None else takeover,
+        ),
+    )
+    if row is not None:
+        return Claim(run_id=run_id, epoch=int(row[0]), owner=str(row[1]))
+    held = await fetch_one(
+        conn,
+        f"SELECT owner, lease_until, lease_epoch, {NOW} FROM runs WHERE run_id = %s",
+        (run_id,),
+    )
+    if held is None:
+        return None
+    raise run_held(run_id, held[0], held[1], int(held[2]), float(held[3]))
 
 
 async def extend(conn: Conn, run_id: RunId, epoch: int, lease_seconds: float) -> bool:
@@ -86,7 +119,8 @@ async def extend(conn: Conn, run_id: RunId, epoch: int, lease_seconds: float) ->
 async def release(conn: Conn, run_id: RunId, epoch: int, now: float) -> bool:
     row = await fetch_one(
         conn,
-        "UPDATE runs SET owner = NULL, lease_until = 0, lease_epoch = lease_epoch + 1 "
+        "UPDATE runs SET owner = NULL, lease_epoch = lease_epoch + 1, "
+        f"lease_until = CASE WHEN owner LIKE '{LOCAL}%%' THEN NULL ELSE 0 END "
         "WHERE run_id = %s AND lease_epoch = %s RETURNING status",
         (run_id, epoch),
     )

@@ -4,11 +4,13 @@ Two implementations, SQLite and PostgreSQL, pass one conformance suite
 (``tests/store/test_conformance.py``, ``tests/store/test_leases.py``). Every method is one
 transaction.
 
-Workers (``docs/workers.md``): a run handed to them with ``enqueue`` is claimed by one
-worker at a time under a lease (``claim_run``, ``heartbeat``, ``release``), and the worker
-writes through ``fenced(run_id, epoch)``, a view of the store whose every write for the
-run checks, in its own transaction, that the lease epoch is still the worker's. A run
-never enqueued (``loopkernel run``) has no lease, and its writes check nothing.
+One executor per run: a worker claims a run handed to it with ``enqueue`` (``claim_run``),
+any other executor takes the lease of the run it names (``acquire``); either holds it
+with ``heartbeat`` and gives it back with ``release``, and writes through
+``fenced(run_id, epoch)``, a view of the store whose every write for the run checks, in
+its own transaction, that the lease epoch is still its own (``docs/workers.md``,
+``docs/durability.md``). Approvals and cancel requests are written by other processes
+without a lease: the executor reads them from the journal.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 from loopkernel.evidence import Evidence, NewEvidence
 from loopkernel.graph import JSON, Delta, Event, EventKind, GraphState, RunStatus, Task
 from loopkernel.ids import RunId, TaskId
+from loopkernel.store._lease import Holder
 
 if TYPE_CHECKING:
     from loopkernel.store._fork import Fork
@@ -336,6 +339,21 @@ class Store(Protocol):
         """Take the oldest enqueued run that is ``running`` and whose lease is free or has
         expired: set its owner, bump its epoch, hold it for ``lease_seconds``. ``None``
         when there is none. Two workers never get the same run at once."""
+
+    async def acquire(
+        self,
+        run_id: RunId,
+        holder: Holder,
+        lease_seconds: float,
+        *,
+        takeover: int | None = None,
+    ) -> Claim:
+        """Take the lease of one run for a process that is not a worker (``loopkernel
+        run``/``resume``, ``Client.execute``): free or run out, it becomes ``holder``'s for
+        ``lease_seconds`` under a new epoch (write through ``fenced(run_id, epoch)``, renew
+        with ``heartbeat``, give back with ``release``). Held by someone else: ``RunHeld``
+        naming the holder and when its lease ends, and nothing is written -- unless the
+        epoch is still ``takeover`` (the caller knows that holder is dead)."""
 
     async def heartbeat(self, run_id: RunId, epoch: int, lease_seconds: float) -> None:
         """Extend the lease to ``lease_seconds`` from now; ``LeaseLost`` if the epoch moved."""

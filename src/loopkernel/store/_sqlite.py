@@ -5,25 +5,35 @@ An event commit is not fsynced on its own: the WAL is ordered, so the patch comm
 follows it makes both durable with one fsync. ``kill -9`` loses nothing; a power cut
 between the two loses the event, which is the same as a crash just before it (the task
 runs again, its tool calls replayed from the effect journal).
+
+Faults that pass (the write lock held past ``busy_timeout``, a full disk, an I/O error)
+come out of every method as ``StoreUnavailable``, the transaction rolled back; the
+executor retries, then leaves the run resumable. The checkpoints at quiet points and at
+``close`` are best effort: a WAL that could not be folded in is complete on its own and
+is folded in at the next open.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import os
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 from loopkernel.errors import (
     ApprovalRefused,
+    NotADatabase,
     ReplayDivergence,
     RunNotFound,
     SchemaTooNew,
+    StoreError,
+    StoreUnavailable,
     UsageError,
 )
 from loopkernel.evidence import Evidence, NewEvidence
@@ -66,7 +76,7 @@ from loopkernel.store._codec import (
     with_done_seq,
 )
 from loopkernel.store._fork import Fork, fork_statements
-from loopkernel.store._lease import Fence, check_lease_seconds
+from loopkernel.store._lease import Fence, Holder, check_lease_seconds
 from loopkernel.store._protocol import (
     Claim,
     EffectRecord,
@@ -77,9 +87,126 @@ from loopkernel.store._protocol import (
 )
 from loopkernel.store._sqlite_schema import MIGRATIONS, SCHEMA_VERSION
 
-__all__ = ["SQLiteStore"]
+__all__ = ["APPLICATION_ID", "SQLiteStore"]
+
+APPLICATION_ID = 0x4C4B524E
+"""``PRAGMA application_id`` of a LoopKernel database ("LKRN"): how ``open`` knows a file
+is ours before it writes anything to it."""
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _prepare_file(path: Path, *, create: bool) -> bool:
+    """Check what is at ``path`` before SQLite touches it; make a new file 0600 (it will
+    hold results and tool outputs) when ``create``. True if the database is new."""
+    if path.is_dir():
+        raise NotADatabase(f"{path} is a directory, not a LoopKernel database", path=str(path))
+    wal = path.with_name(path.name + "-wal")
+    empty = path.is_file() and path.stat().st_size == 0
+    if not path.exists() or (empty and not (wal.is_file() and wal.stat().st_size > 0)):
+        if not create:
+            raise NotADatabase(f"no LoopKernel database at {path}", path=str(path))
+        if not path.parent.is_dir():
+            raise UsageError(f"no directory {path.parent} for the database {path}")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise NotADatabase(f"cannot create {path}: {exc.strerror}", path=str(path)) from None
+        os.close(fd)
+        return True
+    try:
+        with open(path, "rb") as f:
+            header = f.read(len(_SQLITE_HEADER))
+    except OSError as exc:
+        raise NotADatabase(f"cannot read {path}: {exc.strerror}", path=str(path)) from None
+    if header != _SQLITE_HEADER and not empty:
+        raise NotADatabase(f"{path} is not a SQLite database", path=str(path))
+    return False
+
+
+def _check_ours(db: sqlite3.Connection, path: Path, *, create: bool) -> None:
+    """Refuse a SQLite file of another application before anything is written to it."""
+    (app_id,) = db.execute("PRAGMA application_id").fetchone()
+    if app_id == APPLICATION_ID:
+        return
+    tables = {
+        name
+        for (name,) in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+    }
+    if app_id == 0 and "meta" in tables and "runs" in tables:
+        return  # written before LoopKernel set its application_id
+    if app_id == 0 and not tables:
+        if create:
+            return
+        raise NotADatabase(f"no LoopKernel database at {path} (empty)", path=str(path))
+    shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+    raise NotADatabase(
+        f"{path} is another application's SQLite database "
+        f"({f'tables: {shown}' if tables else f'application_id {app_id:#x}'}); "
+        "LoopKernel leaves it untouched",
+        path=str(path),
+    )
+
+
+def _not_usable(path: Path, exc: sqlite3.DatabaseError) -> StoreError:
+    """What a SQLite error while opening means: the database is busy or the disk is in
+    trouble (``StoreUnavailable``: try again), or the file cannot serve (``NotADatabase``)."""
+    text = str(exc)
+    why = transient(exc)
+    if why is not None or any(word in text for word in ("locked", "busy", "disk I/O", "full")):
+        return StoreUnavailable(f"{path}: {why or text} ({text})", path=str(path), reason=why)
+    if "readonly" in text or "read-only" in text:
+        text = "read-only: LoopKernel needs to write to it and to its directory"
+    elif "not a database" in text or "malformed" in text:
+        text = f"corrupt ({text})"
+    return NotADatabase(f"{path} is not a usable LoopKernel database: {text}", path=str(path))
 
 Synchronous = Literal["full", "normal"]
+
+DEFAULT_BUSY_TIMEOUT = 10.0
+"""Seconds a write waits for another process's write lock before it is ``StoreUnavailable``."""
+
+# Primary result codes of faults that pass: retrying later is right (sqlite.org/rescode.html).
+_TRANSIENT = {
+    5: "the database is locked by another process",  # SQLITE_BUSY
+    6: "a table is locked",  # SQLITE_LOCKED
+    7: "out of memory",  # SQLITE_NOMEM
+    10: "disk I/O error",  # SQLITE_IOERR
+    13: "the disk is full",  # SQLITE_FULL
+    15: "the file lock protocol failed",  # SQLITE_PROTOCOL
+}
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def transient(exc: BaseException) -> str | None:
+    """Why ``exc`` is a passing SQLite fault (locked, full, I/O), or ``None``."""
+    if not isinstance(exc, sqlite3.OperationalError | sqlite3.InternalError):
+        return None
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        text = str(exc)
+        return "the database is locked by another process" if "locked" in text else None
+    return _TRANSIENT.get(code & 0xFF)
+
+
+def _guarded(
+    method: Callable[Concatenate[SQLiteStore, _P], Coroutine[Any, Any, _R]],
+) -> Callable[Concatenate[SQLiteStore, _P], Coroutine[Any, Any, _R]]:
+    """Turn a passing SQLite fault inside ``method`` into ``StoreUnavailable``."""
+
+    @functools.wraps(method)
+    async def guarded(self: SQLiteStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return await method(self, *args, **kwargs)
+        except sqlite3.Error as exc:
+            raise self._unavailable(exc) from exc
+
+    return guarded
+
 
 _UPSERT_TASK = (
     f"INSERT INTO tasks (run_id, {TASK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) "
@@ -97,13 +224,25 @@ class SQLiteStore:
     """A ``Store`` in one SQLite file (``runs.db`` by default)."""
 
     def __init__(
-        self, path: str | os.PathLike[str] = "runs.db", *, synchronous: Synchronous = "full"
+        self,
+        path: str | os.PathLike[str] = "runs.db",
+        *,
+        synchronous: Synchronous = "full",
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        create: bool = True,
     ):
         if synchronous not in ("full", "normal"):
             raise UsageError(f"synchronous must be 'full' or 'normal', not {synchronous!r}")
+        if not busy_timeout >= 0:
+            raise UsageError(f"busy_timeout must be >= 0 seconds, not {busy_timeout!r}")
         self.path = Path(path)
+        self.create = create
+        """Whether ``open`` may make a new database; ``False``: only open an existing one."""
         self.url = f"sqlite:///{self.path}"
         self.synchronous = synchronous
+        self.busy_timeout = busy_timeout
+        self.checkpoint_error: str | None = None
+        """Why the last best-effort checkpoint failed (the WAL then holds the rest)."""
         self._db: sqlite3.Connection | None = None
         self._fence: Fence | None = None
 
@@ -112,20 +251,47 @@ class SQLiteStore:
 
     # -- connection ------------------------------------------------------------------------
 
+    def _unavailable(self, exc: sqlite3.Error) -> Exception:
+        """``StoreUnavailable`` for a passing fault; any other SQLite error as it is."""
+        why = transient(exc)
+        if why is None:
+            return exc
+        return StoreUnavailable(
+            f"SQLite {self.path}: {why} ({' '.join(str(exc).split())})",
+            url=self.url,
+            reason=why,
+        )
+
     async def open(self) -> None:
-        self.open_sync()
+        try:
+            self.open_sync()
+        except sqlite3.Error as exc:
+            raise self._unavailable(exc) from exc
 
     def open_sync(self) -> None:
         if self._db is not None:
             return
-        if self.path.parent and not self.path.parent.exists():
-            raise UsageError(f"no directory {self.path.parent} for the database {self.path}")
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA busy_timeout = 10000")
-        db.execute("PRAGMA journal_mode = WAL")
-        db.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
-        self._db = db
-        self._migrate()
+        fresh = _prepare_file(self.path, create=self.create)
+        try:
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise NotADatabase(f"cannot open {self.path}: {exc}", path=str(self.path)) from None
+        try:
+            db.execute(f"PRAGMA busy_timeout = {round(self.busy_timeout * 1000)}")
+            if not fresh:
+                _check_ours(db, self.path, create=self.create)
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+            self._db = db
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            db.close()
+            self._db = None
+            raise _not_usable(self.path, exc) from None
+        except BaseException:
+            db.close()
+            self._db = None
+            raise
 
     def _migrate(self) -> None:
         db = self._conn
@@ -134,7 +300,19 @@ class SQLiteStore:
                 "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
             )
             row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            version = int(row[0]) if row else 0
+            try:
+                version = int(row[0]) if row else 0
+            except (TypeError, ValueError):
+                raise NotADatabase(
+                    f"{self.path} has a damaged meta table (schema_version {row[0]!r})",
+                    path=str(self.path),
+                ) from None
+            if version < 0:
+                raise NotADatabase(
+                    f"{self.path} has a damaged meta table (schema_version {version})",
+                    path=str(self.path),
+                )
+            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             if version > SCHEMA_VERSION:
                 raise SchemaTooNew(
                     f"{self.path} has schema version {version}; this LoopKernel knows up to "
@@ -155,9 +333,11 @@ class SQLiteStore:
     async def close(self) -> None:
         if self._db is None or self._fence is not None:  # a view leaves it to its store
             return
-        self.checkpoint_sync()
-        self._db.close()
-        self._db = None
+        try:
+            self._checkpoint_quietly()
+        finally:
+            db, self._db = self._db, None
+            db.close()
 
     @property
     def _conn(self) -> sqlite3.Connection:
@@ -181,15 +361,20 @@ class SQLiteStore:
             if self._fence is not None:
                 self._check_fence(db, self._fence, run_id)
             yield db
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        else:
             db.execute("COMMIT")
+        except BaseException:
+            # SQLite may have rolled back already (a full disk, an I/O error); the
+            # original error is the one to report.
+            if db.in_transaction:
+                with suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+            raise
         finally:
             if deferred:
-                db.execute("PRAGMA synchronous = FULL")
+                with suppress(sqlite3.Error):
+                    db.execute("PRAGMA synchronous = FULL")
 
+    @_guarded
     async def checkpoint(self) -> None:
         self.checkpoint_sync()
 
@@ -197,8 +382,22 @@ class SQLiteStore:
         """Fold the WAL into the main file, so that copying the .db alone loses nothing."""
         self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
+    def _checkpoint_quietly(self) -> None:
+        """The checkpoint of a quiet point: a failure (a full disk, a reader) is no fault of
+        the run, whose commit is already durable in the WAL; it is kept in
+        ``checkpoint_error`` and the WAL is folded in at a later checkpoint or open."""
+        try:
+            self.checkpoint_sync()
+        except sqlite3.Error as exc:
+            if transient(exc) is None:
+                raise
+            self.checkpoint_error = " ".join(str(exc).split())
+        else:
+            self.checkpoint_error = None
+
     # -- runs ------------------------------------------------------------------------------
 
+    @_guarded
     async def create_run(
         self,
         *,
@@ -244,10 +443,12 @@ class SQLiteStore:
         )
         return run_info_from_row(row, last_seq=self._last_seq(db, run_id), task_counts=counts)
 
+    @_guarded
     async def get_run(self, run_id: RunId) -> RunInfo:
         db = self._conn
         return self._info(db, self._run_row(db, run_id))
 
+    @_guarded
     async def list_runs(self, limit: int = 100) -> list[RunInfo]:
         db = self._conn
         rows = db.execute(
@@ -256,6 +457,7 @@ class SQLiteStore:
         ).fetchall()
         return [self._info(db, tuple(r)) for r in rows]
 
+    @_guarded
     async def token_hash(self, run_id: RunId) -> str:
         row = self._conn.execute(
             "SELECT token_hash FROM runs WHERE run_id = ?", (run_id,)
@@ -264,6 +466,7 @@ class SQLiteStore:
             raise RunNotFound(f"no run {run_id} in {self.path}", run_id=run_id)
         return str(row[0])
 
+    @_guarded
     async def load_run(self, run_id: RunId) -> LoadedRun:
         db = self._conn
         db.execute("BEGIN")  # one read snapshot
@@ -299,6 +502,7 @@ class SQLiteStore:
             db.execute("COMMIT")
         return LoadedRun(info=info, state=state, unplanned=unplanned)
 
+    @_guarded
     async def set_status(self, run_id: RunId, status: RunStatus, verdict: JSON = None) -> None:
         if status in TERMINAL_RUN:
             raise UsageError("a run ends through a finish patch, not set_status")
@@ -309,7 +513,7 @@ class SQLiteStore:
                 (status.value, dumps(verdict), time.time(), run_id),
             )
         if status is RunStatus.WAITING:
-            self.checkpoint_sync()
+            self._checkpoint_quietly()
 
     # -- the journal -----------------------------------------------------------------------
 
@@ -343,9 +547,11 @@ class SQLiteStore:
         )
         return out
 
+    @_guarded
     async def last_seq(self, run_id: RunId) -> int:
         return self._last_seq(self._conn, run_id)
 
+    @_guarded
     async def append_events(
         self, run_id: RunId, events: Sequence[NewEvent], tasks: Sequence[Task] = ()
     ) -> list[Event]:
@@ -357,6 +563,7 @@ class SQLiteStore:
             )
         return out
 
+    @_guarded
     async def commit_patches(
         self,
         run_id: RunId,
@@ -395,9 +602,10 @@ class SQLiteStore:
                 if final is not None:
                     final_event = self._append(db, run_id, [final], now)[0]
         if delta.finish is not None:
-            self.checkpoint_sync()
+            self._checkpoint_quietly()
         return final_event
 
+    @_guarded
     async def events(self, run_id: RunId, after: int = 0) -> list[Event]:
         return [
             event_from_row(run_id, row)
@@ -408,6 +616,7 @@ class SQLiteStore:
             )
         ]
 
+    @_guarded
     async def patches(self, run_id: RunId) -> list[PatchRecord]:
         return [
             patch_from_row(r)
@@ -417,6 +626,7 @@ class SQLiteStore:
             )
         ]
 
+    @_guarded
     async def add_human_input(
         self,
         run_id: RunId,
@@ -454,6 +664,7 @@ class SQLiteStore:
             _lease.wake(db, run_id)
         return event
 
+    @_guarded
     async def request_cancel(self, run_id: RunId, reason: str) -> Event:
         with self._tx(run_id) as db:
             run = self._run_row(db, run_id)
@@ -470,6 +681,7 @@ class SQLiteStore:
 
     # -- effects ---------------------------------------------------------------------------
 
+    @_guarded
     async def get_effect(self, run_id: RunId, key: str) -> EffectRecord | None:
         row = self._conn.execute(
             f"SELECT {EFFECT_COLUMNS} FROM effects WHERE run_id = ? AND idem_key = ?",
@@ -477,6 +689,7 @@ class SQLiteStore:
         ).fetchone()
         return None if row is None else effect_from_row(row)
 
+    @_guarded
     async def intend_effect(self, record: EffectRecord) -> EffectRecord:
         now = time.time()
         # Not fsynced on its own: the key is a function of (run, task, index), so a lost
@@ -493,6 +706,7 @@ class SQLiteStore:
             ).fetchone()
         return effect_from_row(row)
 
+    @_guarded
     async def finish_effect(
         self,
         run_id: RunId,
@@ -515,6 +729,7 @@ class SQLiteStore:
                     key=key,
                 )
 
+    @_guarded
     async def effects(self, run_id: RunId) -> list[EffectRecord]:
         return [
             effect_from_row(r)
@@ -565,6 +780,7 @@ class SQLiteStore:
 
     # -- whole-run views -------------------------------------------------------------------
 
+    @_guarded
     async def dump(self, run_id: RunId) -> dict[str, JSON]:
         db = self._conn
         db.execute("BEGIN")
@@ -588,6 +804,7 @@ class SQLiteStore:
 
     # -- forks (docs/fork.md) --------------------------------------------------------------
 
+    @_guarded
     async def fork_run(self, fork: Fork) -> RunInfo:
         with self._tx(fork.run_id) as db:
             self._run_row(db, fork.source.run_id)
@@ -601,6 +818,7 @@ class SQLiteStore:
                 ) from None
         return await self.get_run(fork.run_id)
 
+    @_guarded
     async def origin(self, run_id: RunId) -> tuple[RunId, int] | None:
         row = self._conn.execute(
             "SELECT source_run, source_seq FROM forks WHERE run_id = ?", (run_id,)
@@ -623,6 +841,7 @@ class SQLiteStore:
             raise RunNotFound(f"no run {run_id} in {self.path}", run_id=run_id)
         fence.check_epoch(*found)
 
+    @_guarded
     async def enqueue(self, run_id: RunId) -> None:
         with self._tx(run_id) as db:
             status = RunStatus(self._run_row(db, run_id)[3])
@@ -630,11 +849,31 @@ class SQLiteStore:
                 raise UsageError(f"run {run_id} is already {status}; nothing is left to run")
             _lease.enqueue(db, run_id)
 
+    @_guarded
     async def claim_run(self, worker_id: str, lease_seconds: float) -> Claim | None:
         check_lease_seconds(lease_seconds)
         with self._tx() as db:
             return _lease.claim(db, worker_id, lease_seconds)
 
+    @_guarded
+    async def acquire(
+        self,
+        run_id: RunId,
+        holder: Holder,
+        lease_seconds: float,
+        *,
+        takeover: int | None = None,
+    ) -> Claim:
+        check_lease_seconds(lease_seconds)
+        # Not fsynced on its own: the first write made under the lease is, and it makes
+        # this commit durable too (the WAL is ordered); lost before that, nothing was lost.
+        with self._tx(sync=False) as db:
+            got = _lease.acquire(db, run_id, holder, lease_seconds, takeover)
+        if got is None:
+            raise RunNotFound(f"no run {run_id} in {self.path}", run_id=run_id)
+        return got
+
+    @_guarded
     async def heartbeat(self, run_id: RunId, epoch: int, lease_seconds: float) -> None:
         check_lease_seconds(lease_seconds)
         # Not fsynced: a heartbeat lost to a power cut only shortens the lease.
@@ -642,6 +881,7 @@ class SQLiteStore:
             if not _lease.extend(db, run_id, epoch, lease_seconds):
                 self._check_fence(db, Fence(run_id=run_id, epoch=epoch), run_id)
 
+    @_guarded
     async def release(self, run_id: RunId, epoch: int) -> bool:
         with self._tx() as db:
             return _lease.release(db, run_id, epoch)
@@ -655,7 +895,10 @@ class SQLiteStore:
         target = Path(to)
         if target.exists():
             raise UsageError(f"{target} exists; export writes a new file")
+        if not target.parent.is_dir():
+            raise UsageError(f"no directory {target.parent} for the export {target}")
         self._run_row(self._conn, run_id)
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         dest = sqlite3.connect(target, isolation_level=None)
         try:
             self._conn.backup(dest)

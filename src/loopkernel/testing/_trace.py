@@ -1,8 +1,8 @@
 """Execution traces: workers note ``start``/``done`` lines into ``LOOPKERNEL_TRACE``.
 
-Crash tests count the lines to prove that finished tasks never ran again. The file is
-opened in append mode per line (O_APPEND writes of one short line are atomic), so a
-SIGKILL leaves whole lines only.
+Crash tests count the lines to prove that finished tasks never ran again. Each line is
+written whole and fsynced by ``append_line`` (a short write is an error, not a fragment),
+and a torn last line is not counted.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from collections import Counter
 from pathlib import Path
+
+from loopkernel._jsonl import append_line
 
 __all__ = ["read_trace", "trace"]
 
@@ -19,11 +21,7 @@ def trace(what: str, task_id: str) -> None:
     path = os.environ.get("LOOPKERNEL_TRACE")
     if not path:
         return
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{what} {task_id}\n".encode())
-    finally:
-        os.close(fd)
+    append_line(path, f"{what} {task_id}\n".encode())
 
 
 def read_trace(path: str | os.PathLike[str]) -> Counter[tuple[str, str]]:
@@ -32,7 +30,8 @@ def read_trace(path: str | os.PathLike[str]) -> Counter[tuple[str, str]]:
     file = Path(path)
     if not file.exists():
         return counts
-    for line in file.read_text().splitlines():
+    text = file.read_text()
+    for line in text[: text.rfind("\n") + 1].splitlines():  # not a torn last line
         what, _, task_id = line.partition(" ")
         counts[(what, task_id)] += 1
     return counts

@@ -9,9 +9,12 @@ Importing this package does not import ``mcp``: the SDK loads when a session ope
 server starts.
 """
 
+from loopkernel._jsonl import append_line, dump_line
 from loopkernel.tools._defs import (
+    DEFAULT_RETRY,
     EFFECTS,
     Effect,
+    RetryPolicy,
     ToolDef,
     ToolDefs,
     load_tool_defs,
@@ -33,12 +36,14 @@ from loopkernel.tools._layer import (
     ToolLayer,
     allow_all,
     idempotency_key,
+    is_transient,
     require_approval,
 )
 from loopkernel.tools._policy_hook import policy_hook
 from loopkernel.tools._source import SourceSession, ToolSource
 
 __all__ = [
+    "DEFAULT_RETRY",
     "EFFECTS",
     "IDEMPOTENCY_META_KEY",
     "CallInfo",
@@ -47,6 +52,7 @@ __all__ = [
     "KeyLedger",
     "PolicyHook",
     "RestartHook",
+    "RetryPolicy",
     "ServerRestart",
     "SourceSession",
     "ToolCallRequest",
@@ -56,7 +62,10 @@ __all__ = [
     "ToolLayer",
     "ToolSource",
     "allow_all",
+    "append_line",
+    "dump_line",
     "idempotency_key",
+    "is_transient",
     "load_tool_defs",
     "parse_tool_defs",
     "policy_hook",

@@ -10,7 +10,9 @@
           "description": "Append an entry to the durable run record.",
           "effect": "idempotent",             read_only | idempotent | irreversible
           "inputSchema":  {"type": "object", ...},
-          "outputSchema": {"type": "object", ...}
+          "outputSchema": {"type": "object", ...},
+          "retry": {"attempts": 3, "backoff": 0.5, "maxBackoff": 5}     optional
+          "keepSecrets": ["token_count"]     optional: result paths never redacted
         }
       ]
     }
@@ -18,6 +20,16 @@
 Both schemas are JSON Schema (2020-12 unless ``$schema`` says otherwise) with an object at
 the root, as MCP's 2025-11-25 revision requires. Unknown keys are refused: a defs file is
 a contract, and a typo in it must not pass silently.
+
+``retry`` is the tool's policy for faults that may pass (a timeout, a dead server, a
+handler out of disk; see ``docs/tools.md``): how many sends in all, and the backoff
+between them (doubling up to ``maxBackoff``). Without it, a ``read_only`` or
+``idempotent`` tool gets ``DEFAULT_RETRY``; an ``irreversible`` tool is sent once and
+may not declare more.
+
+A tool's result is redacted before it is journaled (``loopkernel.evidence.redact``:
+secret-looking keys and credential-shaped text become ``[redacted:HASH]``);
+``keepSecrets`` lists the result paths (``"a"``, ``"a.b"``) this tool opts out for.
 """
 
 from __future__ import annotations
@@ -34,7 +46,17 @@ from loopkernel.errors import UsageError
 from loopkernel.graph import JSON
 from loopkernel.tools._schema import check_schema
 
-__all__ = ["EFFECTS", "Effect", "ToolDef", "ToolDefs", "load_tool_defs", "parse_tool_defs"]
+__all__ = [
+    "DEFAULT_RETRY",
+    "EFFECTS",
+    "NO_RETRY",
+    "Effect",
+    "RetryPolicy",
+    "ToolDef",
+    "ToolDefs",
+    "load_tool_defs",
+    "parse_tool_defs",
+]
 
 Effect: TypeAlias = Literal["read_only", "idempotent", "irreversible"]
 """What repeating a call does: nothing, nothing more, or something that cannot be undone."""
@@ -43,6 +65,41 @@ EFFECTS: frozenset[str] = frozenset(get_args(Effect))
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 _TOOL_KEYS = frozenset({"name", "description", "effect", "inputSchema", "outputSchema"})
+_OPTIONAL_KEYS = frozenset({"retry", "keepSecrets"})
+_RETRY_KEYS = frozenset({"attempts", "backoff", "maxBackoff"})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RetryPolicy:
+    """How a tool call that hit a fault that may pass is sent again, under the same key."""
+
+    attempts: int = 3
+    """Sends in all, the first included (1: never re-sent by the layer)."""
+    backoff: float = 0.5
+    """Seconds before the second send; doubled before each next one."""
+    max_backoff: float = 5.0
+    """The longest pause between two sends."""
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.attempts, int) and 1 <= self.attempts <= 100):
+            raise UsageError(f"retry attempts must be an integer 1..100, not {self.attempts!r}")
+        for name in ("backoff", "max_backoff"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and 0 <= value <= 3600):
+                raise UsageError(f"retry {name} must be 0..3600 seconds, not {value!r}")
+
+    def delay(self, sent: int) -> float:
+        """The pause after the ``sent``-th send failed."""
+        return float(min(self.max_backoff, self.backoff * 2 ** (sent - 1)))
+
+    def to_json(self) -> dict[str, JSON]:
+        return {"attempts": self.attempts, "backoff": self.backoff, "maxBackoff": self.max_backoff}
+
+
+DEFAULT_RETRY = RetryPolicy()
+"""A ``read_only`` or ``idempotent`` tool that declares no policy: 3 sends, 0.5 s, 1 s."""
+NO_RETRY = RetryPolicy(attempts=1)
+"""An ``irreversible`` tool: sent once per execution of its task."""
 _FILE_KEYS = frozenset({"name", "tools"})
 
 
@@ -61,6 +118,17 @@ class ToolDef:
     ``None`` only for third-party tools that publish none."""
     effect: Effect
     """``read_only``, ``idempotent`` or ``irreversible``; the policy hook sees it."""
+    retry: RetryPolicy | None = None
+    """The declared retry policy; ``None``: the default for the effect (``retry_policy``)."""
+    keep_secrets: tuple[str, ...] = ()
+    """Result paths (``"a"``, ``"a.b"``) left out of redaction: the tool's opt-out."""
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """What the tool layer applies: the declared policy, else the effect's default."""
+        if self.effect == "irreversible":
+            return NO_RETRY
+        return self.retry or DEFAULT_RETRY
 
     def to_json(self) -> dict[str, JSON]:
         """The defs-file form (camelCase schema keys, as on the MCP wire)."""
@@ -72,6 +140,10 @@ class ToolDef:
         }
         if self.output_schema is not None:
             out["outputSchema"] = dict(self.output_schema)
+        if self.retry is not None:
+            out["retry"] = self.retry.to_json()
+        if self.keep_secrets:
+            out["keepSecrets"] = list(self.keep_secrets)
         return out
 
 
@@ -154,8 +226,8 @@ def _parse_tool(raw: JSON, bad: Callable[[str], UsageError]) -> ToolDef:
     missing = sorted(_TOOL_KEYS - set(raw))
     if missing:
         raise bad(f"missing key(s) {', '.join(map(repr, missing))}")
-    if extra := sorted(set(raw) - _TOOL_KEYS):
-        allowed = ", ".join(sorted(_TOOL_KEYS))
+    if extra := sorted(set(raw) - _TOOL_KEYS - _OPTIONAL_KEYS):
+        allowed = ", ".join(sorted(_TOOL_KEYS | _OPTIONAL_KEYS))
         raise bad(f"unknown key(s) {', '.join(map(repr, extra))}; allowed: {allowed}")
     name, description, effect = raw["name"], raw["description"], raw["effect"]
     if not isinstance(name, str) or not _NAME.match(name):
@@ -171,13 +243,51 @@ def _parse_tool(raw: JSON, bad: Callable[[str], UsageError]) -> ToolDef:
         if problem:
             raise bad(f"{name}: {key} {problem}")
         schemas.append(schema)
+    keep = raw.get("keepSecrets", [])
+    if not isinstance(keep, list) or not all(isinstance(k, str) and k for k in keep):
+        raise bad(f"{name}: keepSecrets must be a list of result paths like \"a.b\"")
     return ToolDef(
         name=name,
         description=description,
         effect=effect,
         input_schema=schemas[0],
         output_schema=schemas[1],
+        retry=_parse_retry(name, effect, raw.get("retry"), bad),
+        keep_secrets=tuple(keep),
     )
+
+
+def retry_of(name: str, effect: str, raw: JSON) -> RetryPolicy | None:
+    """A retry policy as a defs file or a ``tools/list`` ``_meta`` states it."""
+
+    def bad(msg: str) -> UsageError:
+        return UsageError(f"tool {msg}")
+
+    return _parse_retry(name, effect, raw, bad)
+
+
+def _parse_retry(
+    name: str, effect: str, raw: JSON, bad: Callable[[str], UsageError]
+) -> RetryPolicy | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(raw) - _RETRY_KEYS or not raw:
+        raise bad(f"{name}: retry must be an object with attempts, backoff, maxBackoff")
+    try:
+        policy = RetryPolicy(
+            attempts=raw.get("attempts", DEFAULT_RETRY.attempts),
+            backoff=raw.get("backoff", DEFAULT_RETRY.backoff),
+            max_backoff=raw.get("maxBackoff", DEFAULT_RETRY.max_backoff),
+        )
+    except UsageError as exc:
+        raise bad(f"{name}: {exc.message}") from None
+    if effect == "irreversible" and policy.attempts > 1:
+        raise bad(
+            f"{name}: an irreversible tool is never re-sent by the layer (retry attempts must "
+            "be 1); a run stopped by its fault re-sends it under the same idempotency key "
+            "only when resumed"
+        )
+    return policy
 
 
 def object_schema_problem(schema: JSON) -> str | None:

@@ -22,6 +22,10 @@ the SDK's low-level ``Server``, which validates nothing itself; so the host does
 Errors reach the client as ``isError`` results whose ``_meta["loopkernel/error"]`` names
 the kind (``invalid_arguments``, ``invalid_output``, ``handler_error``, ``unknown_tool``,
 ``duplicate_key``), so the client raises a ``ToolError`` with that kind and the message.
+A handler that raised a fault that may pass -- ``TimeoutError``, ``ConnectionError``, or
+an ``OSError`` such as ENOSPC, EIO, EAGAIN (``TRANSIENT_ERRNOS``) -- is reported as
+``handler_transient``: the client's layer retries it by the tool's policy instead of
+failing the task.
 
 The idempotency key a LoopKernel client sends in the request's ``_meta`` reaches the
 handler as ``call.key``. ``once=KeyLedger(path)`` is the one line that makes a tool honour
@@ -31,6 +35,7 @@ error of kind ``duplicate_key``) and the handler does not run again.
 
 from __future__ import annotations
 
+import errno
 import inspect
 import json
 import os
@@ -41,9 +46,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
+from loopkernel._jsonl import append_line, dump_line, load_lines
 from loopkernel.errors import UsageError
 from loopkernel.graph import JSON
 from loopkernel.tools._defs import ToolDef, ToolDefs, load_tool_defs
+from loopkernel.tools._extra import require_mcp
 from loopkernel.tools._schema import Validator, compile_schema, json_problem
 
 if TYPE_CHECKING:
@@ -54,6 +61,7 @@ __all__ = [
     "EFFECT_META_KEY",
     "ERROR_META_KEY",
     "IDEMPOTENCY_META_KEY",
+    "RETRY_META_KEY",
     "CallInfo",
     "Handler",
     "KeyLedger",
@@ -67,6 +75,8 @@ ERROR_META_KEY = "loopkernel/error"
 """The result ``_meta`` key of an error result: ``{"kind": ...}``."""
 EFFECT_META_KEY = "loopkernel/effect"
 """The tool ``_meta`` key that publishes the effect class in ``tools/list``."""
+RETRY_META_KEY = "loopkernel/retry"
+"""The tool ``_meta`` key that publishes a declared retry policy in ``tools/list``."""
 
 Duplicate: TypeAlias = Literal["replay", "refuse"]
 
@@ -98,9 +108,11 @@ class KeyLedger:
     """An append-only JSON-lines file of ``{"key", "tool", "result"}``: each key once.
 
     Loaded whole when opened, so a restarted server remembers every key its predecessor
-    wrote. Each entry is one ``write`` on an ``O_APPEND`` descriptor followed by ``fsync``;
-    a torn last line (a crash inside that write) is cut off on the next open. ``path=None``
-    keeps the ledger in memory (it then dies with the process).
+    wrote. Each entry is one whole line, written and fsynced by ``append_line``: a short
+    write (a full disk) is cut off and raised as ``OSError(ENOSPC)``, and the entry is
+    not recorded; a torn last line (a crash inside the write) is cut off on the next open,
+    so that call runs again when it is re-sent under its key. ``path=None`` keeps the
+    ledger in memory (it then dies with the process).
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
@@ -109,7 +121,7 @@ class KeyLedger:
         self._by_key: dict[str, JSON] = {}
         self._lock: Any = None  # an anyio.Lock, made inside the event loop
         if self.path is not None:
-            self._entries = _load_lines(self.path)
+            self._entries = load_lines(self.path)
             for entry in self._entries:
                 key = entry.get("key")
                 if isinstance(key, str):
@@ -133,13 +145,7 @@ class KeyLedger:
         """Write one entry durably. A key may be ``None`` (a caller that sent none)."""
         entry: dict[str, JSON] = {"key": key, "tool": tool, "result": result}
         if self.path is not None:
-            line = json.dumps(entry, sort_keys=True, separators=(",", ":")) + "\n"
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, line.encode())
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            append_line(self.path, dump_line(entry))
         self._entries.append(entry)
         if key is not None:
             self._by_key.setdefault(key, result)
@@ -177,31 +183,7 @@ class KeyLedger:
 
 def read_ledger(path: str | os.PathLike[str]) -> list[dict[str, JSON]]:
     """The entries of a ledger file (what a durable run record holds), oldest first."""
-    return _load_lines(Path(path), repair=False)
-
-
-def _load_lines(path: Path, *, repair: bool = True) -> list[dict[str, JSON]]:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return []
-    if data and not data.endswith(b"\n"):
-        cut = data.rfind(b"\n") + 1
-        data = data[:cut]
-        if repair:
-            os.truncate(path, cut)
-    out = []
-    for n, line in enumerate(data.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"ledger {path} line {n} is not JSON: {exc}") from None
-        if not isinstance(entry, dict):
-            raise UsageError(f"ledger {path} line {n} is not an object")
-        out.append(entry)
-    return out
+    return load_lines(path, repair=False)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -278,6 +260,11 @@ class ToolHost:
 
     def run(self) -> None:
         """Serve over this process's stdin/stdout until stdin closes (``python -m ...``)."""
+        try:
+            require_mcp()
+        except UsageError as exc:  # a server has no caller to raise to: one line, exit 2
+            print(f"{self.defs.name}: {exc}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from None
         import anyio
 
         self.check_complete()
@@ -343,9 +330,13 @@ class ToolHost:
                 )
             return result
 
-        if entry.once is not None:
+        if entry.once is None:
+            return await produce()
+        try:
             return await entry.once.once(call.key, name, produce, duplicate=entry.duplicate)
-        return await produce()
+        except OSError as exc:  # the ledger could not record the result (a full disk)
+            kind = "handler_transient" if transient_exception(exc) else "handler_error"
+            raise _Refused(kind, f"{name}: its key ledger failed: {exc}") from exc
 
 
 async def _run_handler(handler: Handler, arguments: dict[str, JSON], call: CallInfo) -> JSON:
@@ -363,7 +354,39 @@ async def _run_handler(handler: Handler, arguments: dict[str, JSON], call: CallI
     except Exception as exc:
         traceback.print_exc(file=sys.stderr)
         sys.stderr.flush()
-        raise _Refused("handler_error", f"{call.tool}: {type(exc).__name__}: {exc}") from exc
+        kind = "handler_transient" if transient_exception(exc) else "handler_error"
+        raise _Refused(kind, f"{call.tool}: {type(exc).__name__}: {exc}") from exc
+
+
+TRANSIENT_ERRNOS = frozenset(
+    {
+        errno.ENOSPC,  # no space left on the device
+        errno.EDQUOT,  # over quota
+        errno.EIO,  # I/O error
+        errno.EAGAIN,  # try again
+        errno.EBUSY,
+        errno.EINTR,
+        errno.ENOMEM,
+        errno.EMFILE,  # out of file descriptors
+        errno.ENFILE,
+        errno.ETIMEDOUT,
+        errno.ECONNREFUSED,
+        errno.ECONNRESET,
+        errno.ECONNABORTED,
+        errno.EHOSTUNREACH,
+        errno.ENETUNREACH,
+        errno.EPIPE,
+    }
+)
+"""``OSError`` numbers that say "not now" rather than "never": a handler that raises one
+is reported as ``handler_transient``."""
+
+
+def transient_exception(exc: BaseException) -> bool:
+    """Whether a handler's exception is a fault that may pass (retry) or an answer (final)."""
+    if isinstance(exc, TimeoutError | ConnectionError):
+        return True
+    return isinstance(exc, OSError) and exc.errno in TRANSIENT_ERRNOS
 
 
 def _advertise(tool: ToolDef) -> mcp_types.Tool:
@@ -379,7 +402,8 @@ def _advertise(tool: ToolDef) -> mcp_types.Tool:
             idempotent_hint=tool.effect != "irreversible",
             destructive_hint=tool.effect == "irreversible",
         ),
-        _meta={EFFECT_META_KEY: tool.effect},
+        _meta={EFFECT_META_KEY: tool.effect}
+        | ({} if tool.retry is None else {RETRY_META_KEY: tool.retry.to_json()}),
     )
 
 

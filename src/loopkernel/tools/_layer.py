@@ -15,15 +15,21 @@ One call, in order::
     crashpoint("tool_returned")
     journal the outcome  done + result, or failed + error for a ToolError
 
-``ToolTimeout`` and ``ToolUnavailable`` leave the effect ``intended``: nobody knows whether
-the call had its effect, so a resumed run re-sends it with the same key and the server's
-duplicate check decides. A ``ToolError`` is an answer, journaled as ``failed`` and raised
-again on replay, so a resumed run fails the same way without calling again.
+A fault that may pass (``is_transient``: a timeout, a server that died, a handler out of
+disk) leaves the effect ``intended``: nobody knows whether the call had its effect. The
+call is re-sent under the same key by the tool's ``RetryPolicy`` (never for an
+irreversible tool); when that is spent, ``TransientFault`` stops the executor and leaves
+the run ``running``, and ``resume`` re-sends the call with the same key, where the
+server's duplicate check decides. Any other ``ToolError`` is an answer, journaled as
+``failed`` and raised again on replay, so a resumed run fails the same way without
+calling again. A ``ToolUnavailable`` that is not transient (a server that cannot start,
+or speaks no MCP) fails the task and leaves the effect ``intended``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -33,18 +39,21 @@ from typing import Any, TypeAlias
 
 from loopkernel import telemetry
 from loopkernel.errors import (
+    LoopKernelError,
     ReplayDivergence,
     ToolError,
     ToolTimeout,
     ToolUnavailable,
     UsageError,
 )
+from loopkernel.evidence import redact, redact_text
 from loopkernel.executor._context import NeedsApproval, TaskContext
 from loopkernel.executor._crash import crashpoint
 from loopkernel.graph import JSON
 from loopkernel.ids import RunId, TaskId
 from loopkernel.store import EffectRecord, Store
-from loopkernel.tools._defs import Effect, ToolDef
+from loopkernel.tools._defs import NO_RETRY, Effect, RetryPolicy, ToolDef
+from loopkernel.tools._extra import require_mcp
 from loopkernel.tools._schema import SchemaCache, canonical_json, json_problem
 from loopkernel.tools._source import SourceSession, ToolSource, check_arguments
 
@@ -56,6 +65,7 @@ __all__ = [
     "ToolLayer",
     "allow_all",
     "idempotency_key",
+    "is_transient",
     "require_approval",
 ]
 
@@ -107,6 +117,12 @@ PolicyHook: TypeAlias = Callable[[ToolCallRequest], Awaitable[None] | None]
 
 RestartHook: TypeAlias = Callable[[str, str], Awaitable[None] | None]
 """``on_restart(source_name, reason)``, awaited before the dead server is restarted."""
+
+
+def _redacted_error(err: ToolError) -> ToolError:
+    """``err`` with credential-shaped text in its message and string attributes redacted."""
+    attrs = {k: redact_text(v) if isinstance(v, str) else v for k, v in err.attrs.items()}
+    return type(err)(redact_text(err.message), **attrs)
 
 
 def idempotency_key(run_id: str, task_id: str, index: int) -> str:
@@ -168,7 +184,14 @@ class ToolLayer:
         policy_hook: PolicyHook = require_approval,
         default_timeout: float = 30.0,
         on_restart: RestartHook | None = None,
+        default_retry: RetryPolicy | None = None,
+        retries: Mapping[str, RetryPolicy] | None = None,
+        redact_secrets: bool = True,
     ) -> None:
+        require_mcp()
+        self.redact_secrets = redact_secrets
+        """Redact secrets in results and errors before they are journaled
+        (``loopkernel.evidence.redact``; a tool opts out per field with ``keepSecrets``)."""
         names = [s.name for s in sources]
         if len(set(names)) != len(names):
             raise UsageError(f"tool source names must be unique: {names}")
@@ -179,6 +202,13 @@ class ToolLayer:
         self.policy_hook = policy_hook
         self.default_timeout = default_timeout
         self.on_restart = on_restart
+        self.default_retry = default_retry
+        """The policy of a tool that declares none (``None``: ``DEFAULT_RETRY``)."""
+        self.retries = dict(retries or {})
+        """Per tool name, a policy that overrides the declared one."""
+        self.on_server: Callable[[str, str], None] | None = None
+        """``on_server(source_name, "starting" | "ready")`` around a server's start: a
+        progress view shows the second or so a server takes to start."""
         self.spawns = 0
         """Server processes started so far (restarts included)."""
         self.sent = 0
@@ -250,13 +280,7 @@ class ToolLayer:
             if defs is not None and (tool := defs.get(name)) is not None:
                 effect = slot.source.effects.get(name, tool.effect)
                 if effect != tool.effect:
-                    tool = ToolDef(
-                        name=tool.name,
-                        description=tool.description,
-                        input_schema=tool.input_schema,
-                        output_schema=tool.output_schema,
-                        effect=effect,
-                    )
+                    tool = dataclasses.replace(tool, effect=effect)
                 self._where[name] = (slot, tool)
                 return slot, tool
         for slot in self._slots:
@@ -357,15 +381,42 @@ class ToolLayer:
                 raise _error_from_journal(record.error, name)
         crashpoint("tool_sent")
         limit = timeout or slot.source.timeouts.get(name) or self.default_timeout
-        try:
-            value = await self._send(slot, tool, args, key, limit, ctx)
-        except ToolError as err:
-            crashpoint("tool_returned")
-            await self.store.finish_effect(run_id, key, status="failed", error=err.verdict())
-            raise
+        policy = self.retry_policy(tool)
+        sent = 0
+        while True:
+            sent += 1
+            try:
+                value = await self._send(slot, tool, args, key, limit, ctx)
+                break
+            except (ToolError, ToolTimeout, ToolUnavailable) as err:
+                if not is_transient(err):
+                    if isinstance(err, ToolError):  # an answer: journaled, raised on replay
+                        crashpoint("tool_returned")
+                        clean = _redacted_error(err) if self.redact_secrets else err
+                        await self.store.finish_effect(
+                            run_id, key, status="failed", error=clean.verdict()
+                        )
+                        if clean is not err:
+                            raise clean from None
+                    raise
+                # It may pass: the effect stays `intended` (nobody knows whether it
+                # happened) and the same key goes out again.
+                if sent >= policy.attempts:
+                    raise _gave_up(err, tool, sent) from err
+                await asyncio.sleep(policy.delay(sent))
         crashpoint("tool_returned")
+        if self.redact_secrets:  # before it is journaled; the task sees what the journal keeps
+            value = redact(value, keep=tool.keep_secrets)
         await self.store.finish_effect(run_id, key, status="done", result=value)
         return value
+
+    def retry_policy(self, tool: ToolDef) -> RetryPolicy:
+        """The layer's override for the tool, else its declared policy, else the layer's
+        default, else ``DEFAULT_RETRY``; an irreversible tool is sent once, whatever is said."""
+        if tool.effect == "irreversible":
+            return NO_RETRY
+        declared = self.retries.get(tool.name) or tool.retry or self.default_retry
+        return declared or tool.retry_policy
 
     def _count(self, ctx: TaskContext, effect: str) -> int:
         if effect != "irreversible":
@@ -439,11 +490,15 @@ class ToolLayer:
                     raise UsageError("the tool layer is closed")
                 session = SourceSession(slot.source, schemas=self._schemas)
                 self.spawns += 1
+                if self.on_server is not None:
+                    self.on_server(slot.source.name, "starting")
                 try:
                     await session.open()
                 except ToolUnavailable as err:
                     slot.failed = err
                     raise _again(err, tool) from None
+                if self.on_server is not None:
+                    self.on_server(slot.source.name, "ready")
                 slot.session = session
             return slot.session
 
@@ -489,6 +544,38 @@ class ToolLayer:
                 if inspect.isawaitable(done):
                     await done
         return True
+
+
+def is_transient(err: LoopKernelError) -> bool:
+    """Whether a tool error is a fault that may pass (retry, then leave the run resumable)
+    or an answer (the task fails with it). ``docs/tools.md`` has the table.
+
+    - ``ToolTimeout`` (MCP error -32001, the client's deadline): may pass.
+    - ``ToolUnavailable`` of kind ``server_died`` (MCP -32000, the connection closed; the
+      layer already restarted the server once): may pass. ``cannot_start`` and
+      ``not_mcp`` are a setup that is wrong: final.
+    - ``ToolError`` of kind ``handler_transient`` (the handler raised ENOSPC, EIO,
+      ``TimeoutError`` ...): may pass. Every other kind (bad arguments, bad output, a
+      handler that raised anything else, MCP -32602 and -32603): final.
+    """
+    if isinstance(err, ToolTimeout):
+        return True
+    if isinstance(err, ToolUnavailable):
+        return err.attrs.get("kind") == "server_died"
+    if isinstance(err, ToolError):
+        return err.attrs.get("kind") == "handler_transient"
+    return False
+
+
+def _gave_up(
+    err: ToolError | ToolTimeout | ToolUnavailable, tool: ToolDef, sent: int
+) -> ToolError | ToolTimeout | ToolUnavailable:
+    """The error again, marked as a fault that may pass that the layer stopped re-sending:
+    the executor leaves the run resumable instead of failing the task (``TransientFault``).
+    A worker that catches it may still decide otherwise."""
+    return type(err)(
+        err.message, **{**err.attrs, "transient": True, "sent": sent, "effect": tool.effect}
+    )
 
 
 def _again(err: ToolUnavailable, tool: str | None) -> ToolUnavailable:

@@ -36,8 +36,14 @@ from typing import IO, TYPE_CHECKING, Any, TextIO, cast
 from loopkernel import telemetry
 from loopkernel.errors import ToolError, ToolTimeout, ToolUnavailable, UsageError
 from loopkernel.graph import JSON
-from loopkernel.tools._defs import EFFECTS, Effect, ToolDef, ToolDefs, effect_of
-from loopkernel.tools._host import EFFECT_META_KEY, ERROR_META_KEY, IDEMPOTENCY_META_KEY
+from loopkernel.tools._defs import EFFECTS, Effect, ToolDef, ToolDefs, effect_of, retry_of
+from loopkernel.tools._extra import require_mcp
+from loopkernel.tools._host import (
+    EFFECT_META_KEY,
+    ERROR_META_KEY,
+    IDEMPOTENCY_META_KEY,
+    RETRY_META_KEY,
+)
 from loopkernel.tools._schema import SchemaCache, canonical_json
 
 if TYPE_CHECKING:
@@ -49,7 +55,14 @@ if TYPE_CHECKING:
 __all__ = ["SourceSession", "ToolSource", "check_arguments", "check_output"]
 
 _ERROR_KINDS = frozenset(
-    {"invalid_arguments", "invalid_output", "handler_error", "unknown_tool", "duplicate_key"}
+    {
+        "invalid_arguments",
+        "invalid_output",
+        "handler_error",
+        "handler_transient",
+        "unknown_tool",
+        "duplicate_key",
+    }
 )
 
 
@@ -177,6 +190,7 @@ class SourceSession:
         """Spawn the server, initialize, list its tools. ``ToolUnavailable`` when it cannot."""
         if self._task is not None:
             raise UsageError(f"session with {self.source.name!r} was already opened")
+        require_mcp()
         loop = asyncio.get_running_loop()
         self._ready = loop.create_future()
         self._closing = asyncio.Event()
@@ -293,12 +307,18 @@ class SourceSession:
                     declared = "read_only"
                 elif ann.idempotent_hint:
                     declared = "idempotent"
+            effect = src.effects.get(t.name) or declared or "irreversible"
+            try:  # a LoopKernel host publishes its declared policy; others publish none
+                retry = retry_of(t.name, effect, (t.meta or {}).get(RETRY_META_KEY))
+            except UsageError:
+                retry = None
             found[t.name] = ToolDef(
                 name=t.name,
                 description=t.description or "",
                 input_schema=t.input_schema,
                 output_schema=t.output_schema,
-                effect=src.effects.get(t.name) or declared or "irreversible",
+                effect=effect,
+                retry=retry,
             )
         if src.defs is None:
             return found
@@ -318,6 +338,7 @@ class SourceSession:
                 input_schema=want.input_schema,
                 output_schema=want.output_schema,
                 effect=src.effects.get(want.name) or want.effect,
+                retry=want.retry,
             )
         return tools
 

@@ -18,7 +18,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from loopkernel import JSON, AllowedSkill, Allowlist, App, AppParts, Store, UsageError, planner_for
+from loopkernel import (
+    JSON,
+    AllowedSkill,
+    Allowlist,
+    App,
+    AppParts,
+    Param,
+    Store,
+    UsageError,
+    planner_for,
+)
 from loopkernel.policy import Policy
 from loopkernel.tools import ToolLayer, policy_hook
 from loopkernel_apps.looplab._loop import WORKERS, LooplabPlanner
@@ -108,6 +118,20 @@ app = App(
         "tool_timeout": 30.0,
         "inject": "",
         "planner": "rules",
+    },
+    parameters={
+        "scenario": Param(kind="str", choices=tuple(SCENARIOS)),
+        "policy": Param(kind="object"),
+        "act_delay": Param(kind="number", minimum=0, maximum=3600),
+        "slow_step": Param(
+            kind="int", minimum=1, maximum=max(len(steps) for steps in SCENARIOS.values())
+        ),
+        "fault": Param(kind="str", choices=FAULTS),
+        "tool_timeout": Param(kind="number", minimum=0.001, maximum=3600),
+        "inject": Param(kind="str", choices=("", "plan", "guard", "act", "verify", "record")),
+        "planner": Param(
+            kind="str", choices=("rules", "llm"), help="who plans (docs/planner-llm.md)"
+        ),
     },
     scenarios={name: {} for name in SCENARIOS},
 )

@@ -10,7 +10,8 @@
 
 State lives in files under ``--dir``, per run: ``RUN.record.jsonl`` (the durable run
 record), ``RUN.world.jsonl`` (every action applied to the world) and ``RUN.calls.jsonl``
-(every action request as it arrives, applied or not). The first two honour the
+(every action request as it arrives, applied or not), where RUN is ``file_stem(run_id)``,
+never the raw id. Each is created 0600. The first two honour the
 idempotency key in the request's ``_meta``: a repeated key gets the first answer back and
 writes nothing. The run is named by ``--run``, else by the key's first part
 (``run/task/index``). A call without a key is applied every time it arrives, as any tool
@@ -22,8 +23,8 @@ from __future__ import annotations
 import argparse
 import functools
 import hashlib
-import json
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,6 +35,8 @@ from loopkernel.tools import (
     ToolDefs,
     ToolHost,
     ToolSource,
+    append_line,
+    dump_line,
     load_tool_defs,
     read_ledger,
 )
@@ -55,16 +58,24 @@ __all__ = [
 DEFS = Path(__file__).with_name("tool-defs.json")
 
 
+def file_stem(run: str) -> str:
+    """The name a run's files get: never the raw id (which came from a caller), but a safe
+    readable prefix and a hash of the whole id, so distinct runs never share a file and no
+    id can name a path outside the data directory."""
+    readable = re.sub(r"[^A-Za-z0-9_-]", "_", run)[:40]
+    return f"{readable}-{hashlib.sha256(run.encode()).hexdigest()[:16]}"
+
+
 def record_path(directory: str | os.PathLike[str], run: str) -> Path:
-    return Path(directory) / f"{run}.record.jsonl"
+    return Path(directory) / f"{file_stem(run)}.record.jsonl"
 
 
 def world_path(directory: str | os.PathLike[str], run: str) -> Path:
-    return Path(directory) / f"{run}.world.jsonl"
+    return Path(directory) / f"{file_stem(run)}.world.jsonl"
 
 
 def calls_path(directory: str | os.PathLike[str], run: str) -> Path:
-    return Path(directory) / f"{run}.calls.jsonl"
+    return Path(directory) / f"{file_stem(run)}.calls.jsonl"
 
 
 def record_entries(directory: str | os.PathLike[str], run: str) -> list[str]:
@@ -137,12 +148,7 @@ def build_host(directory: str | os.PathLike[str], run: str | None = None) -> Too
         import anyio
 
         arrived = {"tool": call.tool, "key": call.key, "step": args["step"], "at": args["attempt"]}
-        line = (json.dumps(arrived, sort_keys=True) + "\n").encode()
-        fd = os.open(calls_path(base, run_of(call)), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line)
-        finally:
-            os.close(fd)
+        append_line(calls_path(base, run_of(call)), dump_line(arrived))
         await anyio.sleep(float(args.get("delay_s", 0)))
         fault = args.get("fault")
         if fault == "timeout":

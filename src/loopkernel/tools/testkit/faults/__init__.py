@@ -6,6 +6,7 @@ Run it with ``python -m loopkernel.tools.testkit.faults [--refuse | --garbage-at
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from collections.abc import Sequence
@@ -59,6 +60,17 @@ def build_host(wire: int | None = None) -> ToolHost:
             marker.write_text(call.key or "", encoding="utf-8")
             os._exit(17)
         return {"survived": True}
+
+    def flaky(args: dict[str, JSON], call: CallInfo) -> JSON:
+        marker = Path(str(args["marker"]))
+        tries = int(marker.read_text(encoding="utf-8") or 0) + 1 if marker.exists() else 1
+        marker.write_text(str(tries), encoding="utf-8")
+        if tries <= int(args["failures"]):
+            raise OSError(errno.ENOSPC, "No space left on device", str(marker))
+        return {"tries": tries}
+
+    host.add("flaky", flaky)
+    host.add("flaky_send", flaky)
 
     @host.tool("garbage")
     async def garbage(args: dict[str, JSON], call: CallInfo) -> JSON:

@@ -1,0 +1,129 @@
+"""Redaction of secrets, applied to what a tool returns before anything is journaled.
+
+Two rules, both on by default:
+
+* **Keys that look like secrets.** In a JSON object, the string value of a key such as
+  ``password``, ``secret``, ``token``, ``api_key``, ``authorization``, ``private_key``,
+  ``cookie`` (any case, ``-``/``_`` ignored) is replaced whole; inside a list or object
+  under such a key, every string is. Numbers and booleans stay (``input_tokens: 12``).
+* **Credentials in text.** Every string is scanned for common credential shapes: AWS
+  access key ids, ``Bearer``/``Basic`` credentials, PEM blocks, JSON Web Tokens, GitHub,
+  Slack and ``sk-`` API keys, and ``password=...`` / ``token: ...`` pairs.
+
+A secret becomes ``[redacted:HASH]``, HASH the first 12 hex digits of its SHA-256: equal
+secrets stay comparable across runs and stores (a test can still say "the same key was
+sent twice") without the value itself. The hash is not salted; it hides a secret, not a
+guessable one (a short password can be found by trying candidates).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from collections.abc import Collection
+
+from loopkernel.graph import JSON
+
+__all__ = ["MARKER", "is_secret_key", "marker", "redact", "redact_text"]
+
+MARKER = "[redacted:"
+"""How every redacted value begins."""
+
+_SECRET_KEYS = (
+    "password",
+    "passwd",
+    "passphrase",
+    "secret",
+    "token",
+    "apikey",
+    "authorization",
+    "accesskey",
+    "privatekey",
+    "credential",
+    "cookie",
+    "sessionid",
+    "signature",
+)
+_NOT_SECRET = re.compile(r"tokens$|tokenizer|tokencount|^(max|input|output|total)tokens?")
+
+_PATTERNS: tuple[tuple[re.Pattern[str], int], ...] = (
+    # (pattern, group to replace; 0 = the whole match)
+    (re.compile(r"-----BEGIN [A-Z0-9 ]+-----.*?-----END [A-Z0-9 ]+-----", re.S), 0),
+    (re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b"), 0),
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]+"), 0),
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b"), 0),
+    (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"), 0),
+    (re.compile(r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}"), 0),
+    (re.compile(r"\b(?:Bearer|Basic|Token)\s+([A-Za-z0-9._~+/=-]{8,})", re.I), 1),
+    (
+        re.compile(
+            r"(?:\b|_)(?:password|passwd|pwd|passphrase|secret|token|api[_-]?key|"
+            r"access[_-]?key|secret[_-]?key|client[_-]?secret|auth)"
+            r"[\"']?\s*[=:]\s*[\"']?([^\s\"'&,;)\]}>]{3,})",
+            re.I,
+        ),
+        1,
+    ),
+)
+
+
+def marker(secret: str) -> str:
+    """``[redacted:HASH]`` for ``secret``: the same secret always gives the same marker."""
+    return f"{MARKER}{hashlib.sha256(secret.encode()).hexdigest()[:12]}]"
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether an object key names a secret (``api_key``, ``X-Auth-Token``, ``password``)."""
+    norm = re.sub(r"[^a-z0-9]", "", key.lower())
+    if _NOT_SECRET.search(norm):
+        return False
+    return any(word in norm for word in _SECRET_KEYS) or norm == "auth"
+
+
+def redact_text(text: str) -> str:
+    """``text`` with every credential-shaped part replaced by its marker."""
+    if not text:
+        return text
+    for pattern, group in _PATTERNS:
+        text = pattern.sub(functools.partial(_replace, group=group), text)
+    return text
+
+
+def _replace(match: re.Match[str], *, group: int) -> str:
+    secret = match.group(group)
+    if secret.startswith(MARKER):
+        return match.group(0)
+    if group == 0:
+        return marker(secret)
+    start, end = match.span(group)
+    whole = match.group(0)
+    offset = match.start(0)
+    return whole[: start - offset] + marker(secret) + whole[end - offset :]
+
+
+def redact(value: JSON, *, keep: Collection[str] = ()) -> JSON:
+    """``value`` with its secrets replaced (see the module doc). ``keep`` lists the paths
+    (``"token"``, ``"auth.header"``; list items share their list's path) a tool declares
+    as not secret: they are left exactly as they are."""
+    return _walk(value, "", frozenset(keep), secret=False)
+
+
+def _walk(value: JSON, path: str, keep: frozenset[str], *, secret: bool) -> JSON:
+    if path in keep:
+        return value
+    if isinstance(value, str):
+        return marker(value) if secret and not value.startswith(MARKER) else redact_text(value)
+    if isinstance(value, list):
+        return [_walk(v, path, keep, secret=secret) for v in value]
+    if isinstance(value, dict):
+        return {
+            k: _walk(
+                v,
+                f"{path}.{k}" if path else str(k),
+                keep,
+                secret=secret or is_secret_key(str(k)),
+            )
+            for k, v in value.items()
+        }
+    return value
