@@ -6,6 +6,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 PY="${PYTHON:-python3}"
+# Playwright (the browser tests) drives the system Chromium; it never downloads a browser.
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
   echo "LoopKernel needs Python 3.11 or newer; $PY is $("$PY" --version 2>&1)" >&2
   exit 2

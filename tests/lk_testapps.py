@@ -116,3 +116,16 @@ flaky = App(
     build=_flaky,
     defaults={"marker": "", "failures": 0, "irreversible": False},
 )
+
+
+def _unregistered(params: Mapping[str, Any]) -> AppParts:
+    from loopkernel.planner import Flow, Step
+
+    return AppParts(planner=Flow(Step("fetch"), Step("parse")), workers={"fetch": step})
+
+
+unregistered = App(
+    name="lk_testapps:unregistered",
+    description="a flow that names a skill its worker registry lacks",
+    build=_unregistered,
+)

@@ -40,7 +40,7 @@ from loopkernel.graph import (
     TaskState,
 )
 from loopkernel.ids import RunId, TaskId
-from loopkernel.planner import BasePlanner, Planner, Proposal, Snapshot
+from loopkernel.planner import At, BasePlanner, Flow, Planner, Proposal, Snapshot, Step
 from loopkernel.planner.llm import AllowedSkill, Allowlist, LLMPlanner, planner_for
 from loopkernel.store import SQLiteStore, Store, open_store
 
@@ -54,10 +54,12 @@ __all__ = [
     "App",
     "AppParts",
     "ApprovalRefused",
+    "At",
     "BasePlanner",
     "Event",
     "EventKind",
     "Evidence",
+    "Flow",
     "GraphPatch",
     "Kernel",
     "LLMPlanner",
@@ -75,6 +77,7 @@ __all__ = [
     "Snapshot",
     "SourceRef",
     "StartedRun",
+    "Step",
     "Store",
     "Task",
     "TaskContext",

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from loopkernel.errors import UsageError
 from loopkernel.executor import PatchGuard, ToolCaller, Worker
 from loopkernel.graph import JSON
-from loopkernel.planner import Planner
+from loopkernel.planner import Flow, Planner
 from loopkernel.store import Store
 
 __all__ = ["App", "AppParts", "Param", "load_app", "registered"]
@@ -118,6 +118,10 @@ class AppParts:
     effects there), if the app calls tools."""
     guard: PatchGuard | None = None
     """Policy the executor consults on every patch (e.g. ``Policy(...).guard()``)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.planner, Flow):  # a step naming an unregistered skill: now, not mid-run
+            self.planner.check_workers(self.workers)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

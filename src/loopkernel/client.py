@@ -429,6 +429,49 @@ class Client:
     async def info(self, run_id: str) -> RunInfo:
         return await self.store.get_run(_rid(run_id))
 
+    async def list_runs(
+        self,
+        limit: int = 50,
+        *,
+        status: RunStatus | None = None,
+        app: str | None = None,
+        before: tuple[float, str] | None = None,
+    ) -> list[RunInfo]:
+        """One page of runs, newest first; pass the last one's ``(created_at, run_id)`` as
+        ``before`` for the next page."""
+        return await self.store.list_runs(limit, status=status, app=app, before=before)
+
+    async def graph(self, run_id: str) -> GraphState:
+        """The run's materialized graph: tasks with their states, and edges."""
+        return (await self.store.load_run(RunId(run_id))).state
+
+    async def events(self, run_id: str, after: int = 0) -> list[Event]:
+        """The run's journal after seq ``after``, in seq order."""
+        return await self.store.events(RunId(run_id), after)
+
+    async def patches(self, run_id: str, after: int = 0) -> list[PatchRecord]:
+        """The run's patches (applied or rejected) answering events after seq ``after``, by
+        the seq of the event each answers."""
+        return await self.store.patches(RunId(run_id), after)
+
+    async def effects(self, run_id: str, task_id: str | None = None) -> list[EffectRecord]:
+        """The run's tool calls from the effect journal, of one task when ``task_id`` is given."""
+        found = await self.store.effects(RunId(run_id))
+        return found if task_id is None else [e for e in found if e.task_id == task_id]
+
+    async def origin(self, run_id: str) -> tuple[RunId, int] | None:
+        """``(run, seq)`` the run was forked from, or ``None``."""
+        return await self.store.origin(RunId(run_id))
+
+    async def wait_for_journal(self, seconds: float) -> None:
+        """Return when some run's journal may have changed, or after ``seconds``."""
+        await self.store.wait_for_journal(seconds)
+
+    async def check_token(self, run_id: str, token: str) -> bool:
+        """Whether ``token`` is the run's approval token (compared in constant time)."""
+        expected = (await self.store.token_hash(_rid(run_id))).removeprefix(TOKEN_REQUIRED)
+        return hmac.compare_digest(expected, hash_token(token))
+
     async def inspect(
         self, run_id: str, *, journal: bool = False, at: int | None = None
     ) -> Inspection:
@@ -546,19 +589,31 @@ class Client:
                 raise ApprovalRefused(
                     f"an approval needs the run's approval token (--token){why}", run_id=rid
                 )
-            expected = stored.removeprefix(TOKEN_REQUIRED)
-            if not hmac.compare_digest(expected, hash_token(token)):
+            if not await self.check_token(run_id, token):
                 raise ApprovalRefused(f"the approval token does not match run {rid}", run_id=rid)
         return await self.store.add_human_input(
             rid, tid, decision=decision, payload=payload
         )
 
-    async def cancel(self, run_id: str, reason: str = "cancelled by an operator") -> RunStatus:
-        """Ask for the run to stop. A stopped (waiting) run is finished here and now."""
+    async def cancel(
+        self,
+        run_id: str,
+        reason: str = "cancelled by an operator",
+        *,
+        token: str | None = None,
+        local: bool = True,
+        finish_waiting: bool = True,
+    ) -> RunStatus:
+        """Ask for the run to stop (journaled as ``cancel_requested``). Unless ``local``,
+        the run's approval token is required. With ``finish_waiting`` a stopped (waiting)
+        run is finished here and now; without it the event waits for ``resume`` or a
+        worker, like an approval."""
         rid = _rid(run_id)
+        if not local and (token is None or not await self.check_token(run_id, token)):
+            raise ApprovalRefused(f"cancelling run {rid} needs its approval token", run_id=rid)
         await self.store.request_cancel(rid, reason)
         info = await self.store.get_run(rid)
-        if info.status is RunStatus.WAITING:
+        if info.status is RunStatus.WAITING and finish_waiting:
             return (await self.execute(run_id)).status
         return info.status
 

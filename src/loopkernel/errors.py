@@ -18,11 +18,11 @@
         ├── ToolError               bad arguments, bad output, or the tool's handler raised
         ├── ToolTimeout             the client deadline passed; the request was cancelled
         ├── ToolUnavailable         the tool server would not start, died, or spoke no MCP
+        ├── TransientFault          a fault that may pass outlasted its retries; the run
+        │                           was left running, resumable
         ├── ModelError              the model gateway refused the call or the reply was unusable
         ├── ModelTimeout            the model call passed its deadline
         ├── ModelUnavailable        the gateway or its provider could not be reached; retry
-        ├── TransientFault          a fault that may pass outlasted its retries; the run
-        │                           was left running, resumable
         ├── BudgetExceeded          a budget limit would be passed
         ├── TripwireFired           a tripwire stopped the run
         └── RunawayRun              the run passed its ``max_events``
@@ -172,6 +172,15 @@ class ToolUnavailable(RunError):
     retryable = True
 
 
+class TransientFault(RunError):
+    """A fault that may pass (a tool timed out, its server is gone or out of disk) outlasted
+    the tool's retry policy, or is not retried at all (an irreversible tool). The executor
+    stopped and left the run ``running``: ``resume`` re-sends the call under its
+    idempotency key. ``cause`` is the error type, ``tool`` and ``task_id`` name the call."""
+
+    code = "transient_fault"
+
+
 class ModelError(RunError):
     """The model gateway answered with an error that retrying will not fix: a bad request,
     a refused token, a reply that is not the JSON the schema asks for. ``kind`` names it."""
@@ -191,16 +200,6 @@ class ModelUnavailable(RunError):
     the gateway's retries. Retrying later is safe: the call carries its idempotency key."""
 
     code = "model_unavailable"
-    retryable = True
-
-
-class TransientFault(RunError):
-    """A fault that may pass (a tool timed out, its server is gone or out of disk) outlasted
-    the tool's retry policy, or is not retried at all (an irreversible tool). The executor
-    stopped and left the run ``running``: ``resume`` re-sends the call under its
-    idempotency key. ``cause`` is the error type, ``tool`` and ``task_id`` name the call."""
-
-    code = "transient_fault"
     retryable = True
 
 

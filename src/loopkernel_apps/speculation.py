@@ -28,17 +28,12 @@ from loopkernel import (
     Allowlist,
     App,
     AppParts,
-    BasePlanner,
-    Event,
-    GraphPatch,
     Param,
-    Snapshot,
     TaskContext,
-    TaskSpec,
-    TaskState,
     UsageError,
     planner_for,
 )
+from loopkernel.planner import Flow, Step, quorum
 from loopkernel.testing import trace
 
 ANGLES = ("prior work", "counter-evidence", "first principles", "benchmarks", "failure reports")
@@ -84,50 +79,27 @@ ALLOW = Allowlist(
 """What a model may propose for a speculation run (``--planner llm``)."""
 
 
-class SpeculationPlanner(BasePlanner):
-    def __init__(self, params: Mapping[str, JSON]) -> None:
-        self.delays = [float(d) for d in params["delays"]]
-        self.quorum = int(params["quorum"])
-        self.distill_delay = float(params["distill_delay"])
+def planner(params: Mapping[str, JSON]) -> Flow:
+    """plan, then a quorum of researchers, then the distiller over the winners only."""
+    delays = [float(d) for d in params["delays"]]
 
-    def on_start(self, snapshot: Snapshot, event: Event) -> GraphPatch:
-        return GraphPatch().add(
-            TaskSpec(task_id="plan", skill="plan", input={"researchers": len(self.delays)})
+    def researcher(i: int, delay: float) -> Step:
+        return Step(
+            f"r{i}",
+            "research",
+            input=lambda at: {"angle": at.result("plan")["angles"][i - 1], "delay": delay},
         )
 
-    def on_completed(self, snapshot: Snapshot, event: Event) -> GraphPatch:
-        assert event.task_id is not None
-        task = snapshot.task(event.task_id)
-        if task.skill == "plan":
-            patch = GraphPatch()
-            for i, angle in enumerate(task.result["angles"], start=1):
-                spec = TaskSpec(
-                    task_id=f"r{i}",
-                    skill="research",
-                    input={"angle": angle, "delay": self.delays[i - 1]},
-                )
-                patch = patch.add(spec, after=["plan"])
-            return patch
-        if task.skill == "research":
-            winners = [
-                t.task_id for t in snapshot.in_state(TaskState.SUCCEEDED) if t.skill == "research"
-            ]
-            if len(winners) != self.quorum or snapshot.get("distill") is not None:
-                return GraphPatch()
-            patch = GraphPatch()
-            for t in snapshot.in_state(TaskState.PENDING, TaskState.READY, TaskState.RUNNING):
-                if t.skill == "research":
-                    patch = patch.cancel(t.task_id)
-            distill = TaskSpec(
-                task_id="distill",
-                skill="distill",
-                input={"quorum": self.quorum, "delay": self.distill_delay},
-                evidence_scope="ancestors",
-            )
-            return patch.add(distill, after=sorted(winners))
-        if task.skill == "distill":
-            return GraphPatch().finish("succeeded", {"answer": task.result["answer"]})
-        return GraphPatch()
+    return Flow(
+        Step("plan", input={"researchers": len(delays)}),
+        quorum(int(params["quorum"]), of=[researcher(i, d) for i, d in enumerate(delays, 1)]),
+        Step(
+            "distill",
+            input={"quorum": int(params["quorum"]), "delay": float(params["distill_delay"])},
+            evidence_scope="ancestors",
+        ),
+        verdict=lambda at: {"answer": at.result("distill")["answer"]},
+    )
 
 
 async def plan(ctx: TaskContext) -> JSON:
@@ -174,7 +146,7 @@ def build(params: Mapping[str, JSON]) -> AppParts:
     if not 1 <= int(params["quorum"]) <= len(delays):
         raise UsageError("quorum must be between 1 and the number of researchers")
     return AppParts(
-        planner=planner_for(params, rules=SpeculationPlanner(params), allow=ALLOW),
+        planner=planner_for(params, rules=planner(params), allow=ALLOW),
         workers={"plan": plan, "research": research, "distill": distill},
     )
 

@@ -498,3 +498,20 @@ price_out = 15.0
             load_config(str(bad))
 
     asyncio.run(scenario())
+
+
+def test_a_handler_that_breaks_answers_500_which_the_client_calls_unavailable(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from loopkernel.models._http import HttpRequest, HttpResponse, HttpServer
+
+    async def broken(req: HttpRequest) -> HttpResponse:
+        raise OSError("disk I/O error")
+
+    async def scenario() -> None:
+        async with HttpServer(broken, Address(host="127.0.0.1", port=0)) as server:
+            with pytest.raises(ModelUnavailable, match="disk I/O error"):
+                await ModelClient(server.address, TOKEN).complete(ask(), key="k", run_id="r")
+
+    asyncio.run(scenario())
+    assert "internal error: OSError: disk I/O error" in capsys.readouterr().err

@@ -52,6 +52,7 @@ def test_the_model_client_imports_downward_only() -> None:
         "loopkernel.ids",
         "loopkernel.store",
         "loopkernel.models",
+        "loopkernel.telemetry",
     )
     for path in (SRC / "models").rglob("*.py"):
         for module in _imports(path):

@@ -214,3 +214,65 @@ def test_the_client_never_shows_its_token() -> None:
     client = ModelClient("127.0.0.1:9", "secret-token-value-123")
     assert "secret-token-value-123" not in repr(client)
     assert asyncio.iscoroutinefunction(client.complete)
+
+
+def test_a_model_call_is_a_span_under_its_task_and_its_trace_reaches_the_gateway(
+    tmp_path: Path,
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from loopkernel import telemetry
+    from loopkernel.store import SQLiteStore
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    telemetry.configure(provider)
+
+    async def scenario() -> None:
+        store = SQLiteStore(tmp_path / "runs.db")
+        await store.open()
+        async with ScriptedProvider(["A", "B"]) as p, gateway_for(p, tmp_path) as (_gw, client):
+            kernel = Kernel(store, One(), {"ask": ask_twice}, models=ModelLayer(store, client))
+            await kernel.start(app="t", run_id="r")
+            assert (await kernel.run("r")).status is RunStatus.SUCCEEDED
+        await store.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        telemetry.reset()
+        provider.shutdown()
+    got = exporter.get_finished_spans()
+    [task] = [s for s in got if s.name == "task ask"]
+    models = [s for s in got if s.name == "model"]
+    assert len(models) == 2
+    for span in models:
+        assert span.parent is not None and span.parent.span_id == task.context.span_id
+        assert span.attributes["loopkernel.model"] == "scripted-model"
+        assert span.attributes["loopkernel.replayed"] is False
+    assert models[0].attributes["loopkernel.key"] == "r/ask/model/0"
+    trace_id = format(task.context.trace_id, "032x")
+    assert (tmp_path / "gateway.log").read_text().count(f"trace={trace_id}") == 2
+
+
+def test_a_wrong_gateway_token_is_not_journaled_as_the_calls_answer(
+    backend: Backend, tmp_path: Path
+) -> None:
+    from loopkernel.errors import ModelError
+
+    async def body(store: Store) -> None:
+        await _run_row(store)
+        async with ScriptedProvider(["A"]) as p, gateway_for(p, tmp_path) as (_gw, client):
+            wrong = ModelClient(client.address, "a-wrong-token-0123456789")
+            with pytest.raises(ModelError, match="token"):
+                await ctx_for(store, wrong).complete(ask("one"), max_tokens=16)
+            [effect] = await store.effects(RunId("r"))
+            assert effect.status == "intended"
+            # fixed configuration, the task runs again: the call is sent, with the same key
+            reply = await ctx_for(store, client).complete(ask("one"), max_tokens=16)
+            assert (reply.text, p.calls) == ("A", 1)
+
+    backend.run(body)

@@ -48,6 +48,6 @@ def test_the_cli_called_in_process_cleans_os_environ(
     import os
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-value-456")
-    assert main(["--db", f"{tmp_path}/runs.db", "runs"]) == 0
+    assert main(["--db", f"{tmp_path}/runs.db", "runs"]) == 9  # no database there: still scrubbed
     assert "OPENAI_API_KEY" not in os.environ
     assert "removed OPENAI_API_KEY" in capsys.readouterr().err

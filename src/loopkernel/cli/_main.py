@@ -373,9 +373,25 @@ def build_parser() -> argparse.ArgumentParser:
         "loopkernel.cli._workers",
         "loopkernel.cli._fork",
         "loopkernel.cli._gateway",
+        "loopkernel.cli._web",
     ):
         _add_optional(sub, module)
+    _add_app_commands(sub)
     return parser
+
+
+def _add_app_commands(sub: Any) -> None:
+    """Commands an installed app contributes: entry points of group ``loopkernel.commands``,
+    each a module with ``add_parser(subparsers)`` (keep its imports light: it loads with
+    every ``loopkernel`` command)."""
+    from importlib.metadata import entry_points
+
+    for ep in sorted(entry_points(group="loopkernel.commands"), key=lambda e: e.name):
+        try:
+            module = ep.load()
+        except ImportError:
+            continue  # an app whose own dependencies are missing contributes nothing
+        module.add_parser(sub)
 
 
 def _add_optional(sub: Any, module: str) -> None:

@@ -69,7 +69,7 @@ from loopkernel.graph import (
     validate,
 )
 from loopkernel.ids import RunId, TaskId, check_id, new_run_id
-from loopkernel.planner import Planner, Proposal, Snapshot
+from loopkernel.planner import Flow, Planner, Proposal, Snapshot
 from loopkernel.store import NewEvent, PatchRecord, ProposalNote, Store, digest_of
 
 if TYPE_CHECKING:
@@ -155,6 +155,8 @@ class Kernel:
         self.store = store
         self.planner = planner
         self.workers = dict(workers)
+        if isinstance(planner, Flow):
+            planner.check_workers(self.workers)
         self.tools = tools
         self.models = models
         self.max_concurrency = max_concurrency

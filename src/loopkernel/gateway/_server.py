@@ -27,6 +27,7 @@ import asyncio
 import hashlib
 import hmac
 import json
+import re
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -63,6 +64,7 @@ from loopkernel.models._types import messages_from_json
 __all__ = ["Gateway"]
 
 MAX_TOKENS_CAP = 65_536
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}")
 _FIELDS = frozenset(
     {"messages", "key", "run_id", "task_id", "max_tokens", "response_schema", "timeout", "model"}
 )
@@ -93,7 +95,10 @@ def _err_from_record(record: Mapping[str, Any]) -> LoopKernelError:
 class _Call:
     """A parsed ``/v1/complete`` request."""
 
-    def __init__(self, body: Any, config: GatewayConfig) -> None:
+    def __init__(self, body: Any, config: GatewayConfig, traceparent: str = "") -> None:
+        found = _TRACEPARENT.fullmatch(traceparent)
+        self.trace_id = found.group(1) if found else None
+        """The caller's trace (W3C ``traceparent``), for the log line; not part of the call."""
         if not isinstance(body, dict):
             raise UsageError("the request body must be a JSON object")
         unknown = set(body) - _FIELDS
@@ -244,7 +249,7 @@ class Gateway:
         except ValueError as err:
             return _error(UsageError(f"the request body is not JSON: {err}"))
         try:
-            call = _Call(body, self.config)
+            call = _Call(body, self.config, req.headers.get("traceparent", ""))
         except UsageError as err:
             return _error(err)
         running = self._inflight.get(call.key)
@@ -392,7 +397,7 @@ class Gateway:
             f"{'replayed' if replayed else 'answered'} key={call.key} run={call.run_id} "
             f"task={call.task_id} provider={call.provider.name} in={answer['input_tokens']} "
             f"out={answer['output_tokens']} usd={answer['cost_usd']:.6f} "
-            f"ms={answer['latency_ms']:.1f}"
+            f"ms={answer['latency_ms']:.1f}" + (f" trace={call.trace_id}" if call.trace_id else "")
         )
 
     def _log_line(self, text: str) -> None:

@@ -23,6 +23,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import loopkernel.telemetry as telemetry
 from loopkernel.errors import (
     BudgetExceeded,
     LoopKernelError,
@@ -211,6 +212,9 @@ class ModelClient:
 
     async def _send(self, method: str, path: str, body: bytes, deadline: float) -> Any:
         headers = {"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"}
+        tracer = telemetry.tracer()
+        if tracer and (traceparent := tracer.traceparent()):
+            headers["traceparent"] = traceparent  # the gateway's log line names the trace
         try:
             async with asyncio.timeout(deadline):
                 response = await request(self.address, method, path, body=body, headers=headers)

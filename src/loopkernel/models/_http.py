@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import stat
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -308,7 +309,14 @@ class HttpServer:
                     headers=headers,
                     body=body,
                 )
-                response = await self.handler(req)
+                try:
+                    response = await self.handler(req)
+                except Exception as err:  # a bug or a broken disk: answer, don't hang up
+                    message = f"internal error: {type(err).__name__}: {err}"
+                    print(f"http: {req.method} {req.path}: {message}", file=sys.stderr)
+                    response = json_response(
+                        500, {"error": {"type": "ModelUnavailable", "message": message}}
+                    )
                 close = headers.get("connection", "").lower() == "close" or parts[2] == "HTTP/1.0"
                 await _write(writer, response, close)
                 if close:

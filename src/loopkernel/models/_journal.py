@@ -12,7 +12,8 @@ One call, in order (the tool layer's shape, ``loopkernel.tools._layer``)::
                          key it has seen without calling the provider)
     crashpoint("model_returned")
     journal the outcome  done + the Completion (with cost_usd: the run's spend), or failed
-                         + the error for a ModelError or BudgetExceeded
+                         + the error for BudgetExceeded and a ModelError that answers the
+                         call (an invalid reply, a provider's 4xx: ``ANSWERS``)
 
 ``ModelTimeout`` and ``ModelUnavailable`` leave the effect ``intended``: a resumed run
 re-sends the call with the same key and the gateway's ledger decides.
@@ -24,6 +25,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import loopkernel.telemetry as telemetry
 from loopkernel.errors import BudgetExceeded, ModelError, ReplayDivergence
 from loopkernel.executor._context import TaskContext
 from loopkernel.executor._crash import crashpoint
@@ -37,6 +39,12 @@ __all__ = ["MODEL_TOOL", "ModelLayer", "model_key"]
 
 MODEL_TOOL = "model"
 """The ``tool`` (and ``effect``) name model calls have in the effect journal."""
+
+
+ANSWERS = frozenset({"invalid_output", "provider_rejected"})
+"""``ModelError`` kinds that answer the call itself (journaled, raised again on replay).
+Any other (a wrong gateway token, a garbled gateway answer) says nothing about the call:
+it stays ``intended`` and is sent again when the task runs again."""
 
 
 def model_key(run_id: str, task_id: str, index: int) -> str:
@@ -64,6 +72,40 @@ class ModelLayer:
         index: int,
         messages: Sequence[Message],
         *,
+        max_tokens: int,
+        response_schema: dict[str, Any] | None,
+        timeout: float,  # noqa: ASYNC109 - a per-call deadline handed on
+    ) -> Completion:
+        tracer = telemetry.tracer()
+        if not tracer:
+            return await self._complete(ctx, index, messages, max_tokens, response_schema, timeout)
+        key = model_key(ctx.run_id, ctx.task_id, index)
+        span = tracer.start("model", {"loopkernel.key": key, "loopkernel.max_tokens": max_tokens})
+        with tracer.current(span):  # the client sends this span's traceparent to the gateway
+            try:
+                reply = await self._complete(
+                    ctx, index, messages, max_tokens, response_schema, timeout
+                )
+            except BaseException as exc:
+                tracer.end(span, error=exc)
+                raise
+        tracer.end(
+            span,
+            {
+                "loopkernel.model": reply.model,
+                "loopkernel.replayed": reply.replayed,
+                "loopkernel.input_tokens": reply.input_tokens,
+                "loopkernel.output_tokens": reply.output_tokens,
+                "loopkernel.cost_usd": reply.cost_usd,
+            },
+        )
+        return reply
+
+    async def _complete(
+        self,
+        ctx: TaskContext,
+        index: int,
+        messages: Sequence[Message],
         max_tokens: int,
         response_schema: dict[str, Any] | None,
         timeout: float,  # noqa: ASYNC109 - a per-call deadline handed on
@@ -109,7 +151,8 @@ class ModelLayer:
             )
         except (ModelError, BudgetExceeded) as err:
             crashpoint("model_returned")
-            await self.store.finish_effect(run_id, key, status="failed", error=err.verdict())
+            if isinstance(err, BudgetExceeded) or err.attrs.get("kind") in ANSWERS:
+                await self.store.finish_effect(run_id, key, status="failed", error=err.verdict())
             raise
         crashpoint("model_returned")
         await self.store.finish_effect(

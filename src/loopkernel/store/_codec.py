@@ -58,6 +58,7 @@ __all__ = [
     "patch_from_row",
     "patch_params",
     "run_info_from_row",
+    "run_page_filter",
     "run_params",
     "task_from_row",
     "waiting_epoch",
@@ -168,6 +169,26 @@ def run_info_from_row(row: Any, *, last_seq: int, task_counts: dict[str, int]) -
         last_seq=last_seq,
         task_counts=task_counts,
     )
+
+
+def run_page_filter(
+    status: RunStatus | None, app: str | None, before: tuple[float, str] | None, mark: str
+) -> tuple[str, list[Any]]:
+    """The ``WHERE`` clause (maybe empty) and parameters of one page of ``list_runs``, with
+    ``mark`` as the placeholder (``?`` or ``%s``). Ordered by ``created_at DESC, run_id
+    DESC``, it walks the ``runs_by_*`` indexes without sorting."""
+    terms: list[str] = []
+    params: list[Any] = []
+    if status is not None:
+        terms.append(f"status = {mark}")
+        params.append(RunStatus(status).value)
+    if app is not None:
+        terms.append(f"app = {mark}")
+        params.append(app)
+    if before is not None:
+        terms.append(f"(created_at < {mark} OR (created_at = {mark} AND run_id < {mark}))")
+        params += [before[0], before[0], before[1]]
+    return (" WHERE " + " AND ".join(terms) if terms else ""), params
 
 
 PATCH_COLUMNS = "event_seq, ops, outcome, reason, planner, proposal"

@@ -72,6 +72,7 @@ from loopkernel.store._codec import (
     patch_from_row,
     patch_params,
     run_info_from_row,
+    run_page_filter,
     run_params,
     task_from_row,
     task_params,
@@ -91,7 +92,7 @@ from loopkernel.store._postgres_db import (
     open_pool,
     redact,
 )
-from loopkernel.store._postgres_lease import Listener
+from loopkernel.store._postgres_lease import JOURNAL_CHANNEL, Listener
 from loopkernel.store._postgres_schema import migrate
 from loopkernel.store._protocol import (
     Claim,
@@ -158,6 +159,7 @@ class PostgresStore:
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._fence: Fence | None = None
         self._listener = Listener(url)
+        self._journal = Listener(url, JOURNAL_CHANNEL)
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.where!r})"
@@ -181,6 +183,7 @@ class PostgresStore:
             return
         pool, self._pool = self._pool, None
         await self._listener.close()
+        await self._journal.close()
         await pool.close()
 
     async def checkpoint(self) -> None:
@@ -295,9 +298,21 @@ class PostgresStore:
             raise self._not_found(run_id)
         return _info(row)
 
-    async def list_runs(self, limit: int = 100) -> list[RunInfo]:
+    async def list_runs(
+        self,
+        limit: int = 100,
+        *,
+        status: RunStatus | None = None,
+        app: str | None = None,
+        before: tuple[float, str] | None = None,
+    ) -> list[RunInfo]:
+        where, params = run_page_filter(status, app, before, "%s")
         async with self._conn() as conn:
-            rows = await fetch_rows(conn, f"{_INFO} ORDER BY r.created_at DESC LIMIT %s", (limit,))
+            rows = await fetch_rows(
+                conn,
+                f"{_INFO}{where} ORDER BY r.created_at DESC, r.run_id DESC LIMIT %s",
+                (*params, limit),
+            )
         return [_info(row) for row in rows]
 
     async def token_hash(self, run_id: RunId) -> str:
@@ -369,6 +384,8 @@ class PostgresStore:
             "VALUES (%s,%s,%s,%s,%s,%s)",
             rows,
         )
+        # Watchers of the journal (the web inspector) hear of it when this commits.
+        await conn.execute("SELECT pg_notify(%s, %s)", (JOURNAL_CHANNEL, run_id))
         return out
 
     async def last_seq(self, run_id: RunId) -> int:
@@ -444,12 +461,13 @@ class PostgresStore:
             )
         return [event_from_row(run_id, row) for row in rows]
 
-    async def patches(self, run_id: RunId) -> list[PatchRecord]:
+    async def patches(self, run_id: RunId, after: int = 0) -> list[PatchRecord]:
         async with self._conn() as conn:
             rows = await fetch_rows(
                 conn,
-                f"SELECT {PATCH_COLUMNS} FROM patches WHERE run_id = %s ORDER BY event_seq",
-                (run_id,),
+                f"SELECT {PATCH_COLUMNS} FROM patches WHERE run_id = %s AND event_seq > %s "
+                "ORDER BY event_seq",
+                (run_id, after),
             )
         return [patch_from_row(row) for row in rows]
 
@@ -705,6 +723,9 @@ class PostgresStore:
     def _unfenced(self, what: str) -> None:
         if self._fence is not None:
             raise UsageError(f"a store view fenced to run {self._fence.run_id} cannot {what}")
+
+    async def wait_for_journal(self, seconds: float) -> None:
+        await self._journal.wait(seconds)
 
     async def wait_for_work(self, seconds: float) -> None:
         await self._listener.wait(seconds)

@@ -21,7 +21,20 @@ from loopkernel.store._lease import CHANNEL, LOCAL, QUEUED, Holder, run_held, un
 from loopkernel.store._postgres_db import Conn, fetch_one
 from loopkernel.store._protocol import Claim
 
-__all__ = ["Listener", "acquire", "claim", "enqueue", "extend", "notify", "release", "wake"]
+__all__ = [
+    "JOURNAL_CHANNEL",
+    "Listener",
+    "acquire",
+    "claim",
+    "enqueue",
+    "extend",
+    "notify",
+    "release",
+    "wake",
+]
+
+JOURNAL_CHANNEL = "loopkernel_journal"
+"""Notified with the run id by every commit that appends to a run's journal."""
 
 NOW = "extract(epoch FROM clock_timestamp())::double precision"
 """The server's time in seconds since the epoch, as ``lease_until`` holds it."""
@@ -134,15 +147,17 @@ async def release(conn: Conn, run_id: RunId, epoch: int, now: float) -> bool:
 
 
 class Listener:
-    """``LISTEN loopkernel_runnable`` on a connection of its own, opened at the first wait.
+    """``LISTEN channel`` (``loopkernel_runnable`` unless told) on a connection of its own,
+    opened at the first wait.
 
     Notifications that arrive between two waits are kept by the connection, so a worker
     that checks for work and then waits misses none. If the connection cannot be had or
     breaks, a wait is a plain sleep -- polling -- and the next one tries again.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, channel: str = CHANNEL) -> None:
         self.url = url
+        self.channel = channel
         self._conn: Conn | None = None
 
     async def wait(self, seconds: float) -> None:
@@ -153,7 +168,7 @@ class Listener:
                 conn = await psycopg.AsyncConnection.connect(
                     self.url, autocommit=True, connect_timeout=5
                 )
-                await conn.execute(f"LISTEN {CHANNEL}")
+                await conn.execute(f"LISTEN {self.channel}")
             except psycopg.Error:
                 await asyncio.sleep(seconds)
                 return

@@ -125,7 +125,14 @@ MIGRATIONS: list[list[str]] = [
     ],
     # 4: the run's trace context (docs/observability.md): a W3C traceparent, or NULL.
     ["ALTER TABLE runs ADD COLUMN trace text"],
-    # 5: models and evidence (docs/models.md, docs/evidence.md): a proposing planner's
+    # 5: keyset pagination of the run list (the web inspector), newest first, by status
+    # or by app.
+    [
+        "CREATE INDEX runs_by_created ON runs (created_at, run_id)",
+        "CREATE INDEX runs_by_status ON runs (status, created_at, run_id)",
+        "CREATE INDEX runs_by_app ON runs (app, created_at, run_id)",
+    ],
+    # 6: models and evidence (docs/models.md, docs/evidence.md): a proposing planner's
     # proposal beside the applied patch; typed evidence, E<n> in journal order.
     [
         "ALTER TABLE patches ADD COLUMN proposal json",

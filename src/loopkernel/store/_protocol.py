@@ -221,7 +221,17 @@ class Store(Protocol):
 
     async def get_run(self, run_id: RunId) -> RunInfo: ...
 
-    async def list_runs(self, limit: int = 100) -> list[RunInfo]: ...
+    async def list_runs(
+        self,
+        limit: int = 100,
+        *,
+        status: RunStatus | None = None,
+        app: str | None = None,
+        before: tuple[float, str] | None = None,
+    ) -> list[RunInfo]:
+        """Runs newest first (``created_at``, then ``run_id``, descending), optionally of one
+        status and one app. ``before`` is the ``(created_at, run_id)`` of the last run of the
+        previous page: keyset pagination on an index, as fast on page 2,000 as on page 1."""
 
     async def set_status(self, run_id: RunId, status: RunStatus, verdict: JSON = None) -> None:
         """Set a non-terminal status (``running``, ``waiting``) and checkpoint when quiescent."""
@@ -256,7 +266,8 @@ class Store(Protocol):
 
     async def events(self, run_id: RunId, after: int = 0) -> list[Event]: ...
 
-    async def patches(self, run_id: RunId) -> list[PatchRecord]: ...
+    async def patches(self, run_id: RunId, after: int = 0) -> list[PatchRecord]:
+        """The run's patches answering events after seq ``after``, by event seq."""
 
     async def last_seq(self, run_id: RunId) -> int: ...
 
@@ -369,6 +380,11 @@ class Store(Protocol):
         checks, inside its transaction, that the run's lease epoch is still ``epoch``, and
         otherwise raises ``LeaseLost`` having written nothing. It writes no other run;
         closing it leaves the connection to this store."""
+
+    async def wait_for_journal(self, seconds: float) -> None:
+        """Return when some run's journal may have changed (any writer, any process), or
+        after ``seconds``. SQLite: ``PRAGMA data_version`` polled on a read connection of
+        its own, holding no lock; PostgreSQL: ``LISTEN loopkernel_journal``."""
 
     async def wait_for_work(self, seconds: float) -> None:
         """Return when a run may have become claimable (enqueued, answered, cancelled,

@@ -69,6 +69,7 @@ from loopkernel.store._codec import (
     patch_from_row,
     patch_params,
     run_info_from_row,
+    run_page_filter,
     run_params,
     task_from_row,
     task_params,
@@ -245,6 +246,7 @@ class SQLiteStore:
         """Why the last best-effort checkpoint failed (the WAL then holds the rest)."""
         self._db: sqlite3.Connection | None = None
         self._fence: Fence | None = None
+        self._watch: sqlite3.Connection | None = None
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
@@ -252,9 +254,16 @@ class SQLiteStore:
     # -- connection ------------------------------------------------------------------------
 
     def _unavailable(self, exc: sqlite3.Error) -> Exception:
-        """``StoreUnavailable`` for a passing fault; any other SQLite error as it is."""
+        """``StoreUnavailable`` for a passing fault, ``NotADatabase`` for a file that cannot
+        be written (read-only, immutable); any other SQLite error as it is."""
         why = transient(exc)
         if why is None:
+            if (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF == 8:  # SQLITE_READONLY
+                return NotADatabase(
+                    f"{self.path} is not a usable LoopKernel database: read-only (LoopKernel "
+                    "needs to write to it and to its directory)",
+                    path=str(self.path),
+                )
             return exc
         return StoreUnavailable(
             f"SQLite {self.path}: {why} ({' '.join(str(exc).split())})",
@@ -312,7 +321,9 @@ class SQLiteStore:
                     f"{self.path} has a damaged meta table (schema_version {version})",
                     path=str(self.path),
                 )
-            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            if db.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
+                # Only when it differs: an open writes nothing (a full disk still reads).
+                db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             if version > SCHEMA_VERSION:
                 raise SchemaTooNew(
                     f"{self.path} has schema version {version}; this LoopKernel knows up to "
@@ -338,6 +349,9 @@ class SQLiteStore:
         finally:
             db, self._db = self._db, None
             db.close()
+            if self._watch is not None:
+                self._watch.close()
+                self._watch = None
 
     @property
     def _conn(self) -> sqlite3.Connection:
@@ -449,11 +463,20 @@ class SQLiteStore:
         return self._info(db, self._run_row(db, run_id))
 
     @_guarded
-    async def list_runs(self, limit: int = 100) -> list[RunInfo]:
+    async def list_runs(
+        self,
+        limit: int = 100,
+        *,
+        status: RunStatus | None = None,
+        app: str | None = None,
+        before: tuple[float, str] | None = None,
+    ) -> list[RunInfo]:
         db = self._conn
+        where, params = run_page_filter(status, app, before, "?")
         rows = db.execute(
-            f"SELECT {RUN_COLUMNS} FROM runs ORDER BY created_at DESC LIMIT ?",
-            (limit,),
+            f"SELECT {RUN_COLUMNS} FROM runs{where} "
+            "ORDER BY created_at DESC, run_id DESC LIMIT ?",
+            (*params, limit),
         ).fetchall()
         return [self._info(db, tuple(r)) for r in rows]
 
@@ -617,12 +640,13 @@ class SQLiteStore:
         ]
 
     @_guarded
-    async def patches(self, run_id: RunId) -> list[PatchRecord]:
+    async def patches(self, run_id: RunId, after: int = 0) -> list[PatchRecord]:
         return [
             patch_from_row(r)
             for r in self._conn.execute(
-                f"SELECT {PATCH_COLUMNS} FROM patches WHERE run_id = ? ORDER BY event_seq",
-                (run_id,),
+                f"SELECT {PATCH_COLUMNS} FROM patches WHERE run_id = ? AND event_seq > ? "
+                "ORDER BY event_seq",
+                (run_id, after),
             )
         ]
 
@@ -885,6 +909,21 @@ class SQLiteStore:
     async def release(self, run_id: RunId, epoch: int) -> bool:
         with self._tx() as db:
             return _lease.release(db, run_id, epoch)
+
+    async def wait_for_journal(self, seconds: float) -> None:
+        """Poll ``PRAGMA data_version`` every 20 ms on a connection of its own: it changes
+        when any other connection (this store's included) commits. It reads a counter in
+        shared memory and takes no lock, so a writer is never held up."""
+        if self._watch is None:
+            self._conn  # noqa: B018 -- an open store only
+            self._watch = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        watch = self._watch
+        start = watch.execute("PRAGMA data_version").fetchone()[0]
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            await asyncio.sleep(min(0.02, max(0.0, deadline - time.monotonic())))
+            if watch.execute("PRAGMA data_version").fetchone()[0] != start:
+                return
 
     async def wait_for_work(self, seconds: float) -> None:
         """SQLite has no notifications: this is the polling interval."""

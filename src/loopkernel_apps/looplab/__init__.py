@@ -31,7 +31,7 @@ from loopkernel import (
 )
 from loopkernel.policy import Policy
 from loopkernel.tools import ToolLayer, policy_hook
-from loopkernel_apps.looplab._loop import WORKERS, LooplabPlanner
+from loopkernel_apps.looplab._loop import WORKERS, planner
 from loopkernel_apps.looplab.scenarios import EXPECTED, POLICY, SCENARIOS
 from loopkernel_apps.looplab.tools import data_dir, tool_source
 
@@ -41,7 +41,6 @@ __all__ = [
     "POLICY",
     "SCENARIOS",
     "WORKERS",
-    "LooplabPlanner",
     "app",
     "data_dir",
     "tool_source",
@@ -98,7 +97,7 @@ def build(params: Mapping[str, JSON]) -> AppParts:
         return ToolLayer(store, [source], policy_hook=policy_hook(policy, store))
 
     return AppParts(
-        planner=planner_for(params, rules=LooplabPlanner(), allow=ALLOW),
+        planner=planner_for(params, rules=planner(policy), allow=ALLOW),
         workers=WORKERS,
         tool_layer=layer,
         guard=policy.guard(),

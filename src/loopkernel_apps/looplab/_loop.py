@@ -13,113 +13,60 @@ again (after a crash or an approval), so the record holds it once.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
-from loopkernel import (
-    JSON,
-    BasePlanner,
-    Event,
-    GraphPatch,
-    Snapshot,
-    TaskContext,
-    TaskSpec,
-    TaskState,
-)
+from loopkernel import JSON, At, Flow, Step, TaskContext, TaskState
+from loopkernel.planner import for_each, retry
 from loopkernel.policy import BudgetExceeded, Policy, ToolCall, TripwireFired
 
-__all__ = ["WORKERS", "LooplabPlanner", "spent"]
+__all__ = ["WORKERS", "planner"]
 
 TOOL_EFFECT = {"act": "idempotent", "publish": "irreversible"}
 
 
-def spent(snapshot: Snapshot) -> float:
-    """What the run's actions cost so far (their results' ``cost_usd``), in USD."""
-    total = sum(
-        float(t.result["cost_usd"])
-        for t in snapshot.in_state(TaskState.SUCCEEDED)
-        if t.skill == "act" and isinstance(t.result, dict)
+def planner(policy: Policy) -> Flow:
+    """Deterministic: load, then per step plan -> guard -> act -> verify (retried) -> record."""
+
+    def spent(at: At) -> float:
+        acts = [t for t in at.snapshot.in_state(TaskState.SUCCEEDED) if t.skill == "act"]
+        return round(sum(float(t.result["cost_usd"]) for t in acts), 6)
+
+    def guard(at: At) -> JSON:
+        return {"index": at.index, "plan": at.prev.result, "spent_usd": spent(at)}
+
+    def act(at: At) -> JSON:
+        guard = at.result("guard")
+        return {
+            "index": at.index,
+            "attempt": at.attempt,
+            "step": guard["step"],
+            "tool": guard["tool"],
+            "est_cost_usd": guard["price_usd"],
+            "approval": guard["approval"],
+            "guard": at.id("guard"),
+        }
+
+    def carry(*keys: str) -> Callable[[At], JSON]:
+        """These fields of the previous task's input."""
+        return lambda at: {key: at.prev.input[key] for key in keys}
+
+    return Flow(
+        Step("load"),
+        for_each(
+            lambda at: at.result("load")["steps"],
+            Step("plan", input=lambda at: {"index": at.index, "step": at.item}),
+            Step("guard", input=guard),
+            retry(
+                Step("act", input=act),
+                Step("verify", input=carry("index", "step", "attempt", "guard")),
+                until=lambda at: at.prev.result["passed"],
+                # the policy's verify_stuck tripwire (in the verify skill) stops it first
+                max=policy.tripwires.verify_stuck_after or 100,
+            ),
+            Step("record", input=carry("index", "step", "attempt")),
+        ),
+        verdict=lambda at: {"steps_done": len(at.result("load")["steps"]), "spent_usd": spent(at)},
     )
-    return round(total, 6)
-
-
-class LooplabPlanner(BasePlanner):
-    """Deterministic: the next task follows from the finished one and the snapshot."""
-
-    def on_start(self, snapshot: Snapshot, event: Event) -> GraphPatch:
-        return GraphPatch().add(TaskSpec(task_id="load", skill="load"))
-
-    def on_completed(self, snapshot: Snapshot, event: Event) -> GraphPatch:
-        assert event.task_id is not None
-        task = snapshot.task(event.task_id)
-        result: dict[str, Any] = task.result
-        inp: dict[str, Any] = task.input or {}
-        if task.skill == "load":
-            return self._next_step(snapshot, 1, after=task.task_id)
-        i = int(inp.get("index", 0))
-        if task.skill == "plan":
-            spec = TaskSpec(
-                task_id=f"guard:{i}",
-                skill="guard",
-                input={"index": i, "plan": result, "spent_usd": spent(snapshot)},
-            )
-            return GraphPatch().add(spec, after=[task.task_id])
-        if task.skill == "guard":
-            return GraphPatch().add(self._act(i, 1, result), after=[task.task_id])
-        if task.skill == "act":
-            k = int(inp["attempt"])
-            spec = TaskSpec(
-                task_id=f"verify:{i}.{k}",
-                skill="verify",
-                input={"index": i, "step": inp["step"], "attempt": k, "guard": inp["guard"]},
-            )
-            return GraphPatch().add(spec, after=[task.task_id])
-        if task.skill == "verify":
-            k = int(inp["attempt"])
-            if not result["passed"]:
-                guard = snapshot.task(f"guard:{i}").result
-                return GraphPatch().add(self._act(i, k + 1, guard), after=[task.task_id])
-            spec = TaskSpec(
-                task_id=f"record:{i}",
-                skill="record",
-                input={"index": i, "step": inp["step"], "attempt": k},
-            )
-            return GraphPatch().add(spec, after=[task.task_id])
-        if task.skill == "record":
-            return self._next_step(snapshot, i + 1, after=task.task_id)
-        return GraphPatch()
-
-    def _next_step(self, snapshot: Snapshot, i: int, *, after: str) -> GraphPatch:
-        steps = snapshot.task("load").result["steps"]
-        if i > len(steps):
-            verdict = {"steps_done": len(steps), "spent_usd": spent(snapshot)}
-            return GraphPatch().finish("succeeded", verdict)
-        spec = TaskSpec(task_id=f"plan:{i}", skill="plan", input={"index": i, "step": steps[i - 1]})
-        return GraphPatch().add(spec, after=[after])
-
-    def _act(self, i: int, k: int, guard: dict[str, Any]) -> TaskSpec:
-        return TaskSpec(
-            task_id=f"act:{i}.{k}",
-            skill="act",
-            input={
-                "index": i,
-                "attempt": k,
-                "step": guard["step"],
-                "tool": guard["tool"],
-                "est_cost_usd": guard["price_usd"],
-                "approval": guard["approval"],
-                "guard": f"guard:{i}",
-            },
-        )
-
-    def on_human_input(self, snapshot: Snapshot, event: Event) -> GraphPatch:
-        assert event.task_id is not None
-        task = snapshot.get(event.task_id)
-        if task is None or task.state is not TaskState.WAITING:
-            return GraphPatch()
-        if event.data["decision"] == "approve":
-            return GraphPatch().resume(event.task_id, event.data.get("payload"))
-        verdict = {"kind": "rejected", "task_id": event.task_id, "by": event.data.get("payload")}
-        return GraphPatch().cancel(event.task_id).finish("cancelled", verdict)
 
 
 # -- the six skills ------------------------------------------------------------------------
@@ -160,15 +107,9 @@ async def guard(ctx: TaskContext) -> JSON:
     _inject(ctx, "guard")
     plan, spent_usd = ctx.input["plan"], float(ctx.input["spent_usd"])
     policy = _policy(ctx)
-    call = ToolCall(
-        tool=plan["tool"],
-        effect=TOOL_EFFECT[plan["tool"]],
-        arguments={"cost_usd": plan["price_usd"]},
-        run_id=ctx.run_id,
-        task_id=ctx.task_id,
-    )
+    call = ToolCall(tool=plan["tool"], effect=TOOL_EFFECT[plan["tool"]])
     try:
-        policy.budget.check_spend(spent_usd, policy.price(call.arguments))
+        policy.budget.check_spend(spent_usd, float(plan["price_usd"]))
         approval = policy.approval_reason(call)
     except (BudgetExceeded, TripwireFired) as exc:
         await _escalate(ctx, f"step {plan['index']} ({plan['step']})", exc)

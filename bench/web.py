@@ -1,0 +1,299 @@
+"""Web inspector: page load for a big run, and how long a committed event takes to show.
+
+    python -m bench.web                       # SQLite, and PostgreSQL when one answers
+    python -m bench.web --events 2000 --samples 20 --no-pg
+
+Two numbers, both through a real ``loopkernel serve`` subprocess and the system Chromium
+(Playwright, ``executable_path``; it never downloads a browser):
+
+- **page load**: a run with ``--events`` journal entries (each with its patch): the HTML's
+  size, the server's time to first byte and whole response (httpx), and the browser's
+  navigation timing (request start to the ``load`` event).
+- **commit to screen**: with the run page open, the bench appends an event from another
+  connection and stamps the time right after the commit returns; the page stamps the
+  moment the row enters its DOM (a MutationObserver, same machine clock). SQLite wakes
+  the server by polling ``PRAGMA data_version`` every 20 ms; PostgreSQL by LISTEN/NOTIFY.
+
+Prints a table and writes bench/results/web.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+
+from bench._results import write_results
+from loopkernel.graph import EventKind
+from loopkernel.ids import RunId
+from loopkernel.store import NewEvent, PatchRecord, Store, open_store
+
+T = TypeVar("T")
+CHROMIUM = os.environ.get("LOOPKERNEL_CHROMIUM", "/usr/bin/chromium")
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TOKEN = "bench-operator-token-0123456789"
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run`` off the main thread (Playwright's sync API owns its loop)."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+async def big_run(db: str, run_id: str, events: int) -> None:
+    """A running run with ``events`` journal entries, each answered by an empty patch."""
+    from loopkernel.graph import Delta
+
+    store = open_store(db)
+    await store.open()
+    try:
+        rid = RunId(run_id)
+        await store.create_run(run_id=rid, app="bench", params={}, max_events=10**7, token_hash="h")
+        seq = 1
+        while seq < events:
+            batch = min(500, events - seq)
+            news = [
+                NewEvent(kind=EventKind.TOOL_RESTARTED, data={"source": "bench", "n": seq + i})
+                for i in range(batch)
+            ]
+            out = await store.append_events(rid, news)
+            seq = out[-1].seq
+        records = [PatchRecord(event_seq=s, ops=[]) for s in range(1, seq + 1)]
+        await store.commit_patches(rid, records, Delta())
+    finally:
+        await store.close()
+
+
+def serve(db: str, tmp: Path) -> tuple[subprocess.Popen[str], str]:
+    token_file = tmp / "token"
+    token_file.write_text(TOKEN)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "loopkernel",
+            "--db",
+            db,
+            "serve",
+            "--port",
+            "0",
+            "--token-file",
+            str(token_file),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    found = re.search(r"(http://\S+)/", line)
+    if found is None:
+        proc.kill()
+        raise SystemExit(f"serve did not start: {line}{proc.stdout.read()}")
+    return proc, found.group(1)
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def page_load(url: str, path: str, browser: Any, repeats: int) -> dict[str, float]:
+    ttfb, whole, size = [], [], 0
+    with httpx.Client(timeout=120) as http:
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            with http.stream("GET", url + path) as r:
+                chunks = r.iter_bytes()
+                first = next(chunks)
+                ttfb.append(time.perf_counter() - t0)
+                size = len(first) + sum(len(c) for c in chunks)
+            whole.append(time.perf_counter() - t0)
+    loads = []
+    for _ in range(repeats):
+        page = browser.new_page()
+        page.goto(url + path, wait_until="load", timeout=120_000)
+        nav = page.evaluate(
+            "() => { const n = performance.getEntriesByType('navigation')[0];"
+            " return n.loadEventEnd - n.requestStart; }"
+        )
+        loads.append(nav / 1000)
+        page.close()
+    return {
+        "html_bytes": size,
+        "server_ttfb_ms": statistics.median(ttfb) * 1000,
+        "server_total_ms": statistics.median(whole) * 1000,
+        "browser_load_ms": statistics.median(loads) * 1000,
+    }
+
+
+WATCH = """() => {
+  window.__seen = {};
+  new MutationObserver(records => {
+    const now = performance.timeOrigin + performance.now();
+    for (const r of records) for (const n of r.addedNodes)
+      if (n.id && n.id.startsWith('ev-')) window.__seen[n.id.slice(3)] = now;
+  }).observe(document.getElementById('journal'), {childList: true});
+}"""
+
+
+def latency(db: str, url: str, run_id: str, browser: Any, samples: int) -> dict[str, float]:
+    page = browser.new_page()
+    page.goto(f"{url}/runs/{run_id}", wait_until="load", timeout=120_000)
+    page.wait_for_selector("#live-dot:not([hidden])", state="attached")
+    page.evaluate(WATCH)
+
+    async def open_writer() -> Store:
+        store = open_store(db)
+        await store.open()
+        return store
+
+    # The writer lives on a loop of its own thread: Playwright's sync API owns this one.
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    def call(coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    store = call(open_writer())
+    gaps = []
+    try:
+        for _ in range(samples):
+            out = call(
+                store.append_events(RunId(run_id), [NewEvent(kind=EventKind.TOOL_RESTARTED)])
+            )
+            committed = time.time() * 1000
+            seq = out[-1].seq
+            page.wait_for_selector(f"#ev-{seq}", state="attached", timeout=30_000)
+            shown = page.evaluate(f"() => window.__seen['{seq}']")
+            gaps.append(shown - committed)
+    finally:
+        call(store.close())
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
+        page.close()
+    gaps.sort()
+    return {
+        "samples": len(gaps),
+        "median_ms": statistics.median(gaps),
+        "p95_ms": gaps[min(len(gaps) - 1, int(len(gaps) * 0.95))],
+        "max_ms": gaps[-1],
+    }
+
+
+def pg_url() -> str | None:
+    url = os.environ.get("LOOPKERNEL_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+    try:
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True, connect_timeout=3) as conn:
+            name = f"loopkernel_bench_web_{os.getpid()}"
+            conn.execute(f"DROP DATABASE IF EXISTS {name}")
+            conn.execute(f"CREATE DATABASE {name}")
+        return url.rsplit("/", 1)[0] + "/" + name
+    except Exception:
+        return None
+
+
+def drop_pg(url: str) -> None:
+    import psycopg
+
+    admin = url.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1]} WITH (FORCE)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=10_000)
+    parser.add_argument("--samples", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--no-pg", action="store_true")
+    args = parser.parse_args()
+    os.environ["PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD"] = "1"
+    from playwright.sync_api import sync_playwright
+
+    stores: list[tuple[str, str]] = []
+    tmp = Path(tempfile.mkdtemp(prefix="lk-bench-web-"))
+    stores.append(("sqlite", str(tmp / "runs.db")))
+    pg = None if args.no_pg else pg_url()
+    if pg is not None:
+        stores.append(("postgres", pg))
+    results: dict[str, Any] = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            for kind, db in stores:
+                t0 = time.perf_counter()
+                run_async(big_run(db, "big", args.events))
+                run_async(big_run(db, "live", 1))
+                print(f"{kind}: {args.events} events written in {time.perf_counter() - t0:.1f}s")
+                proc, url = serve(db, tmp)
+                try:
+                    results[kind] = {
+                        "page_load": page_load(url, "/runs/big", browser, args.repeats),
+                        "page_load_all": page_load(
+                            url, "/runs/big?journal=all", browser, args.repeats
+                        ),
+                        "commit_to_screen": latency(db, url, "live", browser, args.samples),
+                    }
+                finally:
+                    stop(proc)
+        finally:
+            browser.close()
+            if pg is not None:
+                drop_pg(pg)
+    print(f"\n| store | run page ({args.events} events) | HTML | server | browser load |")
+    print("|---|---|---|---|---|")
+    for kind, r in results.items():
+        for label, key in (("last 500 entries", "page_load"), ("?journal=all", "page_load_all")):
+            p = r[key]
+            print(
+                f"| {kind} | {label} | {p['html_bytes'] / 1e6:.2f} MB "
+                f"| {p['server_total_ms']:.0f} ms | {p['browser_load_ms']:.0f} ms |"
+            )
+    print(f"\n| store | commit → screen ({args.samples} events): median | p95 | max |")
+    print("|---|---|---|---|")
+    for kind, r in results.items():
+        c = r["commit_to_screen"]
+        print(f"| {kind} | {c['median_ms']:.1f} ms | {c['p95_ms']:.1f} ms | {c['max_ms']:.1f} ms |")
+    write_results(
+        "web",
+        {"events": args.events, "samples": args.samples, "results": results},
+        load_average=os.getloadavg()[0],
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""``loopkernel serve``: the web inspector (docs/web.md). Starlette and uvicorn are imported
+only when the command runs, so the CLI starts without the ``web`` extra."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+
+from loopkernel.cli._args import count
+
+__all__ = ["add_parser"]
+
+
+def port(text: str) -> int:
+    """A TCP port, 0 meaning any free one."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError("must be between 0 and 65535")
+    return value
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Serve until Ctrl-C or SIGTERM, then exit 0: stopping a server is not an error."""
+    from loopkernel.web import require_extra
+
+    require_extra()
+    from loopkernel.web._serve import serve
+
+    with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the signal it handled
+        asyncio.run(
+            serve(
+                args.db,
+                host=args.host,
+                port=args.port,
+                token_file=args.token_file,
+                require_token_for_reads=args.require_token_for_reads,
+                max_streams=args.max_streams,
+            )
+        )
+    print("inspector stopped")
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    help = "serve the web inspector: runs, live graph and journal, approve / reject / cancel"
+    p = sub.add_parser("serve", help=help, description=help)
+    p.add_argument("--db", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=port, default=8765, help="port (default 8765; 0: any free)")
+    p.add_argument(
+        "--token-file",
+        help="read the operator token from this file (default: a new one, printed at start)",
+    )
+    p.add_argument(
+        "--require-token-for-reads",
+        action="store_true",
+        help="every page needs the operator token too (sign in at /login)",
+    )
+    p.add_argument(
+        "--max-streams",
+        type=count,
+        default=64,
+        help="most live page streams at once; one more is answered 503 (default 64)",
+    )
+    p.set_defaults(func=cmd_serve)

@@ -1,0 +1,103 @@
+"""``loopkernel serve``: open the store, print where to look and the operator token, serve."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+import secrets
+import socket
+import sys
+from pathlib import Path
+from typing import TextIO
+
+import uvicorn
+
+from loopkernel.client import Client
+from loopkernel.errors import UsageError
+from loopkernel.web._app import create_app
+
+__all__ = ["operator_token", "serve"]
+
+
+def operator_token(token_file: str | None) -> tuple[str, bool]:
+    """The token read from ``token_file``, or a new random one; and whether it was new."""
+    if token_file is None:
+        return secrets.token_urlsafe(24), True
+    path = Path(token_file)
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise UsageError(f"cannot read the token file {path}: {exc.strerror}") from None
+    if len(token) < 16:
+        raise UsageError(f"the token in {path} is too short: use at least 16 characters")
+    return token, False
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    try:
+        info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise UsageError(f"cannot resolve --host {host}: {exc.strerror}") from None
+    sock = socket.socket(info[0], socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(info[4])
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+async def serve(
+    db: str | None,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    token_file: str | None = None,
+    require_token_for_reads: bool = False,
+    max_streams: int = 64,
+    out: TextIO = sys.stdout,
+) -> None:
+    """Serve the inspector until interrupted."""
+    token, new = operator_token(token_file)
+    sock = _bind(host, port)
+    async with Client(db) as client:
+        app = create_app(
+            client,
+            operator_token=token,
+            require_token_for_reads=require_token_for_reads,
+            max_streams=max_streams,
+        )
+        bound = sock.getsockname()
+        shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+        print(f"LoopKernel inspector on http://{shown}:{bound[1]}/ ({client.store.url})", file=out)
+        if new:
+            print(f"operator token: {token}", file=out)
+        else:
+            print(f"operator token: read from {token_file}", file=out)
+        print("sign in at /login to approve, reject and cancel", file=out)
+        if not _is_loopback(host):
+            print(f"warning: listening on {host}, not only this machine", file=out)
+        out.flush()
+        config = uvicorn.Config(
+            app,
+            log_level=os.environ.get("LOOPKERNEL_WEB_LOG", "warning"),
+            timeout_graceful_shutdown=2,
+        )
+        server = uvicorn.Server(config)
+        try:
+            await server.serve(sockets=[sock])
+        except asyncio.CancelledError:
+            pass
+        finally:
+            sock.close()

@@ -1,0 +1,135 @@
+"""``loopkernel investigate`` and ``loopkernel sre collect`` (entry point ``loopkernel.commands``).
+
+::
+
+    loopkernel investigate "QUESTION" --dump DIR --namespace NS [--db PATH] [--json] [--model]
+    loopkernel sre collect --out DIR [--namespace NS ...] [--kubeconfig F] [--context C]
+
+``investigate`` starts an ``sre`` run, prints progress on stderr, then the report (Markdown,
+or JSON with ``--json``) on stdout; its exit code is the run's (``docs/cli.md``). This
+module loads with every ``loopkernel`` command, so it imports nothing heavy at the top.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser"]
+
+
+def add_parser(sub: Any) -> None:
+    from loopkernel.cli import setting
+
+    p = sub.add_parser(
+        "investigate",
+        help="investigate a Kubernetes incident from a cluster-info dump (the sre app)",
+        description="Investigate a Kubernetes incident: read-only tools over a "
+        "'kubectl cluster-info dump', deterministic detectors, a cited report.",
+    )
+    p.add_argument("question", help='what to explain, e.g. "why is payments restarting?"')
+    p.add_argument("--dump", required=True, help="the dump: a directory or a stdout-form file")
+    p.add_argument("--namespace", required=True, help="the namespace the tools may read")
+    p.add_argument("--db", default=argparse.SUPPRESS, help="database (default $LOOPKERNEL_DB)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--model", action="store_true", help="plan with a model through the gateway")
+    p.add_argument("--run-id", help="the run id (default: a random one)")
+    p.add_argument(
+        "--set",
+        action="append",
+        type=setting,
+        metavar="KEY=VALUE",
+        help="a bound: max_rounds, max_tool_calls, max_wall_s, max_evidence_chars",
+    )
+    p.set_defaults(func=cmd_investigate)
+
+    sre = sub.add_parser("sre", help="SRE investigator utilities (collect a dump)")
+    sre_sub = sre.add_subparsers(dest="sre_command", required=True, metavar="COMMAND")
+    c = sre_sub.add_parser(
+        "collect",
+        help="write a cluster-info dump (previous logs included) from a live cluster",
+        description="Read a live cluster through the official kubernetes client and write "
+        "the 'kubectl cluster-info dump --output-directory' layout, plus "
+        "NS/POD/logs-C-previous.txt for every restarted container. Needs "
+        "pip install 'loopkernel[sre-live]'.",
+    )
+    c.add_argument("--out", required=True, help="the directory to write (must not exist)")
+    c.add_argument("--namespace", action="append", help="a namespace (repeatable; default all)")
+    c.add_argument("--kubeconfig", help="the kubeconfig file (default $KUBECONFIG or ~/.kube)")
+    c.add_argument("--context", help="the kubeconfig context")
+    c.add_argument("--db", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    c.set_defaults(func=cmd_collect)
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    from loopkernel import UsageError
+    from loopkernel_apps.sre._live import collect
+
+    out = Path(args.out)
+    if out.exists():
+        raise UsageError(f"{out} exists; give a new directory to --out")
+    summary = collect(
+        out,
+        namespaces=args.namespace,
+        kubeconfig=args.kubeconfig,
+        context=args.context,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    print(f"dump written to {out}: {summary}")
+    return 0
+
+
+async def cmd_investigate(args: argparse.Namespace) -> int:
+    from loopkernel import RunStatus, UsageError
+    from loopkernel.cli import EXIT_CODES, Progress
+    from loopkernel.client import Client
+
+    dump = _check_dump(args.dump, args.namespace)
+    overrides: dict[str, Any] = dict(args.set or [])
+    for key in ("question", "dump", "namespace", "model"):
+        if key in overrides:
+            raise UsageError(f"give {key} as its own argument, not with --set")
+    overrides.update(
+        question=args.question, dump=str(dump), namespace=args.namespace, model=args.model
+    )
+    async with Client(getattr(args, "db", None)) as client:
+        _, started = await client.start("sre", overrides=overrides, run_id=args.run_id)
+        print(f"run {started.run_id} started in {client.store.url}", file=sys.stderr)
+        outcome = await client.execute(started.run_id, observer=Progress(sys.stderr))
+        if outcome.status is not RunStatus.SUCCEEDED:
+            print(
+                f"run {outcome.run_id}: {outcome.status.value} {json.dumps(outcome.verdict)}",
+                file=sys.stderr,
+            )
+            return EXIT_CODES[outcome.status]
+        report = await report_of(client, outcome.run_id)
+    if args.json:
+        print(json.dumps(report["report"], indent=2))
+    else:
+        print(report["markdown"], end="")
+    print(f"report digest {report['digest']} (run {outcome.run_id})", file=sys.stderr)
+    return EXIT_CODES[outcome.status]
+
+
+def _check_dump(path: str, namespace: str) -> Path:
+    """The dump's absolute path; bad input is one line and exit 2, before anything is written."""
+    from loopkernel_apps.sre._dump import load_dump
+
+    dump = Path(path).resolve()
+    load_dump(dump).namespace(namespace)
+    return dump
+
+
+async def report_of(client: Any, run_id: str) -> dict[str, Any]:
+    """The ``report`` task's result of a finished run."""
+    inspection = await client.inspect(run_id)
+    for task in inspection.tasks:
+        if task["task_id"] == "report" and task["state"] == "succeeded":
+            result: dict[str, Any] = task["result"]
+            return result
+    from loopkernel import UsageError
+
+    raise UsageError(f"run {run_id} has no finished report")

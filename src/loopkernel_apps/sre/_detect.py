@@ -1,0 +1,668 @@
+"""The ten detectors: pure functions from observed objects to findings.
+
+A finding is *verified* only when a detector saw the thing itself: a container status
+that says ``OOMKilled``, an event of the current pod that says ``FailedScheduling``, a
+log line that says ``x509: certificate has expired``. Each finding carries the quote that
+shows it and the identifiers it names (pod, container, exit code, image, host, variable),
+so the report's citation check can tell whether the cited evidence holds them.
+
+Inputs are plain JSON as the tools return it, each item with the ``ref`` of the evidence it
+came from (``None`` when the detectors run over the dump for triage)::
+
+    pods    [{"ref", "pod": {metadata, spec, status}}]
+    events  [{"ref", "event": {involvedObject, reason, message, count, lastTimestamp ...}}]
+    logs    [{"ref", "pod", "container", "previous", "text"}]
+
+Stale events (of another uid than the pod now under that name, or older than the pod)
+yield no finding; ``stale_events`` lists them so the report can say what it set aside.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "BASE_SCORE",
+    "COMMON_BINARIES",
+    "DETECTORS",
+    "Finding",
+    "detect",
+    "edit_distance",
+    "rank",
+    "stale_events",
+]
+
+DETECTORS = (
+    "oomkilled",
+    "crash_log_reason",
+    "command_not_found",
+    "image_pull",
+    "unschedulable",
+    "missing_env",
+    "dns_resolution",
+    "cert_expired",
+    "probe_failure",
+    "config_invalid",
+)
+
+BASE_SCORE = {
+    "command_not_found": 95,
+    "image_pull": 95,
+    "unschedulable": 95,
+    "oomkilled": 90,
+    "missing_env": 88,
+    "config_invalid": 86,
+    "cert_expired": 86,
+    "dns_resolution": 84,
+    "probe_failure": 70,
+    "crash_log_reason": 60,
+}
+"""How decisive each detector's observation is: a status the kubelet wrote beats a log
+line the program wrote, and a specific log line beats the generic last fatal line."""
+
+COMMON_BINARIES = (
+    "python",
+    "python3",
+    "node",
+    "java",
+    "sh",
+    "bash",
+    "nginx",
+    "gunicorn",
+    "uvicorn",
+    "npm",
+    "yarn",
+    "ruby",
+    "bundle",
+    "rails",
+    "php",
+    "php-fpm",
+    "dotnet",
+    "go",
+    "perl",
+    "redis-server",
+    "postgres",
+    "mysqld",
+    "envoy",
+    "celery",
+    "supervisord",
+    "tini",
+    "dumb-init",
+    "httpd",
+    "caddy",
+    "deno",
+    "bun",
+    "flask",
+    "django-admin",
+    "pip",
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Finding:
+    """One detector's observation."""
+
+    detector: str
+    """One of ``DETECTORS``."""
+    pod: str
+    container: str | None
+    text: str
+    """The claim, in one sentence."""
+    quote: str
+    """Text the cited evidence holds verbatim."""
+    identifiers: tuple[str, ...]
+    """Names the claim makes that the evidence must hold."""
+    refs: tuple[str, ...]
+    """Evidence refs it was observed in (empty when run over the dump)."""
+    weight: int = 0
+    """Restarts, event counts: how often it happened."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "detector": self.detector,
+            "pod": self.pod,
+            "container": self.container,
+            "text": self.text,
+            "quote": self.quote,
+            "identifiers": list(self.identifiers),
+            "refs": list(self.refs),
+            "weight": self.weight,
+            "extra": self.extra,
+        }
+
+
+def _refs(*refs: str | None) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(r for r in refs if r))
+
+
+def _meta(obj: dict[str, Any]) -> dict[str, Any]:
+    m = obj.get("metadata")
+    return m if isinstance(m, dict) else {}
+
+
+def _containers(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    spec = pod.get("spec", {})
+    return {
+        c.get("name", ""): c for c in spec.get("containers", []) + spec.get("initContainers", [])
+    }
+
+
+def _statuses(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    st = pod.get("status", {})
+    return list(st.get("containerStatuses", []) or []) + list(
+        st.get("initContainerStatuses", []) or []
+    )
+
+
+# -- events -----------------------------------------------------------------------------
+
+
+def _event_time(ev: dict[str, Any]) -> str:
+    return str(ev.get("lastTimestamp") or ev.get("eventTime") or ev.get("firstTimestamp") or "")
+
+
+def _stale_reason(ev: dict[str, Any], pods: dict[str, dict[str, Any]]) -> str | None:
+    obj = ev.get("involvedObject", {})
+    if obj.get("kind") != "Pod":
+        return None
+    pod = pods.get(obj.get("name", ""))
+    if pod is None:
+        return "its pod no longer exists"
+    uid = _meta(pod).get("uid")
+    if obj.get("uid") and uid and obj["uid"] != uid:
+        return f"it belongs to an earlier pod {obj['name']} (uid {obj['uid']}, now {uid})"
+    created = str(_meta(pod).get("creationTimestamp") or "")
+    when = _event_time(ev)
+    if created and when and when < created:
+        return f"it is older ({when}) than the current pod ({created})"
+    return None
+
+
+def stale_events(
+    events: Iterable[dict[str, Any]], pods: Iterable[dict[str, Any]]
+) -> list[tuple[dict[str, Any], str]]:
+    """``[(event item, why it is stale)]`` for the warning events that are stale."""
+    by_name = {_meta(p["pod"]).get("name", ""): p["pod"] for p in pods}
+    out = []
+    for item in events:
+        ev = item["event"]
+        if ev.get("type") == "Normal":
+            continue
+        why = _stale_reason(ev, by_name)
+        if why is not None and ev.get("involvedObject", {}).get("name") in by_name:
+            out.append((item, why))
+    return out
+
+
+# -- status detectors ----------------------------------------------------------------------
+
+
+def _oomkilled(ref: str | None, pod: dict[str, Any]) -> Iterator[Finding]:
+    name = _meta(pod).get("name", "")
+    specs = _containers(pod)
+    for cs in _statuses(pod):
+        for where in ("lastState", "state"):
+            term = (cs.get(where) or {}).get("terminated") or {}
+            if term.get("reason") != "OOMKilled":
+                continue
+            c = cs.get("name", "")
+            limit = specs.get(c, {}).get("resources", {}).get("limits", {}).get("memory")
+            restarts = int(cs.get("restartCount", 0))
+            code = term.get("exitCode", 137)
+            text = (
+                f"Container {c} of pod {name} was OOMKilled (exit code {code}) "
+                f"with a memory limit of {limit or 'none set'}; it restarted {restarts} times."
+            )
+            ids = (name, c, "OOMKilled") + ((str(limit),) if limit else ())
+            yield Finding(
+                detector="oomkilled",
+                pod=name,
+                container=c,
+                text=text,
+                quote="OOMKilled",
+                identifiers=ids,
+                refs=_refs(ref),
+                weight=restarts,
+                extra={"memory_limit": limit, "exit_code": code},
+            )
+            break
+
+
+_EXEC_NOT_FOUND = re.compile(
+    r"exec:? \\?\"?([^\"\\\s:]+)\\?\"?: (?:executable file not found|no such file or directory)"
+)
+
+
+def _command_not_found(ref: str | None, pod: dict[str, Any]) -> Iterator[Finding]:
+    name = _meta(pod).get("name", "")
+    for cs in _statuses(pod):
+        for where in ("state", "lastState"):
+            state = cs.get(where) or {}
+            detail = state.get("waiting") or state.get("terminated") or {}
+            message = str(detail.get("message") or "")
+            m = _EXEC_NOT_FOUND.search(message)
+            if m is None:
+                continue
+            binary = m.group(1)
+            base = binary.rsplit("/", 1)[-1]
+            guess = _closest(base)
+            hint = f"; did you mean {guess!r}?" if guess and guess != base else ""
+            c = cs.get("name", "")
+            text = (
+                f"Container {c} of pod {name} cannot start: {detail.get('reason', 'StartError')}, "
+                f"executable {binary!r} not found in $PATH{hint}"
+            )
+            yield Finding(
+                detector="command_not_found",
+                pod=name,
+                container=c,
+                text=text,
+                quote=m.group(0),
+                identifiers=(name, c, binary),
+                refs=_refs(ref),
+                weight=int(cs.get("restartCount", 0)),
+                extra={"binary": binary, "suggestion": guess},
+            )
+            return
+
+
+def edit_distance(a: str, b: str) -> int:
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
+        prev = cur
+    return prev[-1]
+
+
+def _closest(word: str) -> str | None:
+    best = min(COMMON_BINARIES, key=lambda b: (edit_distance(word, b), b))
+    return best if edit_distance(word, best) <= max(1, len(word) // 3) else None
+
+
+def _image_pull(
+    ref: str | None, pod: dict[str, Any], events: list[dict[str, Any]]
+) -> Iterator[Finding]:
+    name = _meta(pod).get("name", "")
+    for cs in _statuses(pod):
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") not in ("ErrImagePull", "ImagePullBackOff", "InvalidImageName"):
+            continue
+        c = cs.get("name", "")
+        image = cs.get("image") or _containers(pod).get(c, {}).get("image", "")
+        registry_msg, ev_ref = str(waiting.get("message") or ""), ref
+        for item in events:
+            msg = str(item["event"].get("message") or "")
+            if item["event"].get("reason") == "Failed" and image in msg and "pull" in msg.lower():
+                registry_msg, ev_ref = msg, item["ref"] or ref
+                break
+        quote = registry_msg or waiting["reason"]
+        text = (
+            f"Container {c} of pod {name} cannot pull image {image} ({waiting['reason']}): "
+            f"{registry_msg or 'no message from the registry'}"
+        )
+        yield Finding(
+            detector="image_pull",
+            pod=name,
+            container=c,
+            text=text,
+            quote=quote,
+            identifiers=(name, image),
+            refs=_refs(*_same(events, {"message": registry_msg}), ev_ref, ref),
+            extra={"image": image, "reason": waiting["reason"]},
+        )
+
+
+_INSUFFICIENT = re.compile(r"Insufficient ([\w/-]+(?:\.[\w/-]+)*)")
+
+
+def _unschedulable(
+    ref: str | None, pod: dict[str, Any], events: list[dict[str, Any]]
+) -> Iterator[Finding]:
+    name = _meta(pod).get("name", "")
+    message, msg_ref, count = "", ref, 1
+    for cond in pod.get("status", {}).get("conditions", []) or []:
+        if cond.get("type") == "PodScheduled" and cond.get("reason") == "Unschedulable":
+            message = str(cond.get("message") or "")
+    for item in events:
+        if item["event"].get("reason") == "FailedScheduling":
+            message = str(item["event"].get("message") or message)
+            msg_ref, count = item["ref"] or ref, int(item["event"].get("count") or 1)
+    if not message:
+        return
+    resources = sorted(set(_INSUFFICIENT.findall(message)))
+    requests = {}
+    for c in pod.get("spec", {}).get("containers", []):
+        for r in resources:
+            value = c.get("resources", {}).get("requests", {}).get(r)
+            if value is not None:
+                requests[f"{c.get('name')}.{r}"] = value
+    asked = ", ".join(f"{k} requests {v}" for k, v in sorted(requests.items()))
+    short = ", ".join(f"Insufficient {r}" for r in resources) or "no node fits"
+    text = f"Pod {name} cannot be scheduled ({short}): {asked or 'no requests found'}."
+    quote = f"Insufficient {resources[0]}" if resources else message[:80]
+    yield Finding(
+        detector="unschedulable",
+        pod=name,
+        container=None,
+        text=text,
+        quote=quote,
+        identifiers=(name,),
+        refs=_refs(msg_ref, *_same(events, {"message": message}), ref),
+        weight=count,
+        extra={"message": message, "requests": requests, "resources": resources},
+    )
+
+
+def _probe_failure(
+    ref: str | None, pod: dict[str, Any], events: list[dict[str, Any]]
+) -> Iterator[Finding]:
+    name = _meta(pod).get("name", "")
+    specs = _containers(pod)
+    seen: set[str] = set()
+    for item in events:
+        ev = item["event"]
+        msg = str(ev.get("message") or "")
+        m = re.match(r"(Liveness|Readiness|Startup) probe failed: (.*)", msg)
+        if ev.get("reason") != "Unhealthy" or m is None or m.group(1) in seen:
+            continue
+        seen.add(m.group(1))
+        field_path = str(ev.get("involvedObject", {}).get("fieldPath") or "")
+        c = re.sub(r"^spec\.(init)?[cC]ontainers\{(.+)\}$", r"\2", field_path) or None
+        probe = specs.get(c or "", {}).get(f"{m.group(1).lower()}Probe") or {}
+        how = _describe_probe(probe)
+        count = int(ev.get("count") or 1)
+        text = (
+            f"{m.group(1)} probe of container {c} in pod {name} failed {count} times "
+            f"({how}): {m.group(2).strip()}"
+        )
+        yield Finding(
+            detector="probe_failure",
+            pod=name,
+            container=c,
+            text=text,
+            quote=msg.strip()[:200],
+            identifiers=(name,),
+            refs=_refs(*_same(events, ev), ref),
+            weight=count,
+            extra={"probe": m.group(1).lower(), "spec": how},
+        )
+
+
+def _same(events: list[dict[str, Any]], ev: dict[str, Any]) -> list[str | None]:
+    """The refs of every item holding an event with this message (describe and events)."""
+    return [i["ref"] for i in events if i["event"].get("message") == ev.get("message")]
+
+
+def _describe_probe(probe: dict[str, Any]) -> str:
+    if "httpGet" in probe:
+        h = probe["httpGet"]
+        return f"HTTP GET {h.get('path', '/')} on port {h.get('port')}"
+    if "tcpSocket" in probe:
+        return f"TCP port {probe['tcpSocket'].get('port')}"
+    if "exec" in probe:
+        return "exec " + " ".join(probe["exec"].get("command", []))
+    if "grpc" in probe:
+        return f"gRPC port {probe['grpc'].get('port')}"
+    return "probe spec not found"
+
+
+# -- log detectors --------------------------------------------------------------------------
+
+_MISSING_ENV = [
+    re.compile(r"KeyError: ['\"]([A-Z][A-Z0-9_]{2,})['\"]"),
+    re.compile(
+        r"(?i)(?:env(?:ironment)?(?: variable| var)?|variable)\s+"
+        r"['\"`]?([A-Z][A-Z0-9_]{2,})['\"`]?"
+        r"\s+(?:is\s+)?(?:not set|unset|missing|undefined|not defined|is required|must be set"
+        r"|empty)"
+    ),
+    re.compile(
+        r"(?i)missing (?:required )?env(?:ironment)?(?: variable| var)?:?\s+['\"`]?"
+        r"([A-Z][A-Z0-9_]{2,})"
+    ),
+    re.compile(r"\b([A-Z][A-Z0-9]*_[A-Z0-9_]+) (?:is not set|must be set|is required|not defined)"),
+]
+_DNS = [
+    re.compile(r"(?i)could not resolve host:?\s*['\"]?([\w.-]+\.[\w-]+)"),
+    re.compile(r"getaddrinfo (?:ENOTFOUND|EAI_AGAIN) ([\w.-]+)"),
+    re.compile(r"lookup ([\w.-]+)(?: on [\d.:\[\]]+)?: (?:no such host|server misbehaving)"),
+    re.compile(
+        r"(?i)(?:failed to resolve|unknown host|unable to resolve)\s+['\"]?([\w.-]+\.[\w-]+)"
+    ),
+    re.compile(
+        r"(?i)(?:host|hostname)[= ]['\"]?([\w.-]+\.[\w-]+)['\"]?.*"
+        r"(?:Name or service not known|Temporary failure in name resolution|nodename nor servname)"
+    ),
+]
+_CERT = [
+    re.compile(r"x509: certificate has expired or is not yet valid[^\n]*"),
+    re.compile(r"(?i)certificate (?:has )?expired[^\n]*"),
+    re.compile(r"(?i)CERTIFICATE_VERIFY_FAILED[^\n]*expired[^\n]*"),
+]
+_CONFIG = [
+    re.compile(r"(?i)\b(?:invalid|malformed|bad) config(?:uration)?\b"),
+    re.compile(r"(?i)\bconfig(?:uration)? (?:error|invalid|is invalid|validation failed)\b"),
+    re.compile(r"(?i)failed to (?:load|parse|read|validate) (?:the )?config"),
+    re.compile(r"\[emerg\][^\n]*(?:unknown directive|invalid|unexpected)"),
+    re.compile(r"(?i)(?:yaml|json|toml): (?:line \d+|unmarshal|cannot unmarshal)"),
+    re.compile(r"(?i)unknown (?:configuration )?(?:key|field|option|directive) ['\"]"),
+]
+_FATAL = re.compile(
+    r"(?i)(\bpanic:|\bfatal\b|\bFATAL\b|\bcritical\b|\bemerg\b|Traceback|^\w*(Error|Exception)\b"
+    r"|\b[A-Z]\w*(Error|Exception):|\berror\b|\bERROR\b|exit(ed|ing)? with)"
+)
+
+
+def _log_lines(text: str) -> list[str]:
+    return [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+
+
+def _first(patterns: list[re.Pattern[str]], lines: list[str]) -> tuple[str, re.Match[str]] | None:
+    for line in reversed(lines):  # the latest occurrence is the one that ended the run
+        for p in patterns:
+            m = p.search(line)
+            if m:
+                return line, m
+    return None
+
+
+def _log_detectors(
+    log: dict[str, Any], pod: dict[str, Any] | None, pod_ref: str | None
+) -> Iterator[Finding]:
+    name, c, ref = log["pod"], log["container"], log["ref"]
+    lines = _log_lines(str(log.get("text") or ""))
+    which = "previous" if log.get("previous") else "current"
+    spec = _containers(pod or {}).get(c, {})
+    found = _first(_MISSING_ENV, lines)
+    if found is not None:
+        line, m = found
+        var = m.group(1)
+        env_names = {e.get("name") for e in spec.get("env", []) or []}
+        has_from = bool(spec.get("envFrom"))
+        if var not in env_names and pod is not None and not has_from:
+            text = (
+                f"Container {c} of pod {name} stops because environment variable {var} is "
+                f"not set; the container spec defines no {var} (and no envFrom)."
+            )
+            yield Finding(
+                detector="missing_env",
+                pod=name,
+                container=c,
+                text=text,
+                quote=line.strip(),
+                identifiers=(var,),
+                refs=_refs(ref),
+                extra={"variable": var, "log": which},
+            )
+    found = _first(_DNS, lines)
+    if found is not None:
+        line, m = found
+        host = m.group(1)
+        text = f"Container {c} of pod {name} cannot resolve host {host} ({which} log)."
+        yield Finding(
+            detector="dns_resolution",
+            pod=name,
+            container=c,
+            text=text,
+            quote=line.strip(),
+            identifiers=(host,),
+            refs=_refs(ref),
+            extra={"host": host, "log": which},
+        )
+    found = _first(_CERT, lines)
+    if found is not None:
+        line, m = found
+        text = f"Container {c} of pod {name} fails a TLS handshake: a certificate has expired."
+        yield Finding(
+            detector="cert_expired",
+            pod=name,
+            container=c,
+            text=text,
+            quote=line.strip(),
+            identifiers=(),
+            refs=_refs(ref),
+            extra={"log": which},
+        )
+    found = _first(_CONFIG, lines)
+    if found is not None and _crashed(pod, c):
+        line, m = found
+        text = f"Container {c} of pod {name} exits on a configuration error ({which} log)."
+        yield Finding(
+            detector="config_invalid",
+            pod=name,
+            container=c,
+            text=text,
+            quote=line.strip(),
+            identifiers=(),
+            refs=_refs(ref),
+            extra={"log": which},
+        )
+    yield from _crash_reason(log, pod, pod_ref, lines)
+
+
+def _crashed(pod: dict[str, Any] | None, container: str) -> bool:
+    for cs in _statuses(pod or {}):
+        if cs.get("name") != container:
+            continue
+        if int(cs.get("restartCount", 0)) > 0:
+            return True
+        term = (cs.get("state") or {}).get("terminated") or {}
+        return bool(term) and int(term.get("exitCode", 0)) != 0
+    return False
+
+
+def _crash_reason(
+    log: dict[str, Any], pod: dict[str, Any] | None, pod_ref: str | None, lines: list[str]
+) -> Iterator[Finding]:
+    name, c = log["pod"], log["container"]
+    if pod is None:
+        return
+    restarted = [cs for cs in _statuses(pod) if cs.get("name") == c]
+    if not restarted:
+        return
+    cs = restarted[0]
+    term = (cs.get("lastState") or {}).get("terminated") or (cs.get("state") or {}).get(
+        "terminated"
+    )
+    if not term or term.get("reason") == "OOMKilled" or int(term.get("exitCode", 0)) == 0:
+        return
+    if int(cs.get("restartCount", 0)) > 0 and not log.get("previous"):
+        return  # the reason of a restart is in the previous instance's log
+    decisive = next((ln for ln in reversed(lines) if _FATAL.search(ln)), None)
+    if decisive is None:
+        return
+    code = int(term.get("exitCode", 0))
+    text = (
+        f"Container {c} of pod {name} exited (exit code {code}, "
+        f"{term.get('reason', 'Error')}); the decisive line of its "
+        f"{'previous' if log.get('previous') else 'current'} log: {decisive.strip()!r}"
+    )
+    yield Finding(
+        detector="crash_log_reason",
+        pod=name,
+        container=c,
+        text=text,
+        quote=decisive.strip(),
+        identifiers=(name, c, f"exit code {code}"),
+        refs=_refs(log["ref"], pod_ref),
+        weight=int(cs.get("restartCount", 0)),
+        extra={"exit_code": code, "exit_code_ref": pod_ref},
+    )
+
+
+# -- all of them ------------------------------------------------------------------------------
+
+
+def detect(
+    pods: list[dict[str, Any]],
+    events: list[dict[str, Any]],
+    logs: list[dict[str, Any]],
+) -> tuple[list[Finding], list[tuple[dict[str, Any], str]]]:
+    """Every finding, and the stale events that were set aside."""
+    stale = stale_events(events, pods)
+    stale_ids = {id(item) for item, _ in stale}
+    by_name = {_meta(p["pod"]).get("name", ""): p for p in pods}
+    findings: list[Finding] = []
+    for item in pods:
+        pod = item["pod"]
+        name = _meta(pod).get("name", "")
+        mine = [
+            e
+            for e in events
+            if id(e) not in stale_ids
+            and e["event"].get("involvedObject", {}).get("kind") == "Pod"
+            and e["event"].get("involvedObject", {}).get("name") == name
+        ]
+        findings += _oomkilled(item["ref"], pod)
+        findings += _command_not_found(item["ref"], pod)
+        findings += _image_pull(item["ref"], pod, mine)
+        findings += _unschedulable(item["ref"], pod, mine)
+        findings += _probe_failure(item["ref"], pod, mine)
+    for log in logs:
+        owner = by_name.get(log["pod"])
+        findings += _log_detectors(
+            log, owner["pod"] if owner else None, owner["ref"] if owner else None
+        )
+    return _dedupe(findings), stale
+
+
+def _dedupe(findings: list[Finding]) -> list[Finding]:
+    """One finding per (detector, pod, container): the one with a quote seen first."""
+    out: dict[tuple[str, str, str | None], Finding] = {}
+    for f in findings:
+        out.setdefault((f.detector, f.pod, f.container), f)
+    return list(out.values())
+
+
+def rank(findings: list[Finding], focus: set[str]) -> list[tuple[Finding, int, str]]:
+    """``[(finding, score, why)]``, best first; ``focus`` names the pods the question is about."""
+    specific_on = {
+        (f.pod, f.container)
+        for f in findings
+        if f.detector not in ("crash_log_reason", "probe_failure")
+    }
+    scored = []
+    for f in findings:
+        score, why = BASE_SCORE[f.detector], [f"{f.detector} base {BASE_SCORE[f.detector]}"]
+        if f.pod in focus:
+            score += 20
+            why.append("+20 the workload the question names")
+        if f.weight:
+            bonus = min(f.weight, 10)
+            score += bonus
+            why.append(f"+{bonus} seen {f.weight} times")
+        if (
+            f.detector in ("crash_log_reason", "probe_failure")
+            and (f.pod, f.container) in specific_on
+        ):
+            score -= 30
+            why.append("-30 a more specific detector explains the same container")
+        scored.append((f, score, "; ".join(why)))
+    scored.sort(key=lambda t: (-t[1], DETECTORS.index(t[0].detector), t[0].pod))
+    return scored

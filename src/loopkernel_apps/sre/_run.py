@@ -1,0 +1,467 @@
+"""The investigation as a LoopKernel run: a deterministic planner (a ``Flow``) and its workers.
+
+::
+
+    triage -> logs -> skills -> plan:1 -> act:1 -> plan:2 -> act:2 ... -> correlate -> report
+                                  (a round: plan picks the calls, act makes them)
+
+``triage`` reads the namespace's health; ``logs`` describes the pods in focus and reads
+their logs, the previous instance's too when a container restarted (before any planning,
+in every mode); ``skills`` picks playbooks by rule; each ``plan:N`` turns the playbooks'
+steps into calls not yet made, within the bounds; ``correlate`` numbers the evidence E1,
+E2 ... in journal order and runs the detectors over it; ``report`` validates the draft and
+renders it. The loop ends when a round has nothing new to ask, or a bound is reached:
+``max_rounds``, ``max_tool_calls``, ``max_wall_s`` (this process's time on the run), or the
+run's evidence budget (``max_evidence_chars``). The report names which.
+
+Every tool call goes through ``collect``: a call already made in this run (same tool, same
+arguments) is answered "already collected" without a call and costs nothing; scope
+refusals and tool errors are recorded, not raised.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterable, Mapping
+from importlib import resources
+from typing import Any
+
+from loopkernel import JSON, TaskContext, ToolError, ToolTimeout, ToolUnavailable
+from loopkernel.planner import At, Flow, Step, repeat
+from loopkernel_apps.sre._detect import detect, rank
+from loopkernel_apps.sre._report import build_draft, evidence_items, finalize
+
+__all__ = ["WORKERS", "collected_calls", "investigation_flow", "load_skills", "select_skills"]
+
+MAX_FOCUS_PODS = 4
+LOG_TAIL = 200
+_CHAIN = ("triage", "logs")
+
+
+def investigation_flow(max_rounds: int) -> Flow:
+    """The run's shape: fixed steps, a bounded plan <-> act loop, fixed steps."""
+
+    def round_input(at: At) -> JSON:
+        return {"round": at.attempt}
+
+    def nothing_left(at: At) -> bool:
+        return at.prev.skill == "plan" and not at.prev.result["calls"]
+
+    def verdict(at: At) -> JSON:
+        report: Any = at.result("report")
+        return {
+            "digest": report["digest"],
+            "summary": report["report"]["summary"],
+            "exit": report["report"]["coverage"]["exit"],
+        }
+
+    return Flow(
+        Step("triage"),
+        Step("logs"),
+        Step("skills"),
+        repeat(
+            Step("plan", input=round_input),
+            Step("act", input=round_input),
+            until=nothing_left,
+            max=max_rounds,
+        ),
+        Step("correlate"),
+        Step("report"),
+        verdict=verdict,
+    )
+
+
+# -- shared helpers ------------------------------------------------------------------------------
+
+
+def _order(task_id: str) -> tuple[int, int]:
+    if task_id in _CHAIN:
+        return (_CHAIN.index(task_id), 0)
+    if task_id.startswith("act:"):
+        return (len(_CHAIN), int(task_id.split(":", 1)[1]))
+    return (99, 0)
+
+
+def collected_calls(evidence: Mapping[str, JSON]) -> list[dict[str, Any]]:
+    """Every call record of the run so far, in journal order (triage, logs, act:1 ...)."""
+    out: list[dict[str, Any]] = []
+    for tid in sorted((t for t in evidence if _order(t)[0] < 99), key=_order):
+        result = evidence[tid]
+        if isinstance(result, dict):
+            out.extend(result.get("calls", []))
+    return out
+
+
+def _key(tool: str, args: Mapping[str, JSON]) -> str:
+    return tool + " " + json.dumps(args, sort_keys=True, separators=(",", ":"))
+
+
+def _spent(calls: Iterable[dict[str, Any]]) -> tuple[int, int]:
+    """(tool calls made, evidence characters collected)."""
+    made = [c for c in calls if c["status"] in ("ok", "refused", "failed")]
+    chars = sum(len(c["result"]["content"]) for c in made if c["status"] == "ok")
+    return len(made), chars
+
+
+class _Collector:
+    """Makes a task's tool calls: dedupe, bounds, errors as records."""
+
+    def __init__(self, ctx: TaskContext) -> None:
+        self.ctx = ctx
+        self.prior = collected_calls(_ev(ctx))
+        self.calls: list[dict[str, Any]] = []
+        self.seen = {
+            _key(c["tool"], c["args"]): i
+            for i, c in enumerate(self.prior)
+            if c["status"] in ("ok", "refused", "failed")
+        }
+        self.max_calls = int(ctx.params["max_tool_calls"])
+        self.max_chars = int(ctx.params["max_evidence_chars"])
+        self.exhausted: str | None = None
+
+    async def call(self, tool: str, args: dict[str, JSON]) -> dict[str, Any] | None:
+        key = _key(tool, args)
+        record: dict[str, Any] = {"tool": tool, "args": args}
+        if key in self.seen:
+            self.calls.append({**record, "status": "duplicate", "note": "already collected"})
+            return None
+        made, chars = _spent([*self.prior, *self.calls])
+        if made >= self.max_calls:
+            self.exhausted = "max_tool_calls"
+        elif chars >= self.max_chars:
+            self.exhausted = "max_evidence_chars"
+        if self.exhausted:
+            self.calls.append({**record, "status": "skipped", "note": self.exhausted})
+            return None
+        self.seen[key] = len(self.prior) + len(self.calls)
+        try:
+            result: Any = await self.ctx.call_tool(tool, args)
+        except (ToolError, ToolTimeout, ToolUnavailable) as exc:
+            self.calls.append(
+                {**record, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+            )
+            return None
+        if result.get("refused"):
+            self.calls.append({**record, "status": "refused", "result": result})
+            return None
+        self.calls.append({**record, "status": "ok", "result": result})
+        return dict(result)
+
+    def done(self, **extra: JSON) -> JSON:
+        return {"calls": self.calls, "exhausted": self.exhausted, **extra}
+
+
+def _ev(ctx: TaskContext) -> dict[str, Any]:
+    """The results this task may see, by task id."""
+    return {str(k): v for k, v in ctx.evidence.items()}
+
+
+def _params(ctx: TaskContext) -> dict[str, Any]:
+    return dict(ctx.params)
+
+
+def _word_in(word: str, text: str) -> bool:
+    return re.search(rf"(?<![\w-]){re.escape(word.lower())}(?![\w])", text.lower()) is not None
+
+
+def _triage(ctx: TaskContext) -> dict[str, Any]:
+    result: dict[str, Any] = _ev(ctx)["triage"]
+    return result
+
+
+def focus_pods(triage: dict[str, Any], question: str) -> list[dict[str, Any]]:
+    """The unhealthy pods the question is about (by workload or pod name), else all of them."""
+    unhealthy = triage.get("unhealthy", [])
+    named = [
+        u
+        for u in unhealthy
+        if any(
+            n and _word_in(str(n), question)
+            for n in (u.get("workload"), u.get("owner"), u.get("pod"))
+        )
+    ]
+    if not named:
+        names = {
+            str(w["name"])
+            for w in triage.get("workloads", [])
+            if _word_in(str(w["name"]), question)
+        }
+        named = [u for u in unhealthy if u.get("workload") in names]
+    return (named or unhealthy)[:MAX_FOCUS_PODS]
+
+
+# -- workers -----------------------------------------------------------------------------------
+
+
+async def triage(ctx: TaskContext) -> JSON:
+    # The wall-time bound counts from here (a new run, even one reusing an id in this
+    # process), or from the first round a resumed process plans.
+    _STARTED[ctx.run_id] = time.monotonic()
+    col = _Collector(ctx)
+    result = await col.call("triage", {})
+    data = (result or {}).get("data", {})
+    focus = focus_pods(data, str(ctx.params["question"]))
+    return col.done(
+        unhealthy=data.get("unhealthy", []),
+        workloads=data.get("workloads", []),
+        findings=data.get("findings", []),
+        pods=data.get("pods", 0),
+        focus=[u["pod"] for u in focus],
+    )
+
+
+async def logs(ctx: TaskContext) -> JSON:
+    """Describe each pod in focus and read its logs; the previous instance after a restart."""
+    col = _Collector(ctx)
+    tri = _triage(ctx)
+    by_pod = {u["pod"]: u for u in tri.get("unhealthy", [])}
+    for pod in tri.get("focus", []):
+        await col.call("describe_pod", {"pod": pod})
+        for c in by_pod[pod].get("containers", []):
+            args: dict[str, JSON] = {"pod": pod, "container": c["name"], "tail": LOG_TAIL}
+            await col.call("pod_logs", args)
+            if int(c.get("restarts", 0)) > 0:
+                await col.call("pod_logs", {**args, "previous": True})
+    return col.done()
+
+
+def load_skills() -> list[dict[str, Any]]:
+    text = resources.files("loopkernel_apps.sre").joinpath("skills.json").read_text("utf-8")
+    skills: list[dict[str, Any]] = json.loads(text)
+    return skills
+
+
+def _current_findings(evidence: Mapping[str, JSON]) -> list[str]:
+    items = evidence_items(collected_calls(evidence), max_chars=None)
+    findings, _ = detect(*_detector_inputs(items))
+    return sorted({f.detector for f in findings})
+
+
+def select_skills(
+    *, detectors: Iterable[str], symptoms: Iterable[str], question: str, kinds: Iterable[str]
+) -> list[dict[str, Any]]:
+    """The playbooks whose rules match, each with why it was chosen."""
+    detectors, symptoms, kinds = set(detectors), set(symptoms), set(kinds)
+    chosen = []
+    for skill in load_skills():
+        when = skill["when"]
+        why = [f"finding {d}" for d in when["detectors"] if d in detectors]
+        why += [f"symptom {s}" for s in when["symptoms"] if s in symptoms]
+        why += [f"question mentions {k!r}" for k in when["keywords"] if k in question.lower()]
+        why += [f"resource kind {k}" for k in when["kinds"] if k in kinds]
+        if why:
+            chosen.append(
+                {
+                    "name": skill["name"],
+                    "description": skill["description"],
+                    "why": why,
+                    "steps": skill["steps"],
+                }
+            )
+    return chosen
+
+
+async def skills(ctx: TaskContext) -> JSON:
+    tri = _triage(ctx)
+    focus = set(tri.get("focus", []))
+    symptoms: set[str] = set()
+    kinds: set[str] = set()
+    for u in tri.get("unhealthy", []):
+        if u["pod"] not in focus:
+            continue
+        if u.get("phase") == "Pending":
+            symptoms.add("Pending")
+        if u.get("owner_kind"):
+            kinds.add("Deployment" if u["owner_kind"] == "ReplicaSet" else u["owner_kind"])
+        for c in u.get("containers", []):
+            symptoms.update(x for x in (c.get("reason"), c.get("last_reason")) if x)
+            if int(c.get("restarts", 0)) > 0:
+                symptoms.add("restarts")
+    detectors = _current_findings(_ev(ctx))
+    chosen = select_skills(
+        detectors=detectors, symptoms=symptoms, question=str(ctx.params["question"]), kinds=kinds
+    )
+    return {
+        "skills": chosen,
+        "detectors": detectors,
+        "symptoms": sorted(symptoms),
+        "kinds": sorted(kinds),
+    }
+
+
+_STARTED: dict[str, float] = {}
+_OTHER_NS = re.compile(r"(?i)\b(?:namespace|ns)\s+['\"`]?([a-z0-9][a-z0-9-]{0,62})")
+
+
+def _expand(step: dict[str, Any], pod: dict[str, Any]) -> dict[str, JSON] | None:
+    values = {
+        "pod": pod.get("pod"),
+        "deployment": pod.get("workload") if pod.get("owner_kind") == "ReplicaSet" else None,
+        "job": pod.get("owner") if pod.get("owner_kind") == "Job" else None,
+    }
+    args: dict[str, JSON] = {}
+    for k, v in step["args"].items():
+        m = re.fullmatch(r"\{(\w+)\}", str(v))
+        if m:
+            value = values.get(m.group(1))
+            if value is None:
+                return None
+            args[k] = value
+        else:
+            args[k] = v
+    return args
+
+
+async def plan(ctx: TaskContext) -> JSON:
+    """A round of the rules path: the playbooks' steps not yet taken, within the bounds."""
+    params = _params(ctx)
+    n = int(ctx.input["round"])
+    started = _STARTED.setdefault(ctx.run_id, time.monotonic())
+    prior = collected_calls(_ev(ctx))
+    made, chars = _spent(prior)
+    seen = {_key(c["tool"], c["args"]) for c in prior}
+    tri = _triage(ctx)
+    focus = [u for u in tri.get("unhealthy", []) if u["pod"] in tri.get("focus", [])]
+    wanted: list[dict[str, Any]] = []
+    if n == 1:
+        for m in _OTHER_NS.finditer(str(params["question"])):
+            if m.group(1) != params["namespace"]:
+                wanted.append(
+                    {
+                        "tool": "events",
+                        "args": {"namespace": m.group(1)},
+                        "why": f"the question names namespace {m.group(1)}",
+                    }
+                )
+    skills_result: Any = _ev(ctx)["skills"]
+    for skill in skills_result["skills"]:
+        for step in skill["steps"]:
+            for pod in focus or [{}]:
+                args = _expand(step, pod)
+                if args is not None:
+                    wanted.append(
+                        {"tool": step["tool"], "args": args, "why": f"skill {skill['name']}"}
+                    )
+    # Follow-ups from what earlier rounds found: a deployment's history names its newest
+    # ReplicaSet, whose events (FailedCreate: quota, admission) explain missing pods.
+    for c in prior:
+        if c["status"] == "ok" and c["tool"] == "rollout_history":
+            dep = c["args"]["deployment"]
+            revisions = c["result"]["data"].get("revisions", [])
+            if revisions:
+                rs = revisions[-1]["replicaset"]
+                wanted.append(
+                    {
+                        "tool": "events",
+                        "args": {"object": rs},
+                        "why": f"follow-up: the newest ReplicaSet of {dep}",
+                    }
+                )
+            wanted.append(
+                {
+                    "tool": "events",
+                    "args": {"object": dep},
+                    "why": f"follow-up: events of deployment {dep}",
+                }
+            )
+    # Steps of earlier rounds are not asked again; two playbooks asking for the same thing in
+    # one round both stay, and the second is answered "already collected" at no cost.
+    calls: list[dict[str, Any]] = []
+    keys: list[str] = []
+    room = int(params["max_tool_calls"]) - made
+    stop = None
+    for w in wanted:
+        key = _key(w["tool"], w["args"])
+        if key in seen:
+            continue
+        if key not in keys:
+            if len(keys) >= room:
+                stop = "max_tool_calls"
+                break
+            keys.append(key)
+        calls.append(w)
+    # A bound ends the loop only when there was something left to ask. The flow runs at
+    # most max_rounds rounds; a last round that still asked ends as max_rounds.
+    if calls and n >= int(params["max_rounds"]):
+        stop = stop or "max_rounds"
+    if calls and time.monotonic() - started > float(params["max_wall_s"]):
+        return {"calls": [], "stop": "max_wall_s", "round": n}
+    if calls and chars >= int(params["max_evidence_chars"]):
+        return {"calls": [], "stop": "max_evidence_chars", "round": n}
+    return {"calls": calls, "stop": stop, "round": n}
+
+
+async def act(ctx: TaskContext) -> JSON:
+    col = _Collector(ctx)
+    planned: Any = _ev(ctx)[f"plan:{ctx.input['round']}"]
+    for call in planned["calls"]:
+        await col.call(call["tool"], call["args"])
+    return col.done()
+
+
+def _detector_inputs(
+    items: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    pods, events, logs_ = [], [], []
+    for e in items:
+        data = e["data"]
+        if e["tool"] == "describe_pod":
+            pods.append({"ref": e["ref"], "pod": data["pod"]})
+        if e["tool"] in ("describe_pod", "events"):
+            events += [{"ref": e["ref"], "event": ev} for ev in data.get("events", [])]
+        if e["tool"] == "pod_logs" and data.get("available"):
+            logs_.append(
+                {
+                    "ref": e["ref"],
+                    "pod": data["pod"],
+                    "container": data["container"],
+                    "previous": data["previous"],
+                    "text": e["content"],
+                }
+            )
+    return pods, events, logs_
+
+
+async def correlate(ctx: TaskContext) -> JSON:
+    params = _params(ctx)
+    calls = collected_calls(_ev(ctx))
+    items = evidence_items(calls, max_chars=int(params["max_evidence_chars"]))
+    findings, stale = detect(*_detector_inputs(items))
+    tri = _triage(ctx)
+    focus = set(tri.get("focus", []))
+    ranked = rank(findings, focus)
+    stops = [
+        r.get("stop") or r.get("exhausted")
+        for tid, r in sorted(_ev(ctx).items())
+        if isinstance(r, dict) and (r.get("stop") or r.get("exhausted"))
+    ]
+    skills_result: Any = _ev(ctx)["skills"]
+    draft = build_draft(
+        params=params,
+        triage=tri,
+        calls=calls,
+        items=items,
+        ranked=ranked,
+        stale=stale,
+        skills=skills_result["skills"],
+        stop=stops[0] if stops else None,
+    )
+    return {"draft": draft, "evidence": items}
+
+
+async def report(ctx: TaskContext) -> JSON:
+    corr: Any = _ev(ctx)["correlate"]
+    return finalize(corr["draft"], corr["evidence"])
+
+
+WORKERS = {
+    "triage": triage,
+    "logs": logs,
+    "skills": skills,
+    "plan": plan,
+    "act": act,
+    "correlate": correlate,
+    "report": report,
+}

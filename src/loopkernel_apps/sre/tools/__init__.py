@@ -1,0 +1,599 @@
+"""The SRE tool set, read-only, over stdio.
+
+``python -m loopkernel_apps.sre.tools --dump DUMP --namespace NS [--audit FILE]``
+
+::
+
+    triage           the namespace's unhealthy workloads and pods, with findings
+    list_pods        every pod: phase, readiness, restarts, owner
+    describe_pod     status, container states, limits, probes, env, its events
+    pod_logs         current or previous instance, last N lines
+    events           of the namespace or of one object; stale ones labelled
+    workload_status  deployment / replicaset / job / daemonset / statefulset
+    rollout_history  a deployment's revisions
+    node_capacity    capacity and allocatable per node
+
+All are ``read_only`` (``tool-defs.json``, frozen). The server, not its caller, holds the
+scope: the namespace is given on its command line by the run, and a request naming any
+other namespace is answered with ``refused`` set and no data. Every result is redacted
+(``_redact.redact``) and its ``content`` capped at ``ITEM_CAP`` characters, the cut
+recorded in ``truncated``; logs keep their tail, everything else its head.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from loopkernel import JSON, ToolError
+from loopkernel.tools import CallInfo, ToolDefs, ToolHost, ToolSource, load_tool_defs
+from loopkernel_apps.sre._detect import detect, stale_events
+from loopkernel_apps.sre._dump import Dump, Namespace, load_dump
+from loopkernel_apps.sre._redact import redact, secret_values
+
+__all__ = ["AUDIT_ENV", "DEFS", "ITEM_CAP", "build_host", "main", "tool_source"]
+
+DEFS = Path(__file__).with_name("tool-defs.json")
+ITEM_CAP = 3500
+"""Characters of ``content`` per result."""
+
+
+@functools.cache
+def _defs() -> ToolDefs:
+    return load_tool_defs(DEFS)
+
+
+AUDIT_ENV = "LOOPKERNEL_SRE_AUDIT"
+"""A file the server appends one line to per request it serves (``--audit``)."""
+
+
+def tool_source(dump: str, namespace: str, *, timeout: float = 30.0) -> ToolSource:
+    """The tools server for one run: its dump and its namespace (and ``$LOOPKERNEL_SRE_AUDIT``)."""
+    args = ["--dump", os.fspath(Path(dump).resolve()), "--namespace", namespace]
+    if os.environ.get(AUDIT_ENV):
+        args += ["--audit", os.fspath(Path(os.environ[AUDIT_ENV]).resolve())]
+    return ToolSource.python_module(
+        "sre",
+        "loopkernel_apps.sre.tools",
+        *args,
+        defs=_defs(),
+        timeouts={name: timeout for name in _defs().names()},
+    )
+
+
+# -- rendering ----------------------------------------------------------------------------------
+
+
+def _meta(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj.get("metadata", {}) or {}
+
+
+def _owner(obj: dict[str, Any]) -> tuple[str, str] | None:
+    for ref in _meta(obj).get("ownerReferences", []) or []:
+        if ref.get("controller", True):
+            return str(ref.get("kind")), str(ref.get("name"))
+    return None
+
+
+def _state(state: dict[str, Any] | None) -> str:
+    if not state:
+        return "-"
+    for kind, d in state.items():
+        d = d or {}
+        parts = [kind.capitalize()]
+        if d.get("reason"):
+            parts.append(f"({d['reason']})")
+        if "exitCode" in d:
+            parts.append(f"exit code {d['exitCode']}")
+        if d.get("startedAt"):
+            parts.append(f"started {d['startedAt']}")
+        if d.get("finishedAt"):
+            parts.append(f"finished {d['finishedAt']}")
+        line = " ".join(parts)
+        if d.get("message"):
+            line += f"\n        Message: {d['message']}"
+        return line
+    return "-"
+
+
+def _probe(p: dict[str, Any]) -> str:
+    if "httpGet" in p:
+        how = f"http-get {p['httpGet'].get('path', '/')} on port {p['httpGet'].get('port')}"
+    elif "tcpSocket" in p:
+        how = f"tcp-socket port {p['tcpSocket'].get('port')}"
+    elif "exec" in p:
+        how = "exec " + " ".join(p["exec"].get("command", []))
+    else:
+        how = "?"
+    return (
+        f"{how} delay={p.get('initialDelaySeconds', 0)}s timeout={p.get('timeoutSeconds', 1)}s "
+        f"period={p.get('periodSeconds', 10)}s #failure={p.get('failureThreshold', 3)}"
+    )
+
+
+def _pod_subset(pod: dict[str, Any]) -> dict[str, Any]:
+    m = _meta(pod)
+    spec = pod.get("spec", {})
+    keep = [
+        "name",
+        "image",
+        "command",
+        "args",
+        "env",
+        "envFrom",
+        "resources",
+        "livenessProbe",
+        "readinessProbe",
+        "startupProbe",
+    ]
+    containers = [{k: c[k] for k in keep if k in c} for c in spec.get("containers", [])]
+    status = pod.get("status", {})
+    return {
+        "metadata": {
+            k: m[k]
+            for k in ("name", "namespace", "uid", "creationTimestamp", "ownerReferences", "labels")
+            if k in m
+        },
+        "spec": {"containers": containers, "nodeName": spec.get("nodeName")},
+        "status": {
+            k: status[k]
+            for k in (
+                "phase",
+                "conditions",
+                "containerStatuses",
+                "initContainerStatuses",
+                "startTime",
+                "reason",
+                "message",
+            )
+            if k in status
+        },
+    }
+
+
+def _event_subset(ev: dict[str, Any]) -> dict[str, Any]:
+    keep = "involvedObject reason message type count firstTimestamp lastTimestamp eventTime"
+    return {k: ev[k] for k in keep.split() if k in ev}
+
+
+def _event_line(ev: dict[str, Any], stale: str | None = None) -> str:
+    obj = ev.get("involvedObject", {})
+    when = ev.get("lastTimestamp") or ev.get("eventTime") or ev.get("firstTimestamp") or "?"
+    line = (
+        f"{when} {ev.get('type', '?')} {ev.get('reason', '?')} x{ev.get('count', 1)} "
+        f"{obj.get('kind', '?')}/{obj.get('name', '?')}: {ev.get('message', '')}"
+    )
+    return line + (f"  [STALE: {stale}]" if stale else "")
+
+
+def describe(pod: dict[str, Any], events: list[dict[str, Any]], stale: dict[int, str]) -> str:
+    m, spec, status = _meta(pod), pod.get("spec", {}), pod.get("status", {})
+    owner = _owner(pod)
+    lines = [
+        f"Name:          {m.get('name')}",
+        f"Namespace:     {m.get('namespace')}",
+        f"UID:           {m.get('uid')}",
+        f"Created:       {m.get('creationTimestamp')}",
+        f"Node:          {spec.get('nodeName') or '<none>'}",
+        f"Controlled By: {owner[0] + '/' + owner[1] if owner else '<none>'}",
+        f"Status:        {status.get('phase')}",
+        "Conditions:",
+    ]
+    for c in status.get("conditions", []) or []:
+        extra = f" ({c['reason']}: {c.get('message', '')})" if c.get("reason") else ""
+        lines.append(f"  {c.get('type')}={c.get('status')}{extra}")
+    statuses = {s.get("name"): s for s in status.get("containerStatuses", []) or []}
+    lines.append("Containers:")
+    for c in spec.get("containers", []):
+        s = statuses.get(c.get("name"), {})
+        lines.append(f"  {c.get('name')}:")
+        lines.append(f"    Image:         {c.get('image')}")
+        if c.get("command"):
+            lines.append(f"    Command:       {' '.join(c['command'])}")
+        lines.append(f"    State:         {_state(s.get('state'))}")
+        if s.get("lastState"):
+            lines.append(f"    Last State:    {_state(s.get('lastState'))}")
+        lines.append(f"    Ready:         {s.get('ready', False)}")
+        lines.append(f"    Restart Count: {s.get('restartCount', 0)}")
+        res = c.get("resources", {})
+        for key in ("limits", "requests"):
+            if res.get(key):
+                vals = " ".join(f"{k}={v}" for k, v in sorted(res[key].items()))
+                lines.append(f"    {key.capitalize() + ':':<15}{vals}")
+        for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+            if c.get(probe):
+                lines.append(f"    {probe[:-5].capitalize() + ':':<15}{_probe(c[probe])}")
+        env = ", ".join(f"{e.get('name')}={e.get('value', '<from ref>')}" for e in c.get("env", []))
+        lines.append(f"    Environment:   {env or '<none>'}")
+        if c.get("envFrom"):
+            lines.append(f"    EnvFrom:       {c['envFrom']}")
+    lines.append("Events:")
+    for ev in events:
+        lines.append("  " + _event_line(ev, stale.get(id(ev))))
+    if not events:
+        lines.append("  <none>")
+    return "\n".join(lines)
+
+
+# -- the host --------------------------------------------------------------------------------
+
+
+class Scope:
+    """One run's view of a dump: its namespace, the secret literals to scrub, the caps."""
+
+    def __init__(self, dump: Dump, namespace: str) -> None:
+        self.dump = dump
+        self.name = namespace
+        self.ns: Namespace = dump.namespace(namespace)
+        self.secrets = secret_values(
+            pod for ns in dump.namespaces.values() for pod in ns.items("pods")
+        )
+
+    def result(
+        self, source: str, content: str, data: dict[str, Any], *, tail: bool = False
+    ) -> dict[str, JSON]:
+        content = redact(content, self.secrets)
+        data = redact(data, self.secrets)
+        truncated = len(content) > ITEM_CAP
+        if truncated:
+            note = f"[truncated: {ITEM_CAP} of {len(content)} characters kept]"
+            content = (
+                note + "\n" + content[-ITEM_CAP:] if tail else content[:ITEM_CAP] + "\n" + note
+            )
+        return {
+            "source": source,
+            "content": content,
+            "truncated": truncated,
+            "data": data,
+            "refused": None,
+        }
+
+    def refuse(self, tool: str, asked: str) -> dict[str, JSON]:
+        why = (
+            f"namespace {asked!r} is outside this investigation's scope "
+            f"(namespace {self.name!r}); {tool} was not run"
+        )
+        return {
+            "source": f"{tool} {asked}",
+            "content": why,
+            "truncated": False,
+            "data": {},
+            "refused": why,
+        }
+
+    def pod(self, name: str) -> dict[str, Any]:
+        pod = self.ns.pod(name)
+        if pod is None:
+            raise ToolError(f"no pod {name!r} in namespace {self.name!r}", tool="describe_pod")
+        return pod
+
+    def events_of(self, name: str | None = None) -> list[dict[str, Any]]:
+        evs = [
+            e
+            for e in self.ns.items("events")
+            if name is None or e.get("involvedObject", {}).get("name") == name
+        ]
+        return sorted(evs, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+
+    def stale_map(self, events: list[dict[str, Any]]) -> dict[int, str]:
+        pods = [{"ref": None, "pod": p} for p in self.ns.items("pods")]
+        items = [{"ref": None, "event": e} for e in events]
+        return {id(item["event"]): why for item, why in stale_events(items, pods)}
+
+
+_Fn = Callable[[dict[str, JSON]], JSON]
+
+
+def _unhealthy(pod: dict[str, Any]) -> bool:
+    status = pod.get("status", {})
+    if status.get("phase") not in ("Running", "Succeeded"):
+        return True
+    for s in status.get("containerStatuses", []) or []:
+        if status.get("phase") == "Running" and not s.get("ready"):
+            return True
+        if int(s.get("restartCount", 0)) > 0:
+            return True
+    return False
+
+
+def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolHost:
+    """The tool set over ``dump``, serving ``namespace`` only; ``audit`` logs each request."""
+    host = ToolHost(_defs())
+    scope = Scope(dump, namespace)
+
+    def log(call: CallInfo, args: dict[str, JSON], refused: bool) -> None:
+        if audit is None:
+            return
+        line = {"key": call.key, "tool": call.tool, "args": args, "refused": refused}
+        fd = os.open(audit, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (json.dumps(line, sort_keys=True) + "\n").encode())
+        finally:
+            os.close(fd)
+
+    def scoped(tool: str) -> Callable[[_Fn], _Fn]:
+        def wrap(fn: _Fn) -> _Fn:
+            async def handler(args: dict[str, JSON], call: CallInfo) -> JSON:
+                asked = args.get("namespace")
+                refused = asked is not None and asked != namespace
+                log(call, args, refused)
+                if refused:
+                    return scope.refuse(tool, str(asked))
+                result: JSON = fn(args)
+                return result
+
+            host.add(tool, handler)
+            return fn
+
+        return wrap
+
+    @scoped("triage")
+    def triage(args: dict[str, JSON]) -> JSON:
+        ns = scope.ns
+        pods = [{"ref": None, "pod": p} for p in ns.items("pods")]
+        events = [{"ref": None, "event": e} for e in ns.items("events")]
+        findings, stale = detect(pods, events, [])
+        unhealthy = []
+        lines = [f"namespace {namespace}: {len(pods)} pods"]
+        for p in ns.items("pods"):
+            if not _unhealthy(p):
+                continue
+            owner = _owner(p)
+            containers = []
+            for s in p.get("status", {}).get("containerStatuses", []) or []:
+                state = next(iter(s.get("state") or {"unknown": {}}))
+                reason = ((s.get("state") or {}).get(state) or {}).get("reason")
+                last = ((s.get("lastState") or {}).get("terminated") or {}).get("reason")
+                containers.append(
+                    {
+                        "name": s.get("name"),
+                        "restarts": s.get("restartCount", 0),
+                        "state": state,
+                        "reason": reason,
+                        "last_reason": last,
+                    }
+                )
+            entry = {
+                "pod": _meta(p).get("name"),
+                "phase": p.get("status", {}).get("phase"),
+                "owner_kind": owner[0] if owner else None,
+                "owner": owner[1] if owner else None,
+                "workload": _workload(ns, owner),
+                "containers": containers,
+            }
+            unhealthy.append(entry)
+            desc = ", ".join(
+                f"{c['name']} {c['state']}{'(' + c['reason'] + ')' if c['reason'] else ''} "
+                f"restarts={c['restarts']}{' last=' + c['last_reason'] if c['last_reason'] else ''}"
+                for c in containers
+            )
+            lines.append(
+                f"UNHEALTHY pod {entry['pod']} phase={entry['phase']} "
+                f"owner={entry['owner_kind']}/{entry['owner']}: {desc or 'no containers started'}"
+            )
+        workloads = []
+        for kind in ("deployments", "daemonsets", "statefulsets", "jobs"):
+            for w in ns.items(kind):
+                st = w.get("status", {})
+                want = w.get("spec", {}).get("replicas", st.get("desiredNumberScheduled"))
+                ready = st.get("readyReplicas", st.get("numberReady", st.get("succeeded", 0)))
+                failed = st.get("failed", 0)
+                workloads.append(
+                    {
+                        "kind": kind[:-1],
+                        "name": _meta(w).get("name"),
+                        "desired": want,
+                        "ready": ready or 0,
+                        "failed": failed,
+                    }
+                )
+                lines.append(
+                    f"{kind[:-1]} {_meta(w).get('name')}: ready {ready or 0}/{want}"
+                    + (f", failed {failed}" if failed else "")
+                )
+        lines.append("findings:")
+        lines += [f"- {f.detector}: {f.text}" for f in findings] or [
+            "- none from status and events"
+        ]
+        for item, why in stale:
+            lines.append(f"- stale event set aside: {_event_line(item['event'])} ({why})")
+        data = {
+            "unhealthy": unhealthy,
+            "workloads": workloads,
+            "findings": [f.to_json() for f in findings],
+            "stale": len(stale),
+            "pods": len(pods),
+        }
+        return scope.result(f"triage {namespace}", "\n".join(lines), data)
+
+    @scoped("list_pods")
+    def list_pods(args: dict[str, JSON]) -> JSON:
+        rows, data = [], []
+        for p in scope.ns.items("pods"):
+            st = p.get("status", {})
+            cs = st.get("containerStatuses", []) or []
+            ready = sum(1 for s in cs if s.get("ready"))
+            restarts = sum(int(s.get("restartCount", 0)) for s in cs)
+            owner = _owner(p)
+            name = _meta(p).get("name")
+            rows.append(
+                f"{name}  {ready}/{len(p.get('spec', {}).get('containers', []))}  "
+                f"{st.get('phase')}  restarts={restarts}  "
+                f"owner={owner[0] + '/' + owner[1] if owner else '-'}"
+            )
+            data.append(
+                {
+                    "name": name,
+                    "phase": st.get("phase"),
+                    "ready": ready,
+                    "restarts": restarts,
+                    "owner": owner[1] if owner else None,
+                }
+            )
+        return scope.result(f"pods.json {namespace}", "\n".join(rows), {"pods": data})
+
+    @scoped("describe_pod")
+    def describe_pod(args: dict[str, JSON]) -> JSON:
+        pod = scope.pod(str(args["pod"]))
+        events = scope.events_of(str(args["pod"]))
+        stale = scope.stale_map(events)
+        data = {
+            "pod": _pod_subset(pod),
+            "events": [_event_subset(e) for e in events],
+            "stale": [stale.get(id(e)) for e in events],
+        }
+        return scope.result(f"pod {namespace}/{args['pod']}", describe(pod, events, stale), data)
+
+    @scoped("pod_logs")
+    def pod_logs(args: dict[str, JSON]) -> JSON:
+        name = str(args["pod"])
+        pod = scope.pod(name)
+        names = [c.get("name") for c in pod.get("spec", {}).get("containers", [])]
+        container = args.get("container")
+        if container is None:
+            if len(names) != 1:
+                raise ToolError(f"pod {name} has containers {names}: name one", tool="pod_logs")
+            container = names[0]
+        if container not in names:
+            raise ToolError(f"pod {name} has no container {container!r} ({names})", tool="pod_logs")
+        previous = bool(args.get("previous", False))
+        tail = int(str(args.get("tail", 200)))
+        text = scope.ns.logs.get((name, str(container), previous))
+        which = "previous" if previous else "current"
+        source = f"logs {namespace}/{name}/{container} ({which})"
+        if text is None:
+            note = f"no {which} log for container {container} of pod {name} in the dump" + (
+                " (collect it with kubectl logs --previous)" if previous else ""
+            )
+            data = {"pod": name, "container": container, "previous": previous, "available": False}
+            return scope.result(source, note, data)
+        lines = text.splitlines()[-tail:]
+        data = {
+            "pod": name,
+            "container": container,
+            "previous": previous,
+            "available": True,
+            "lines": len(lines),
+        }
+        return scope.result(source, "\n".join(lines), data, tail=True)
+
+    @scoped("events")
+    def events(args: dict[str, JSON]) -> JSON:
+        obj = args.get("object")
+        evs = scope.events_of(None if obj is None else str(obj))
+        stale = scope.stale_map(evs)
+        lines = [_event_line(e, stale.get(id(e))) for e in evs] or ["<no events>"]
+        data = {"events": [_event_subset(e) for e in evs], "stale": [stale.get(id(e)) for e in evs]}
+        what = f"events {namespace}" + (f" {obj}" if obj else "")
+        return scope.result(what, "\n".join(lines), data)
+
+    @scoped("workload_status")
+    def workload_status(args: dict[str, JSON]) -> JSON:
+        kind, name = str(args["kind"]), str(args["name"])
+        for w in scope.ns.items(kind + "s"):
+            if _meta(w).get("name") == name:
+                st = w.get("status", {})
+                lines = [f"{kind} {namespace}/{name}"]
+                for k, v in sorted(st.items()):
+                    if k != "conditions":
+                        lines.append(f"  {k}: {v}")
+                for c in st.get("conditions", []) or []:
+                    lines.append(
+                        f"  condition {c.get('type')}={c.get('status')} "
+                        f"{c.get('reason', '')}: {c.get('message', '')}".rstrip(": ")
+                    )
+                data = {
+                    "kind": kind,
+                    "name": name,
+                    "status": st,
+                    "replicas": w.get("spec", {}).get("replicas"),
+                }
+                return scope.result(f"{kind}s.json {namespace}/{name}", "\n".join(lines), data)
+        raise ToolError(f"no {kind} {name!r} in namespace {namespace!r}", tool="workload_status")
+
+    @scoped("rollout_history")
+    def rollout_history(args: dict[str, JSON]) -> JSON:
+        dep = str(args["deployment"])
+        revisions = []
+        for rs in scope.ns.items("replicasets"):
+            owner = _owner(rs)
+            if owner != ("Deployment", dep):
+                continue
+            rev = _meta(rs).get("annotations", {}).get("deployment.kubernetes.io/revision", "?")
+            images = [
+                c.get("image")
+                for c in rs.get("spec", {})
+                .get("template", {})
+                .get("spec", {})
+                .get("containers", [])
+            ]
+            st = rs.get("status", {})
+            revisions.append(
+                {
+                    "revision": rev,
+                    "replicaset": _meta(rs).get("name"),
+                    "images": images,
+                    "replicas": st.get("replicas", 0),
+                    "ready": st.get("readyReplicas", 0),
+                    "created": _meta(rs).get("creationTimestamp"),
+                }
+            )
+        if not revisions:
+            raise ToolError(f"no ReplicaSets of deployment {dep!r}", tool="rollout_history")
+        revisions.sort(key=lambda r: int(r["revision"]) if str(r["revision"]).isdigit() else 0)
+        lines = [f"deployment {namespace}/{dep}: REVISION REPLICASET IMAGES READY CREATED"]
+        lines += [
+            f"  {r['revision']} {r['replicaset']} {','.join(map(str, r['images']))} "
+            f"{r['ready']}/{r['replicas']} {r['created']}"
+            for r in revisions
+        ]
+        return scope.result(
+            f"rollout {namespace}/{dep}", "\n".join(lines), {"revisions": revisions}
+        )
+
+    @scoped("node_capacity")
+    def node_capacity(args: dict[str, JSON]) -> JSON:
+        lines, data = [], []
+        for n in scope.dump.nodes:
+            st = n.get("status", {})
+            cap, alloc = st.get("capacity", {}), st.get("allocatable", {})
+            conds = ",".join(
+                c.get("type", "") for c in st.get("conditions", []) if c.get("status") == "True"
+            )
+            lines.append(
+                f"node {_meta(n).get('name')}: capacity cpu={cap.get('cpu')} "
+                f"memory={cap.get('memory')} pods={cap.get('pods')}; allocatable "
+                f"cpu={alloc.get('cpu')} memory={alloc.get('memory')}; conditions {conds}"
+            )
+            data.append({"name": _meta(n).get("name"), "capacity": cap, "allocatable": alloc})
+        return scope.result("nodes.json", "\n".join(lines) or "<no nodes>", {"nodes": data})
+
+    host.check_complete()
+    return host
+
+
+def _workload(ns: Namespace, owner: tuple[str, str] | None) -> str | None:
+    """The top controller's name: a pod's ReplicaSet's Deployment, else the owner itself."""
+    if owner is None:
+        return None
+    if owner[0] == "ReplicaSet":
+        for rs in ns.items("replicasets"):
+            if _meta(rs).get("name") == owner[1]:
+                top = _owner(rs)
+                return top[1] if top else owner[1]
+    return owner[1]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loopkernel_apps.sre.tools")
+    parser.add_argument("--dump", required=True, help="a kubectl cluster-info dump (dir or file)")
+    parser.add_argument("--namespace", required=True, help="the only namespace served")
+    parser.add_argument("--audit", help="append one JSON line per request served to this file")
+    args = parser.parse_args(argv)
+    build_host(load_dump(args.dump), args.namespace, audit=args.audit).run()
+    return 0

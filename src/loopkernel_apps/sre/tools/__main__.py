@@ -1,0 +1,5 @@
+import sys
+
+from loopkernel_apps.sre.tools import main
+
+sys.exit(main())
