@@ -48,7 +48,19 @@ def test_layers_import_downward_only() -> None:
     allowed = {
         "graph": {"loopkernel.errors", "loopkernel.ids", "loopkernel.graph"},
         "policy": {"loopkernel.errors", "loopkernel.ids", "loopkernel.graph", "loopkernel.policy"},
-        "store": {"loopkernel.errors", "loopkernel.ids", "loopkernel.graph", "loopkernel.store"},
+        "evidence": {
+            "loopkernel.errors",
+            "loopkernel.ids",
+            "loopkernel.graph",
+            "loopkernel.evidence",
+        },
+        "store": {
+            "loopkernel.errors",
+            "loopkernel.ids",
+            "loopkernel.graph",
+            "loopkernel.evidence",
+            "loopkernel.store",
+        },
     }
     for layer, ok in allowed.items():
         folder = SRC / layer

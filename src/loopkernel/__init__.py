@@ -19,6 +19,7 @@ from loopkernel.errors import (
     ToolUnavailable,
     UsageError,
 )
+from loopkernel.evidence import Evidence, SourceRef
 from loopkernel.executor import (
     DEFAULT_MAX_EVENTS,
     Kernel,
@@ -39,7 +40,8 @@ from loopkernel.graph import (
     TaskState,
 )
 from loopkernel.ids import RunId, TaskId
-from loopkernel.planner import At, BasePlanner, Flow, Planner, Snapshot, Step
+from loopkernel.planner import At, BasePlanner, Flow, Planner, Proposal, Snapshot, Step
+from loopkernel.planner.llm import AllowedSkill, Allowlist, LLMPlanner, planner_for
 from loopkernel.store import SQLiteStore, Store, open_store
 
 __version__ = "0.1.0"
@@ -47,6 +49,8 @@ __version__ = "0.1.0"
 __all__ = [
     "DEFAULT_MAX_EVENTS",
     "JSON",
+    "AllowedSkill",
+    "Allowlist",
     "App",
     "AppParts",
     "ApprovalRefused",
@@ -54,20 +58,24 @@ __all__ = [
     "BasePlanner",
     "Event",
     "EventKind",
+    "Evidence",
     "Flow",
     "GraphPatch",
     "Kernel",
+    "LLMPlanner",
     "LoopKernelError",
     "NeedsApproval",
     "Param",
     "PatchRejected",
     "Planner",
+    "Proposal",
     "RunError",
     "RunId",
     "RunOutcome",
     "RunStatus",
     "SQLiteStore",
     "Snapshot",
+    "SourceRef",
     "StartedRun",
     "Step",
     "Store",
@@ -83,4 +91,5 @@ __all__ = [
     "Worker",
     "load_app",
     "open_store",
+    "planner_for",
 ]

@@ -153,6 +153,8 @@ class Inspection:
                     "planner": p.planner,
                     "reason": p.reason,
                     "ops": p.ops,
+                    # only for a proposing planner's patches (docs/models.md)
+                    **({} if p.proposal is None else {"proposal": p.proposal.to_json()}),
                 }
                 for p in self.patches
             ]

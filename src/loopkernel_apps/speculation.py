@@ -8,6 +8,12 @@
 
 The distiller sees only its ancestors, so the straggler's partial findings can never leak
 into the answer. Researcher delays are parameters, so a test can make the straggler slow.
+
+``--planner llm``: a model proposes each patch; the allowlist (``ALLOW``) admits the three
+skills with their input schemas, the ops add/connect/cancel/finish, and only a proposal
+whose effect on the graph is the rules' own (``agree``). So the run ends exactly as with
+``--planner rules`` (same status, same digest) whatever the model says; what changes is
+who planned each event, in the journal (docs/models.md).
 """
 
 from __future__ import annotations
@@ -16,11 +22,61 @@ import asyncio
 import hashlib
 from collections.abc import Mapping
 
-from loopkernel import JSON, App, AppParts, Param, TaskContext, UsageError
+from loopkernel import (
+    JSON,
+    AllowedSkill,
+    Allowlist,
+    App,
+    AppParts,
+    Param,
+    TaskContext,
+    UsageError,
+    planner_for,
+)
 from loopkernel.planner import Flow, Step, quorum
 from loopkernel.testing import trace
 
 ANGLES = ("prior work", "counter-evidence", "first principles", "benchmarks", "failure reports")
+
+
+ALLOW = Allowlist(
+    skills=(
+        AllowedSkill(
+            name="plan",
+            description="lists the angles the researchers take",
+            input_schema={
+                "type": "object",
+                "properties": {"researchers": {"type": "integer", "minimum": 1, "maximum": 5}},
+                "required": ["researchers"],
+                "additionalProperties": False,
+            },
+        ),
+        AllowedSkill(
+            name="research",
+            description="researches one angle, after plan",
+            input_schema={
+                "type": "object",
+                "properties": {"angle": {"type": "string"}, "delay": {"type": "number"}},
+                "required": ["angle", "delay"],
+                "additionalProperties": False,
+            },
+        ),
+        AllowedSkill(
+            name="distill",
+            description="writes the answer from the winning researchers (evidence: ancestors)",
+            input_schema={
+                "type": "object",
+                "properties": {"quorum": {"type": "integer"}, "delay": {"type": "number"}},
+                "required": ["quorum", "delay"],
+                "additionalProperties": False,
+            },
+        ),
+    ),
+    ops=frozenset({"add", "connect", "cancel", "finish"}),
+    finish=frozenset({"succeeded", "failed"}),
+    agree=True,
+)
+"""What a model may propose for a speculation run (``--planner llm``)."""
 
 
 def planner(params: Mapping[str, JSON]) -> Flow:
@@ -90,7 +146,7 @@ def build(params: Mapping[str, JSON]) -> AppParts:
     if not 1 <= int(params["quorum"]) <= len(delays):
         raise UsageError("quorum must be between 1 and the number of researchers")
     return AppParts(
-        planner=planner(params),
+        planner=planner_for(params, rules=planner(params), allow=ALLOW),
         workers={"plan": plan, "research": research, "distill": distill},
     )
 
@@ -110,6 +166,12 @@ app = App(
         ),
         "quorum": Param(kind="int", minimum=1, maximum=len(ANGLES), default=2),
         "distill_delay": Param(kind="number", minimum=0, maximum=3600, default=0.2),
+        "planner": Param(
+            kind="str",
+            choices=("rules", "llm"),
+            help="who plans (docs/planner-llm.md)",
+            default="rules",
+        ),
     },
     scenarios={
         "fast": {"delays": [0.01, 0.02, 2.0], "distill_delay": 0.05},

@@ -26,6 +26,7 @@ from loopkernel.errors import (
     SchemaTooNew,
     UsageError,
 )
+from loopkernel.evidence import NewEvidence, SourceRef, sha256_text
 from loopkernel.graph import (
     JSON,
     Delta,
@@ -38,7 +39,7 @@ from loopkernel.graph import (
     validate,
 )
 from loopkernel.ids import RunId, TaskId
-from loopkernel.store import EffectRecord, NewEvent, PatchRecord, Store
+from loopkernel.store import EffectRecord, NewEvent, PatchRecord, ProposalNote, Store
 from loopkernel.store._codec import dumps
 from loopkernel.store._sqlite_schema import SCHEMA_VERSION
 
@@ -479,6 +480,77 @@ def test_effect_journal(backend: Backend) -> None:
             ("k0", "failed"),
         ]
         assert (await store.get_effect(RUN, "k0")).error == {"type": "ToolTimeout"}  # type: ignore[union-attr]
+
+    backend.run(body)
+
+
+def test_patch_record_keeps_the_proposal_note(backend: Backend) -> None:
+    async def body(store: Store) -> None:
+        await new_run(store)
+        note = ProposalNote(
+            accepted=False,
+            reason="not_allowed",
+            detail="op 0 adds skill 'rm' outside the allowlist",
+            ops=[{"op": "add", "task_id": "x", "skill": "rm"}],
+            raw_sha256="ab" * 32,
+            model="smollm2",
+            input_tokens=120,
+            output_tokens=17,
+            cost_usd=0.25,
+            latency_ms=12.5,
+        )
+        fallback = PatchRecord(
+            event_seq=1, ops=ab_patch().to_json(), planner="fallback", proposal=note
+        )
+        delta = validate((await store.load_run(RUN)).state, ab_patch(), SKILLS)
+        await store.commit_patches(RUN, [fallback], delta)
+        (ev,) = await store.append_events(RUN, [completed("a")])
+        accepted = PatchRecord(
+            event_seq=ev.seq,
+            ops=[],
+            planner="llm",
+            proposal=ProposalNote(accepted=True, ops=[], raw_sha256="cd" * 32, model="m"),
+        )
+        await store.commit_patches(RUN, [accepted], Delta())
+        assert await store.patches(RUN) == [fallback, accepted]
+        assert (await store.load_run(RUN)).unplanned == ()
+
+    backend.run(body)
+
+
+def test_evidence_refs_in_order_idempotent_keys_and_caps(backend: Backend) -> None:
+    async def body(store: Store) -> None:
+        await new_run(store)
+        await new_run(store, RunId("run-2"))
+        user = SourceRef(kind="user", uri="run:params/question", event_seq=1)
+        tool = SourceRef(kind="tool", uri="tool:search", task_id=TaskId("a"))
+
+        def item(key: str, text: str, src: SourceRef = tool) -> NewEvidence:
+            return NewEvidence(key=key, kind="text", content=text, source=src)
+
+        caps = {"max_item_chars": 10, "max_run_chars": 25}
+        e1 = await store.add_evidence(RUN, item("q", "why?", user), **caps)
+        assert (e1.ref, e1.source, e1.truncated, e1.content) == ("E1", user, False, "why?")
+        e2 = await store.add_evidence(RUN, item("t0", "x" * 30), **caps)
+        assert (e2.ref, e2.content, e2.truncated, e2.chars) == ("E2", "x" * 10, True, 30)
+        assert e2.sha256 == sha256_text("x" * 30) and "per-item cap" in (e2.note or "")
+        # A replayed key returns what is stored, whatever the new content.
+        assert await store.add_evidence(RUN, item("t0", "other"), **caps) == e2
+        # The run cap: 14 of 25 chars used, so 11 are left and the item cap (10) binds ...
+        e3 = await store.add_evidence(RUN, item("t1", "y" * 12), **caps)
+        assert (e3.ref, e3.content) == ("E3", "y" * 10)
+        # ... then 1 is left: the run cap binds and says so.
+        e4 = await store.add_evidence(RUN, item("t2", "zzz"), **caps)
+        assert (e4.ref, e4.content, e4.truncated) == ("E4", "z", True)
+        assert "run's evidence cap" in (e4.note or "")
+        e5 = await store.add_evidence(RUN, item("t3", "w"), **caps)
+        assert (e5.content, e5.truncated, e5.chars) == ("", True, 1)
+        assert await store.evidence(RUN) == [e1, e2, e3, e4, e5]
+        # Refs count per run.
+        other = await store.add_evidence(RunId("run-2"), item("t0", "a"), **caps)
+        assert other.ref == "E1"
+        with pytest.raises(RunNotFound):
+            await store.add_evidence(RunId("nope"), item("k", "a"), **caps)
 
     backend.run(body)
 

@@ -111,7 +111,8 @@ async def start_run(client: Client, args: argparse.Namespace) -> StartedRun:
     _, started = await client.start(
         args.app,
         scenario=args.scenario,
-        overrides=dict(args.set or []),
+        overrides=dict(args.set or [])
+        | ({"planner": args.planner} if getattr(args, "planner", None) else {}),
         run_id=args.run_id,
         max_events=args.max_events,
         require_token=args.require_token,
@@ -252,6 +253,13 @@ def add_app_arguments(p: argparse.ArgumentParser) -> None:
         type=setting,
         metavar="KEY=VALUE",
         help="override an app parameter (VALUE is JSON or a string); repeatable",
+    )
+    p.add_argument(
+        "--planner",
+        choices=["rules", "llm"],
+        help="rules: the app's deterministic planner; llm: a model proposes each patch "
+        "through the gateway, the rules answer whatever it gets wrong (same as "
+        "--set planner=...; docs/models.md)",
     )
     p.add_argument(
         "--run-id",

@@ -54,6 +54,18 @@ def summarize_ops(ops: JSON) -> str:
     return " · ".join(head + parts)
 
 
+def planner_note(record: PatchRecord) -> str:
+    """``llm smollm2 41 ms`` or ``fallback: bad_json (smollm2)`` or ``kernel: runaway guard``."""
+    note = record.proposal
+    if note is None:
+        return f"{record.planner}: {record.reason}"
+    model = note.model or "no model"
+    latency = "" if note.latency_ms is None else f" {note.latency_ms:.0f} ms"
+    if note.accepted:
+        return f"{record.planner} {model}{latency}"
+    return f"{record.planner}: {note.reason} ({model}{latency})"
+
+
 class Progress:
     """An observer that prints one line per planned event, with the patch that answered it."""
 
@@ -79,7 +91,7 @@ class Progress:
         subject = event.task_id or ""
         answer = summarize_ops(record.ops) if record is not None else ""
         if record is not None and record.planner != "planner":
-            answer += f" [{record.planner}: {record.reason}]"
+            answer += f" [{planner_note(record)}]"
         line = f"  {elapsed:6.2f}s  #{event.seq:<4} {event.kind.value:<22} {subject:<10} "
         line += f"→ {answer}" if answer else ""
         if running:
@@ -123,5 +135,11 @@ def render_inspection(ins: Inspection, out: TextIO, *, journal: bool) -> None:
             if p is not None and p.outcome == "rejected":
                 answer += f"  REJECTED: {p.reason}"
             elif p is not None and p.planner != "planner":
-                answer += f"  [{p.planner}: {p.reason}]"
+                answer += f"  [{planner_note(p)}]"
             print(f"  #{e.seq:<4} {e.kind.value:<22} {e.task_id or '':<12} {answer}", file=out)
+            if p is not None and p.proposal is not None and not p.proposal.accepted:
+                if p.proposal.ops is not None:
+                    proposed = summarize_ops(p.proposal.ops) or "(empty patch)"
+                    print(f"        rejected proposal: {proposed}", file=out)
+                if p.proposal.detail:
+                    print(f"        why: {p.proposal.detail}", file=out)

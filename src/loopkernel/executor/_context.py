@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from loopkernel.evidence import Evidence, SourceRef
 from loopkernel.graph import JSON, GraphState, TaskState
 from loopkernel.ids import RunId, TaskId
 
 if TYPE_CHECKING:  # the model face lives above the executor; only its types are named here
+    from loopkernel.executor._evidence import EvidenceBook
     from loopkernel.models import Completion, Message
 
 __all__ = ["ModelCaller", "NeedsApproval", "TaskContext", "ToolCaller", "Worker"]
@@ -88,6 +90,10 @@ class _Visible(Mapping[TaskId, JSON]):
         return sum(1 for _ in self)
 
 
+def _everything(_tid: TaskId) -> bool:
+    return True
+
+
 class TaskContext:
     """Handed to a worker: its input, what it may see, and the one way to call tools and
     models."""
@@ -101,6 +107,7 @@ class TaskContext:
         upto_seq: int,
         tools: ToolCaller | None,
         models: ModelCaller | None = None,
+        book: EvidenceBook | None = None,
     ) -> None:
         task = state.tasks[task_id]
         self.run_id: RunId = state.run_id
@@ -113,11 +120,14 @@ class TaskContext:
         self.wait_epoch: int = task.wait_epoch
         preds = frozenset(state.predecessors(task_id))
         self.predecessors: Mapping[TaskId, JSON] = _Visible(state, preds.__contains__, upto_seq)
+        allowed: Callable[[TaskId], bool] = _everything
         if task.evidence_scope == "ancestors":
-            ancestors = state.ancestors(task_id)
-            self.evidence: Mapping[TaskId, JSON] = _Visible(state, ancestors.__contains__, upto_seq)
-        else:
-            self.evidence = _Visible(state, lambda _tid: True, upto_seq)
+            allowed = state.ancestors(task_id).__contains__
+        self.evidence: Mapping[TaskId, JSON] = _Visible(state, allowed, upto_seq)
+        """Results of the tasks in this task's evidence scope, by task id."""
+        self._scope = (state, upto_seq, allowed)
+        self._book = book
+        self._external = 0
         self._tools = tools
         self._calls = 0
         self._models = models
@@ -142,7 +152,32 @@ class TaskContext:
             )
         index = self._calls
         self._calls += 1
-        return await self._tools.call(self, index, name, dict(arguments or {}), timeout=timeout)
+        result = await self._tools.call(self, index, name, dict(arguments or {}), timeout=timeout)
+        if self._book is not None:
+            source = SourceRef(kind="tool", uri=f"tool:{name}", task_id=self.task_id)
+            await self._book.record(f"tool/{self.task_id}/{index}", result, source)
+        return result
+
+    async def add_evidence(self, content: JSON, *, uri: str) -> Evidence | None:
+        """Record outside text this task read some other way (a file, a web page) as
+        ``external`` evidence; the n-th call of a task has a stable key, so a rerun of the
+        task records nothing twice. ``None`` when the kernel keeps no evidence."""
+        index = self._external
+        self._external += 1
+        if self._book is None:
+            return None
+        source = SourceRef(kind="external", uri=uri, task_id=self.task_id)
+        return await self._book.record(f"external/{self.task_id}/{index}", content, source)
+
+    @property
+    def evidence_items(self) -> list[Evidence]:
+        """Typed evidence in this task's scope (``E1, E2, ...``, each with its source): the
+        user's statements, this task's own tool results and model replies, and those of
+        the tasks ``evidence`` shows (so ``ancestors`` stays exact)."""
+        if self._book is None:
+            return []
+        state, upto, allowed = self._scope
+        return self._book.visible(state, self.task_id, upto, allowed)
 
     async def complete(
         self,
@@ -170,7 +205,7 @@ class TaskContext:
             )
         index = self._calls  # one count for tool and model calls: the n-th effect of a task
         self._calls += 1
-        return await self._models.complete(
+        reply = await self._models.complete(
             self,
             index,
             messages,
@@ -178,6 +213,10 @@ class TaskContext:
             response_schema=response_schema,
             timeout=timeout,
         )
+        if self._book is not None:
+            source = SourceRef(kind="model", uri=f"model:{reply.model}", task_id=self.task_id)
+            await self._book.record(f"model/{self.task_id}/{index}", reply.text, source)
+        return reply
 
 
 Worker = Callable[[TaskContext], Awaitable[Any]]

@@ -48,6 +48,7 @@ from loopkernel.executor._context import (
     Worker,
 )
 from loopkernel.executor._crash import crashpoint
+from loopkernel.executor._evidence import EvidenceBook
 from loopkernel.executor._outcomes import (
     event_data,
     late_result,
@@ -70,8 +71,8 @@ from loopkernel.graph import (
     validate,
 )
 from loopkernel.ids import RunId, TaskId, check_id, new_run_id
-from loopkernel.planner import Flow, Planner, Snapshot
-from loopkernel.store import NewEvent, PatchRecord, Store, digest_of
+from loopkernel.planner import Flow, Planner, Proposal, Snapshot
+from loopkernel.store import NewEvent, PatchRecord, ProposalNote, Store, digest_of
 
 if TYPE_CHECKING:
     from loopkernel.telemetry._otel import Span, Tracer
@@ -225,6 +226,7 @@ class _RunLoop:
         self.running: dict[asyncio.Task[JSON], TaskId] = {}
         self.cancelled: dict[asyncio.Task[JSON], TaskId] = {}
         self.last_poll = 0.0
+        self.book = EvidenceBook(kernel.store, run_id)
         self.tracer = telemetry.tracer()
         self.span: Span | None = None
         self.one_step = not inspect.iscoroutinefunction(kernel.planner.plan)
@@ -269,6 +271,8 @@ class _RunLoop:
         try:
             crashed = [t.task_id for t in self.state.in_state(TaskState.RUNNING)]
             self.ready = {t.task_id: None for t in self.state.in_state(TaskState.READY)}
+            await self.book.load()
+            await self.book.from_params(self.state.params)
             await self._plan(list(loaded.unplanned))  # with the crashed tasks still running
             await self._recover_running(crashed)
             while not self.state.finished:
@@ -345,6 +349,7 @@ class _RunLoop:
                 upto_seq=self.known_seq,
                 tools=self.k.tools,
                 models=self.k.models,
+                book=self.book,
             )
             worker = self.k.workers[task.skill]
             if self.tracer:
@@ -490,6 +495,8 @@ class _RunLoop:
                     )
                 )
                 continue
+            if event.kind is EventKind.HUMAN_INPUT:
+                await self.book.from_event(event)
             record, delta = await self._plan_traced(event)
             self.state.apply(delta)
             for task in delta.tasks:
@@ -576,11 +583,43 @@ class _RunLoop:
         try:
             proposed = self.k.planner.plan(self.state, event)
             patch = await proposed if inspect.isawaitable(proposed) else proposed
-            if not isinstance(patch, GraphPatch):
+            if not isinstance(patch, GraphPatch | Proposal):
                 raise TypeError(f"plan() returned {type(patch).__name__}, not GraphPatch")
         except Exception as exc:
             verdict = {"kind": "planner_error", "type": type(exc).__name__, "message": str(exc)}
             return self._kernel_finish(event, "failed", verdict, "the planner raised")
+        if isinstance(patch, Proposal):
+            return self._judge(event, patch)
+        return self._settle(event, patch)
+
+    def _judge(self, event: Event, proposal: Proposal) -> tuple[PatchRecord, Delta]:
+        """A proposal: applied if the guard and ``validate`` pass it, else its fallback."""
+        reason, detail = proposal.reason, proposal.detail
+        if proposal.patch is not None and reason is None:
+            try:
+                if self.k.guard is not None:
+                    self.k.guard.check_patch(self.state, event, proposal.patch)
+                delta = validate(self.state, proposal.patch, self.k.workers.keys())
+            except (TripwireFired, BudgetExceeded) as exc:
+                reason, detail = "policy", exc.message
+            except PatchRejected as exc:
+                reason, detail = str(exc.attrs.get("rule") or "rejected"), exc.message
+            else:
+                note = proposal_note(proposal, accepted=True)
+                record = PatchRecord(
+                    event_seq=event.seq,
+                    ops=proposal.patch.to_json(),
+                    planner=proposal.source,
+                    proposal=note,
+                )
+                return record, delta
+        record, delta = self._settle(event, proposal.fallback)
+        note = proposal_note(proposal, accepted=False, reason=reason, detail=detail)
+        planner = "fallback" if record.planner == "planner" else record.planner
+        return replace(record, planner=planner, proposal=note), delta
+
+    def _settle(self, event: Event, patch: GraphPatch) -> tuple[PatchRecord, Delta]:
+        """A planner's patch: the guard, then ``validate``; a refusal ends the run."""
         if self.k.guard is not None:
             try:
                 self.k.guard.check_patch(self.state, event, patch)
@@ -714,6 +753,24 @@ def _stop_if_not_a_verdict(exc: BaseException | None, run_id: RunId, task_id: Ta
             cause=type(exc).__name__,
             **{k: v for k, v in exc.attrs.items() if k in ("tool", "kind", "sent", "effect")},
         ) from exc
+
+
+def proposal_note(
+    p: Proposal, *, accepted: bool, reason: str | None = None, detail: str | None = None
+) -> ProposalNote:
+    """The journal's record of a proposal, beside the patch that was applied."""
+    return ProposalNote(
+        accepted=accepted,
+        reason=reason,
+        detail=None if detail is None else detail[:500],
+        ops=p.ops if p.ops is not None or p.patch is None else p.patch.to_json(),
+        raw_sha256=p.raw_sha256,
+        model=p.model,
+        input_tokens=p.input_tokens,
+        output_tokens=p.output_tokens,
+        cost_usd=p.cost_usd,
+        latency_ms=p.latency_ms,
+    )
 
 
 async def _call(worker: Worker, ctx: TaskContext) -> JSON:

@@ -150,7 +150,7 @@ _REQUIRED: dict[str, frozenset[str]] = {
 
 
 def _op_from_json(index: int, raw: JSON) -> Op:
-    if not isinstance(raw, dict) or raw.get("op") not in _FIELDS:
+    if not isinstance(raw, dict) or not isinstance(raw.get("op"), str) or raw["op"] not in _FIELDS:
         raise UsageError(f"op {index}: expected an object with op in {sorted(_FIELDS)}", op=index)
     kind = raw["op"]
     extra = set(raw) - _FIELDS[kind]

@@ -17,7 +17,7 @@ from loopkernel.planner._flow import (
     repeat,
     retry,
 )
-from loopkernel.planner._protocol import BasePlanner, Planner, Snapshot
+from loopkernel.planner._protocol import BasePlanner, Planner, Proposal, Snapshot
 
 __all__ = [
     "At",
@@ -25,6 +25,7 @@ __all__ = [
     "Flow",
     "Node",
     "Planner",
+    "Proposal",
     "Snapshot",
     "Step",
     "for_each",

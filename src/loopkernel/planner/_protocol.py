@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from loopkernel.graph import JSON, Event, EventKind, GraphPatch, RunStatus, Task, TaskState
 from loopkernel.ids import RunId, TaskId
 
-__all__ = ["BasePlanner", "Planner", "Snapshot"]
+__all__ = ["BasePlanner", "Planner", "Proposal", "Snapshot"]
 
 
 class Snapshot(Protocol):
@@ -30,13 +31,49 @@ class Snapshot(Protocol):
     def successors(self, task_id: str) -> list[TaskId]: ...
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Proposal:
+    """A planner's answer that the kernel may refuse, with the patch to apply instead.
+
+    The kernel runs the policy guard and ``validate()`` on ``patch``; if it passes, it is
+    applied and journaled with ``planner="llm"`` (``source``); if it fails, or ``patch`` is
+    ``None`` because the proposer already refused it (``reason`` set), ``fallback`` is
+    checked and applied the ordinary way and journaled with ``planner="fallback"``. Either
+    way the rest of the fields are journaled beside the patch (``PatchRecord.proposal``).
+    The kernel knows nothing of models: any proposer can return one.
+    """
+
+    patch: GraphPatch | None
+    """The proposed patch, or ``None`` when there is nothing to apply."""
+    fallback: GraphPatch
+    """The deterministic answer to the same event."""
+    reason: str | None = None
+    """Why the proposer already refused it: a named rule (``bad_json``, ``model_timeout``)."""
+    detail: str | None = None
+    """One line on the refusal."""
+    source: str = "llm"
+    """What ``planner`` says in the journal when the proposal is applied."""
+    ops: object = None
+    """The proposal's journal form when it parsed (kept even when refused), else ``None``."""
+    raw_sha256: str | None = None
+    """SHA-256 of the raw reply."""
+    model: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    latency_ms: float | None = None
+
+
 @runtime_checkable
 class Planner(Protocol):
-    """Answers each event with one patch. It may be sync or async; it must not do I/O that
-    changes the world (workers do that), and for byte-identical recovery it must be a
-    function of the snapshot and the event."""
+    """Answers each event with one patch (or a ``Proposal``: a patch the kernel may refuse,
+    with its fallback). It may be sync or async; it must not do I/O that changes the world
+    (workers do that), and for byte-identical recovery the patch applied must be a function
+    of the snapshot and the event."""
 
-    def plan(self, snapshot: Snapshot, event: Event) -> GraphPatch | Awaitable[GraphPatch]: ...
+    def plan(
+        self, snapshot: Snapshot, event: Event
+    ) -> GraphPatch | Proposal | Awaitable[GraphPatch | Proposal]: ...
 
 
 class BasePlanner:

@@ -13,6 +13,7 @@ from loopkernel.store._protocol import (
     LoadedRun,
     NewEvent,
     PatchRecord,
+    ProposalNote,
     RunInfo,
     Store,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "LoadedRun",
     "NewEvent",
     "PatchRecord",
+    "ProposalNote",
     "RunInfo",
     "SQLiteStore",
     "Store",

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from loopkernel.errors import ApprovalRefused, UsageError
+from loopkernel.evidence import Evidence, NewEvidence, SourceRef, bound, sha256_text
 from loopkernel.graph import (
     JSON,
     TERMINAL_TASK,
@@ -26,12 +27,19 @@ from loopkernel.graph import (
     TaskState,
 )
 from loopkernel.ids import RunId, TaskId
-from loopkernel.store._protocol import EffectRecord, NewEvent, PatchRecord, RunInfo
+from loopkernel.store._protocol import (
+    EffectRecord,
+    NewEvent,
+    PatchRecord,
+    ProposalNote,
+    RunInfo,
+)
 
 __all__ = [
     "DUMP_EFFECT_COLUMNS",
     "DUMP_TASK_COLUMNS",
     "EFFECT_COLUMNS",
+    "EVIDENCE_COLUMNS",
     "PATCH_COLUMNS",
     "RUN_COLUMNS",
     "TASK_COLUMNS",
@@ -44,9 +52,12 @@ __all__ = [
     "effect_from_row",
     "effect_params",
     "event_from_row",
+    "evidence_from_row",
+    "evidence_params",
     "human_input_event",
     "loads",
     "patch_from_row",
+    "patch_params",
     "run_info_from_row",
     "run_page_filter",
     "run_params",
@@ -181,13 +192,75 @@ def run_page_filter(
     return (" WHERE " + " AND ".join(terms) if terms else ""), params
 
 
-PATCH_COLUMNS = "event_seq, ops, outcome, reason, planner"
+PATCH_COLUMNS = "event_seq, ops, outcome, reason, planner, proposal"
 
 
 def patch_from_row(row: Any) -> PatchRecord:
     """Row order: ``PATCH_COLUMNS``."""
     return PatchRecord(
-        event_seq=row[0], ops=loads(row[1]), outcome=row[2], reason=row[3], planner=row[4]
+        event_seq=row[0],
+        ops=loads(row[1]),
+        outcome=row[2],
+        reason=row[3],
+        planner=row[4],
+        proposal=ProposalNote.from_json(loads(row[5])),
+    )
+
+
+def patch_params(run_id: RunId, r: PatchRecord, now: float) -> tuple[Any, ...]:
+    """``run_id, PATCH_COLUMNS, created_at``."""
+    proposal = None if r.proposal is None else dumps(r.proposal.to_json())
+    return (run_id, r.event_seq, dumps(r.ops), r.outcome, r.reason, r.planner, proposal, now)
+
+
+EVIDENCE_COLUMNS = (
+    "n, kind, content, source_kind, source_uri, source_task_id, source_event_seq, "
+    "truncated, note, sha256, chars"
+)
+
+
+def evidence_from_row(row: Any) -> Evidence:
+    """Row order: ``EVIDENCE_COLUMNS``."""
+    return Evidence(
+        ref=f"E{row[0]}",
+        kind=row[1],
+        content=row[2],
+        source=SourceRef(
+            kind=row[3],
+            uri=row[4],
+            task_id=None if row[5] is None else TaskId(row[5]),
+            event_seq=row[6],
+        ),
+        truncated=bool(row[7]),
+        note=row[8],
+        sha256=row[9],
+        chars=int(row[10]),
+    )
+
+
+def evidence_params(
+    run_id: RunId, n: int, item: NewEvidence, *, item_cap: int, room: int, now: float
+) -> tuple[Any, ...]:
+    """``run_id, ev_key, EVIDENCE_COLUMNS, created_at`` for the run's ``n``-th item, cut to
+    ``item_cap`` and to the ``room`` the run's cap leaves; the hash is of the full text."""
+    why = "per-item cap" if item_cap <= room else "the run's evidence cap"
+    content, cut, note = bound(item.content, min(item_cap, room), why)
+    src = item.source
+    return (
+        run_id,
+        item.key,
+        n,
+        item.kind,
+        content,
+        src.kind,
+        src.uri,
+        src.task_id,
+        src.event_seq,
+        cut,
+        note,
+        sha256_text(item.content),
+        len(item.content),
+        now,
     )
 
 
@@ -295,11 +368,13 @@ def dump_of(
     ``tasks`` in ``DUMP_TASK_COLUMNS`` order by task_id, ``edges`` as (src, dst) by src,
     dst, ``effects`` in ``DUMP_EFFECT_COLUMNS`` order by task_id, call_index. No timestamps,
     no attempt counters, no model latencies: a resumed run digests like an uninterrupted
-    one."""
+    one. Nor the ``planner`` parameter: who planned each event is the patch journal's
+    business (docs/models.md), so a run planned by a model digests like the same run
+    planned by rules."""
     return {
         "run": {
             "app": run[1],
-            "params": loads(run[2]),
+            "params": _plannerless(loads(run[2])),
             "status": run[3],
             "verdict": loads(run[4]),
         },
@@ -331,6 +406,12 @@ def dump_of(
             for r in effects
         ],
     }
+
+
+def _plannerless(params: JSON) -> JSON:
+    if isinstance(params, dict) and "planner" in params:
+        return {k: v for k, v in params.items() if k != "planner"}
+    return params
 
 
 def dump_of_state(state: GraphState, effects: Iterable[EffectRecord]) -> dict[str, JSON]:

@@ -15,7 +15,14 @@ from typing import Any
 
 from loopkernel.graph import Event, EventKind, GraphState
 from loopkernel.ids import RunId
-from loopkernel.store._codec import EFFECT_COLUMNS, TASK_COLUMNS, dumps, task_params
+from loopkernel.store._codec import (
+    EFFECT_COLUMNS,
+    PATCH_COLUMNS,
+    TASK_COLUMNS,
+    dumps,
+    patch_params,
+    task_params,
+)
 from loopkernel.store._protocol import EffectRecord, PatchRecord, RunInfo
 
 __all__ = ["Fork", "fork_statements"]
@@ -79,12 +86,8 @@ def fork_statements(fork: Fork, now: float) -> list[Statement]:
             [(new, e.seq, e.kind.value, e.task_id, dumps(e.data), now) for e in fork.events],
         ),
         (
-            "INSERT INTO patches (run_id, event_seq, ops, outcome, reason, planner, created_at) "
-            "VALUES (?,?,?,?,?,?,?)",
-            [
-                (new, p.event_seq, dumps(p.ops), p.outcome, p.reason, p.planner, now)
-                for p in fork.patches
-            ],
+            f"INSERT INTO patches (run_id, {PATCH_COLUMNS}, created_at) VALUES (?,?,?,?,?,?,?,?)",
+            [patch_params(new, p, now) for p in fork.patches],
         ),
         (
             "INSERT INTO approvals (run_id, task_id, wait_epoch, decision, event_seq) "

@@ -38,6 +38,7 @@ from loopkernel.errors import (
     StoreUnavailable,
     UsageError,
 )
+from loopkernel.evidence import Evidence, NewEvidence
 from loopkernel.graph import (
     JSON,
     TERMINAL_RUN,
@@ -54,6 +55,7 @@ from loopkernel.store._codec import (
     DUMP_EFFECT_COLUMNS,
     DUMP_TASK_COLUMNS,
     EFFECT_COLUMNS,
+    EVIDENCE_COLUMNS,
     PATCH_COLUMNS,
     RUN_COLUMNS,
     TASK_COLUMNS,
@@ -64,9 +66,12 @@ from loopkernel.store._codec import (
     effect_from_row,
     effect_params,
     event_from_row,
+    evidence_from_row,
+    evidence_params,
     human_input_event,
     loads,
     patch_from_row,
+    patch_params,
     rebase_step,
     run_info_from_row,
     run_page_filter,
@@ -112,6 +117,7 @@ _UPSERT_TASK = (
 )
 _EDGES = "SELECT src, dst FROM edges WHERE run_id = %s ORDER BY src, dst"
 _EFFECT = f"SELECT {EFFECT_COLUMNS} FROM effects WHERE run_id = %s AND idem_key = %s"
+_EVIDENCE_BY_KEY = f"SELECT {EVIDENCE_COLUMNS} FROM evidence WHERE run_id = %s AND ev_key = %s"
 
 # The run row with its last seq and task counts, in one statement (one snapshot).
 _INFO = (
@@ -436,12 +442,9 @@ class PostgresStore:
                 records, delta = rebase_step(journal, out, records, delta)
                 await execute_many(
                     conn,
-                    "INSERT INTO patches (run_id, event_seq, ops, outcome, reason, planner, "
-                    "created_at) VALUES (%s,%s,%s,%s,%s,%s,%s)",
-                    [
-                        (run_id, r.event_seq, dumps(r.ops), r.outcome, r.reason, r.planner, now)
-                        for r in records
-                    ],
+                    f"INSERT INTO patches (run_id, {PATCH_COLUMNS}, created_at) "
+                    "VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
+                    [patch_params(run_id, r, now) for r in records],
                 )
                 await execute_many(
                     conn, _UPSERT_TASK, [task_params(run_id, t) for t in delta.tasks]
@@ -600,6 +603,48 @@ class PostgresStore:
                 (run_id,),
             )
         return [effect_from_row(row) for row in rows]
+
+    # -- evidence --------------------------------------------------------------------------
+
+    async def add_evidence(
+        self, run_id: RunId, item: NewEvidence, *, max_item_chars: int, max_run_chars: int
+    ) -> Evidence:
+        async with self._tx() as conn:
+            # The run's row lock orders concurrent adds: n and the cap are read after it.
+            await self._lock_run(conn, run_id, seq=False)
+            row = await fetch_one(conn, _EVIDENCE_BY_KEY, (run_id, item.key))
+            if row is None:
+                top = await fetch_one(
+                    conn,
+                    "SELECT COALESCE(MAX(n), 0), COALESCE(SUM(LENGTH(content)), 0) "
+                    "FROM evidence WHERE run_id = %s",
+                    (run_id,),
+                )
+                assert top is not None
+                params = evidence_params(
+                    run_id,
+                    int(top[0]) + 1,
+                    item,
+                    item_cap=max_item_chars,
+                    room=max_run_chars - int(top[1]),
+                    now=time.time(),
+                )
+                await conn.execute(
+                    f"INSERT INTO evidence (run_id, ev_key, {EVIDENCE_COLUMNS}, created_at) "
+                    f"VALUES ({','.join(['%s'] * 14)})",
+                    params,
+                )
+                row = await fetch_one(conn, _EVIDENCE_BY_KEY, (run_id, item.key))
+        return evidence_from_row(row)
+
+    async def evidence(self, run_id: RunId) -> list[Evidence]:
+        async with self._conn() as conn:
+            rows = await fetch_rows(
+                conn,
+                f"SELECT {EVIDENCE_COLUMNS} FROM evidence WHERE run_id = %s ORDER BY n",
+                (run_id,),
+            )
+        return [evidence_from_row(row) for row in rows]
 
     # -- whole-run views -------------------------------------------------------------------
 

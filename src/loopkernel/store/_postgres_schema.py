@@ -132,6 +132,29 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX runs_by_status ON runs (status, created_at, run_id)",
         "CREATE INDEX runs_by_app ON runs (app, created_at, run_id)",
     ],
+    # 6: models and evidence (docs/models.md, docs/evidence.md): a proposing planner's
+    # proposal beside the applied patch; typed evidence, E<n> in journal order.
+    [
+        "ALTER TABLE patches ADD COLUMN proposal json",
+        """CREATE TABLE evidence (
+            run_id            text COLLATE "C" NOT NULL,
+            n                 bigint NOT NULL,
+            ev_key            text COLLATE "C" NOT NULL,
+            kind              text NOT NULL,
+            content           text NOT NULL,
+            source_kind       text NOT NULL,
+            source_uri        text NOT NULL,
+            source_task_id    text COLLATE "C",
+            source_event_seq  bigint,
+            truncated         boolean NOT NULL,
+            note              text,
+            sha256            text NOT NULL,
+            chars             bigint NOT NULL,
+            created_at        double precision NOT NULL,
+            PRIMARY KEY (run_id, n),
+            UNIQUE (run_id, ev_key)
+        )""",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

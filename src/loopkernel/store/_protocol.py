@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
+from loopkernel.evidence import Evidence, NewEvidence
 from loopkernel.graph import JSON, Delta, Event, EventKind, GraphState, RunStatus, Task
 from loopkernel.ids import RunId, TaskId
 from loopkernel.store._lease import Holder
@@ -32,6 +33,7 @@ __all__ = [
     "LoadedRun",
     "NewEvent",
     "PatchRecord",
+    "ProposalNote",
     "RunInfo",
     "Store",
 ]
@@ -50,6 +52,66 @@ class NewEvent:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ProposalNote:
+    """What a model proposed for an event, kept beside the patch that was applied.
+
+    ``accepted``: the proposal is the applied patch (``planner="llm"``). Otherwise the
+    fallback's patch was applied (``planner="fallback"``) and ``reason`` names the rule the
+    proposal broke (``bad_json``, ``unknown_op``, ``not_allowed``, ``cycle``, ``policy``,
+    ``model_timeout`` ...; docs/models.md lists them).
+    """
+
+    accepted: bool
+    """Whether the proposal was applied."""
+    reason: str | None = None
+    """The named rule a rejected proposal broke; ``None`` when accepted."""
+    detail: str | None = None
+    """One line on the rejection."""
+    ops: JSON = None
+    """The proposal's ops when it parsed as a patch, else ``None``."""
+    raw_sha256: str | None = None
+    """SHA-256 of the model's raw reply (``None`` when no reply came)."""
+    model: str | None = None
+    """The model that answered."""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    latency_ms: float | None = None
+    """The model call's latency as the gateway measured it."""
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "accepted": self.accepted,
+            "reason": self.reason,
+            "detail": self.detail,
+            "ops": self.ops,
+            "raw_sha256": self.raw_sha256,
+            "model": self.model,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cost_usd": self.cost_usd,
+            "latency_ms": self.latency_ms,
+        }
+
+    @classmethod
+    def from_json(cls, data: JSON) -> ProposalNote | None:
+        if not isinstance(data, dict):
+            return None
+        return cls(
+            accepted=bool(data.get("accepted")),
+            reason=data.get("reason"),
+            detail=data.get("detail"),
+            ops=data.get("ops"),
+            raw_sha256=data.get("raw_sha256"),
+            model=data.get("model"),
+            input_tokens=int(data.get("input_tokens") or 0),
+            output_tokens=int(data.get("output_tokens") or 0),
+            cost_usd=float(data.get("cost_usd") or 0.0),
+            latency_ms=data.get("latency_ms"),
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class PatchRecord:
     """The journaled answer to one event: unique per ``(run_id, event_seq)``."""
 
@@ -62,7 +124,10 @@ class PatchRecord:
     reason: str | None = None
     """Why it was rejected, or which planner fell back."""
     planner: str = "planner"
-    """Who proposed it: ``planner``, ``kernel`` (recovery, cancel, runaway) or a fallback."""
+    """Who made the applied patch: ``planner``, ``kernel`` (recovery, cancel, runaway), or
+    for a planner that proposes (``LLMPlanner``) ``llm`` or ``fallback``."""
+    proposal: ProposalNote | None = None
+    """A proposing planner's proposal: its rejection reason, raw-reply hash, model, usage."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -260,6 +325,19 @@ class Store(Protocol):
     ) -> None: ...
 
     async def effects(self, run_id: RunId) -> list[EffectRecord]: ...
+
+    # -- evidence (docs/evidence.md) -------------------------------------------------------
+
+    async def add_evidence(
+        self, run_id: RunId, item: NewEvidence, *, max_item_chars: int, max_run_chars: int
+    ) -> Evidence:
+        """Record ``item`` as the run's next ref (``E<n>``), in one transaction; an item
+        whose key is already there is returned as stored (a replay adds nothing). Its
+        content is cut to ``max_item_chars`` and so that the run's stored evidence stays
+        within ``max_run_chars``; the hash and length kept are the full text's."""
+
+    async def evidence(self, run_id: RunId) -> list[Evidence]:
+        """The run's evidence in ref order."""
 
     # -- whole-run views -------------------------------------------------------------------
 

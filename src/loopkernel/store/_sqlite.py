@@ -37,6 +37,7 @@ from loopkernel.errors import (
     StoreUnavailable,
     UsageError,
 )
+from loopkernel.evidence import Evidence, NewEvidence
 from loopkernel.graph import (
     JSON,
     TERMINAL_RUN,
@@ -53,6 +54,7 @@ from loopkernel.store._codec import (
     DUMP_EFFECT_COLUMNS,
     DUMP_TASK_COLUMNS,
     EFFECT_COLUMNS,
+    EVIDENCE_COLUMNS,
     PATCH_COLUMNS,
     RUN_COLUMNS,
     TASK_COLUMNS,
@@ -63,8 +65,11 @@ from loopkernel.store._codec import (
     effect_from_row,
     effect_params,
     event_from_row,
+    evidence_from_row,
+    evidence_params,
     human_input_event,
     patch_from_row,
+    patch_params,
     rebase_step,
     run_info_from_row,
     run_page_filter,
@@ -215,6 +220,9 @@ _UPSERT_TASK = (
     "wait_reason=excluded.wait_reason, human_input=excluded.human_input, "
     "wait_epoch=excluded.wait_epoch, done_seq=excluded.done_seq"
 )
+
+
+_EVIDENCE_BY_KEY = f"SELECT {EVIDENCE_COLUMNS} FROM evidence WHERE run_id = ? AND ev_key = ?"
 
 
 class SQLiteStore:
@@ -620,12 +628,9 @@ class SQLiteStore:
     ) -> Event | None:
         try:
             db.executemany(
-                "INSERT INTO patches (run_id, event_seq, ops, outcome, reason, planner, "
-                "created_at) VALUES (?,?,?,?,?,?,?)",
-                [
-                    (run_id, r.event_seq, dumps(r.ops), r.outcome, r.reason, r.planner, now)
-                    for r in records
-                ],
+                f"INSERT INTO patches (run_id, {PATCH_COLUMNS}, created_at) "
+                "VALUES (?,?,?,?,?,?,?,?)",
+                [patch_params(run_id, r, now) for r in records],
             )
         except sqlite3.IntegrityError:
             raise ReplayDivergence(
@@ -782,6 +787,44 @@ class SQLiteStore:
                 f"SELECT {EFFECT_COLUMNS} FROM effects WHERE run_id = ? "
                 "ORDER BY task_id, call_index",
                 (run_id,),
+            )
+        ]
+
+    # -- evidence --------------------------------------------------------------------------
+
+    async def add_evidence(
+        self, run_id: RunId, item: NewEvidence, *, max_item_chars: int, max_run_chars: int
+    ) -> Evidence:
+        with self._tx(run_id) as db:
+            row = db.execute(_EVIDENCE_BY_KEY, (run_id, item.key)).fetchone()
+            if row is None:
+                self._run_row(db, run_id)
+                n, used = db.execute(
+                    "SELECT COALESCE(MAX(n), 0), COALESCE(SUM(LENGTH(content)), 0) "
+                    "FROM evidence WHERE run_id = ?",
+                    (run_id,),
+                ).fetchone()
+                params = evidence_params(
+                    run_id,
+                    n + 1,
+                    item,
+                    item_cap=max_item_chars,
+                    room=max_run_chars - used,
+                    now=time.time(),
+                )
+                db.execute(
+                    f"INSERT INTO evidence (run_id, ev_key, {EVIDENCE_COLUMNS}, created_at) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    params,
+                )
+                row = db.execute(_EVIDENCE_BY_KEY, (run_id, item.key)).fetchone()
+        return evidence_from_row(row)
+
+    async def evidence(self, run_id: RunId) -> list[Evidence]:
+        return [
+            evidence_from_row(r)
+            for r in self._conn.execute(
+                f"SELECT {EVIDENCE_COLUMNS} FROM evidence WHERE run_id = ? ORDER BY n", (run_id,)
             )
         ]
 

@@ -107,6 +107,29 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX runs_by_status ON runs (status, created_at, run_id)",
         "CREATE INDEX runs_by_app ON runs (app, created_at, run_id)",
     ],
+    # 6: models and evidence (docs/models.md, docs/evidence.md): a proposing planner's
+    # proposal beside the applied patch; typed evidence, E<n> in journal order.
+    [
+        "ALTER TABLE patches ADD COLUMN proposal TEXT",
+        """CREATE TABLE evidence (
+            run_id            TEXT NOT NULL,
+            n                 INTEGER NOT NULL,
+            ev_key            TEXT NOT NULL,
+            kind              TEXT NOT NULL,
+            content           TEXT NOT NULL,
+            source_kind       TEXT NOT NULL,
+            source_uri        TEXT NOT NULL,
+            source_task_id    TEXT,
+            source_event_seq  INTEGER,
+            truncated         INTEGER NOT NULL,
+            note              TEXT,
+            sha256            TEXT NOT NULL,
+            chars             INTEGER NOT NULL,
+            created_at        REAL NOT NULL,
+            PRIMARY KEY (run_id, n),
+            UNIQUE (run_id, ev_key)
+        ) WITHOUT ROWID""",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

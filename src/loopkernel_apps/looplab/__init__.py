@@ -8,29 +8,25 @@ Parameters (``--set KEY=VALUE``): ``policy`` (a ``Policy.to_json()`` object),
 ``act_delay`` (seconds the action of step ``slow_step`` takes), ``fault`` (``wrong_type``,
 ``timeout`` or ``raise`` in that action), ``tool_timeout`` (seconds), ``inject`` (a skill
 that raises at step 2, as a bug would). The tool server keeps
-the durable run record under ``$LOOPLAB_DIR`` (default ``.looplab``).
+the durable run record under ``$LOOPLAB_DIR`` (default ``.looplab``). ``planner``: ``rules``
+(default) or ``llm`` (``--planner llm``): a model proposes each patch and the allowlist
+(``ALLOW``) admits only a proposal whose effect is the rules' own, so every scenario ends
+as it does with the rules (docs/models.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from loopkernel import JSON, App, AppParts, Param, Store
+from loopkernel import JSON, App, AppParts, Param, Store, planner_for
 from loopkernel.policy import Policy
 from loopkernel.tools import ToolLayer, policy_hook
+from loopkernel_apps.looplab._llm import ALLOW
 from loopkernel_apps.looplab._loop import WORKERS, planner
 from loopkernel_apps.looplab.scenarios import EXPECTED, POLICY, SCENARIOS
 from loopkernel_apps.looplab.tools import data_dir, tool_source
 
-__all__ = [
-    "EXPECTED",
-    "POLICY",
-    "SCENARIOS",
-    "WORKERS",
-    "app",
-    "data_dir",
-    "tool_source",
-]
+__all__ = ["ALLOW", "EXPECTED", "POLICY", "SCENARIOS", "WORKERS", "app", "data_dir", "tool_source"]
 
 MOST_STEPS = max(len(steps) for steps in SCENARIOS.values())
 
@@ -43,7 +39,7 @@ def build(params: Mapping[str, JSON]) -> AppParts:
         return ToolLayer(store, [source], policy_hook=policy_hook(policy, store))
 
     return AppParts(
-        planner=planner(policy),
+        planner=planner_for(params, rules=planner(policy), allow=ALLOW),
         workers=WORKERS,
         tool_layer=layer,
         guard=policy.guard(),
@@ -64,6 +60,7 @@ app = App(
         "inject": Param(
             kind="str", choices=("", "plan", "guard", "act", "verify", "record"), default=""
         ),
+        "planner": Param(kind="str", choices=("rules", "llm"), default="rules"),
     },
     scenarios={name: {} for name in SCENARIOS},
 )
