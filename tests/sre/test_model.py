@@ -206,7 +206,9 @@ def test_kill_after_the_model_answered_resumes_without_asking_again(tmp_path: Pa
             if crash_at:
                 assert was_killed(proc), (proc.returncode, proc.stderr)
                 resumed = run_cli(
-                    ["resume", "k", "--quiet"], db=tmp / "runs.db", env=gw.runtime_env()
+                    ["resume", "k", "--quiet"],
+                    db=tmp / "runs.db",
+                    env={"LOOPKERNEL_SRE_AUDIT": str(tmp / "audit.jsonl"), **gw.runtime_env()},
                 )
                 assert resumed.returncode == 0, resumed.stderr
             shown = run_cli(["inspect", "k", "--json"], db=tmp / "runs.db")
