@@ -34,7 +34,7 @@ def test_a_known_secret_never_reaches_the_report_the_evidence_or_the_db(
     text = json.dumps(result)
     for secret in (SECRET, *OTHER_SECRETS):
         assert secret not in text
-    assert "[REDACTED]" in text or "[redacted:" in text  # the app's marker or the tool layer's
+    assert "[redacted:" in text and "[REDACTED]" not in text  # one marker: the project's
     files = [p for p in tmp_path.iterdir() if p.name.startswith("runs.db")]
     for f in files:  # the .db and any sidecar left behind
         data = f.read_bytes()
