@@ -32,9 +32,10 @@ __all__ = ["MAX_CALLS", "REPLY_SCHEMA", "ask_model", "parse_reply", "prompt", "u
 
 MAX_CALLS = 4
 """Calls the model may add in one round."""
-UNTRUSTED_CAP = 1200
+UNTRUSTED_CAP = 1500
 """Characters of cluster text in one prompt (the model's context is small and slow)."""
-PER_ITEM = 300
+PER_ITEM = 500
+"""Characters of one result (its tail: a log's last lines), logs of a previous instance first."""
 MAX_TOKENS = 160
 
 _DEFS = Path(__file__).with_name("tools") / "tool-defs.json"
@@ -117,7 +118,12 @@ def prompt(
     done = [f"{c['tool']} {json.dumps(c['args'], sort_keys=True)}" for c in calls]
     texts: list[str] = []
     room = UNTRUSTED_CAP
-    for c in calls:
+    def first(c: dict[str, Any]) -> int:
+        if c["tool"] == "pod_logs":
+            return 0 if c["args"].get("previous") else 1
+        return 2
+
+    for c in sorted(calls, key=first):
         if c["status"] != "ok" or room <= 0:
             continue
         content = str(c["result"].get("content", ""))
