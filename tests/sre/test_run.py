@@ -127,10 +127,12 @@ def test_investigate_prints_the_report_and_exits_with_the_run_status(tmp_path: P
     report = json.loads(done.stdout)
     assert report["verified_causes"][0]["detector"] == "image_pull"
     assert "task_completed" in done.stderr and "report digest" in done.stderr  # progress
-    md = run_cli([*args, "--model"], db=db)
+    md = run_cli(args, db=db)
     assert md.returncode == 0
     assert md.stdout.startswith("# Investigation: Why is the web rollout stuck?")
-    assert "the rules path did the planning" in md.stdout  # --model falls back, and says so
+    # --model with no gateway configured: one line, exit 2 (tests/sre/test_model.py)
+    no_gw = run_cli([*args, "--model"], db=db, env={"LOOPKERNEL_GATEWAY": ""})
+    assert no_gw.returncode == 2 and "--model needs a model gateway" in no_gw.stderr
 
 
 @pytest.mark.parametrize(
