@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from loopkernel import JSON, TaskContext, UsageError
-from loopkernel.errors import BudgetExceeded, ModelError, ModelTimeout, ModelUnavailable
+from loopkernel.models import BudgetExceeded, ModelError, ModelTimeout, ModelUnavailable
 
 __all__ = ["MAX_CALLS", "REPLY_SCHEMA", "ask_model", "parse_reply", "prompt", "untrusted_tag"]
 
