@@ -5,6 +5,12 @@
 per run, the tools server a real stdio MCP process), and prints, per incident: the detector
 ranked first, whether it is the expected one, wall time (median of N), tool calls made and
 calls answered "already collected". Writes ``bench/results/sre.json``.
+
+``--model`` also runs each incident with ``model=true`` through a real gateway process
+serving the bundled local model (``loopkernel gateway --local smollm2``), interleaved with
+the no-model runs, and adds: the median time with the model, its ratio to the no-model
+time, the detector found with the model, and how many rounds the model planned versus fell
+back to the rules. Writes ``bench/results/sre_model.json`` then.
 """
 
 from __future__ import annotations
@@ -43,9 +49,31 @@ async def one(db: Path, params: dict[str, Any]) -> tuple[float, dict[str, Any]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs per incident (default 3)")
+    parser.add_argument(
+        "--model", action="store_true", help="also run with the bundled local model (smollm2)"
+    )
     args = parser.parse_args()
+    if args.model:
+        import os
+
+        from loopkernel.testing import GatewayProcess
+
+        with (
+            tempfile.TemporaryDirectory() as gw_dir,
+            GatewayProcess(["--local", "smollm2"], ledger=Path(gw_dir) / "ledger.db") as gw,
+        ):
+            os.environ.update(gw.runtime_env())
+            bench(args.repeat, model=True)
+        return
+    bench(args.repeat, model=False)
+
+
+def bench(repeat: int, *, model: bool) -> None:
     rows = []
-    print(f"{'incident':<20} {'detector':<18} {'ok':<4} {'median s':>9} {'calls':>6} {'dup':>4}")
+    head = f"{'incident':<20} {'detector':<18} {'ok':<4} {'median s':>9} {'calls':>6} {'dup':>4}"
+    if model:
+        head += f" {'model s':>8} {'ratio':>6} {'model det.':<18} {'planned':>7} {'fellback':>8}"
+    print(head)
     for d in sorted(p for p in INCIDENTS.iterdir() if (p / "expected.json").is_file()):
         dump = d / "dump" if (d / "dump").is_dir() else d / "dump.txt"
         params = {
@@ -54,12 +82,19 @@ def main() -> None:
             "namespace": (d / "namespace.txt").read_text().strip(),
         }
         expected = json.loads((d / "expected.json").read_text())["detector"]
-        times = []
+        times, model_times = [], []
         report: dict[str, Any] = {}
-        for _ in range(args.repeat):
+        model_report: dict[str, Any] = {}
+        for _ in range(repeat):
             with tempfile.TemporaryDirectory() as tmp:
                 elapsed, report = asyncio.run(one(Path(tmp) / "runs.db", params))
             times.append(elapsed)
+            if model:
+                with tempfile.TemporaryDirectory() as tmp:
+                    elapsed, model_report = asyncio.run(
+                        one(Path(tmp) / "runs.db", {**params, "model": True})
+                    )
+                model_times.append(elapsed)
         verified = report["verified_causes"]
         found = verified[0]["detector"] if verified else None
         cov = report["coverage"]
@@ -76,20 +111,54 @@ def main() -> None:
             "evidence_items": len(report["evidence"]),
             "exit": cov["exit"],
         }
-        rows.append(row)
-        print(
+        line = (
             f"{d.name:<20} {found or '-':<18} {'yes' if row['correct'] else 'NO':<4} "
             f"{row['median_s']:>9.3f} {row['tool_calls']:>6} {row['already_collected']:>4}"
         )
+        if model:
+            mv = model_report["verified_causes"]
+            planning = model_report["coverage"]["planning"]
+            row.update(
+                model_median_s=round(statistics.median(model_times), 3),
+                model_detector=mv[0]["detector"] if mv else None,
+                model_tool_calls=model_report["coverage"]["tool_calls"],
+                model_rounds=sum(p["by"] == "model" for p in planning),
+                fallback_rounds=sum(p["by"] == "rules" for p in planning),
+                fallback_reasons=sorted({p["reason"] for p in planning if p["by"] == "rules"}),
+            )
+            row["model_ratio"] = round(row["model_median_s"] / row["median_s"], 2)
+            line += (
+                f" {row['model_median_s']:>8.3f} {row['model_ratio']:>5.1f}x "
+                f"{row['model_detector'] or '-':<18} {row['model_rounds']:>7} "
+                f"{row['fallback_rounds']:>8}"
+            )
+        rows.append(row)
+        print(line, flush=True)
     med = statistics.median(r["median_s"] for r in rows)
     calls = statistics.mean(r["tool_calls"] for r in rows)
     print(
         f"\n{sum(r['correct'] for r in rows)}/{len(rows)} correct; median {med:.3f} s per "
         f"investigation; {calls:.1f} tool calls per incident on average"
     )
-    write_results(
-        "sre", {"repeat": args.repeat, "incidents": rows, "median_s": med, "mean_tool_calls": calls}
-    )
+    results: dict[str, Any] = {
+        "repeat": repeat,
+        "incidents": rows,
+        "median_s": med,
+        "mean_tool_calls": calls,
+    }
+    if model:
+        mmed = statistics.median(r["model_median_s"] for r in rows)
+        right = sum(r["model_detector"] == r["expected"] for r in rows)
+        planned = sum(r["model_rounds"] for r in rows)
+        fell = sum(r["fallback_rounds"] for r in rows)
+        print(
+            f"with the local model: {right}/{len(rows)} correct; median {mmed:.3f} s per "
+            f"investigation ({mmed / med:.1f}x); {planned} rounds model-planned, {fell} fell back"
+        )
+        results.update(
+            model_median_s=mmed, model_correct=right, model_rounds=planned, fallback_rounds=fell
+        )
+    write_results("sre_model" if model else "sre", results)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ def test_a_known_secret_never_reaches_the_report_the_evidence_or_the_db(
     text = json.dumps(result)
     for secret in (SECRET, *OTHER_SECRETS):
         assert secret not in text
-    assert "[REDACTED]" in text or "[redacted:" in text  # the app's marker or the tool layer's
+    assert "[redacted:" in text and "[REDACTED]" not in text  # one marker: the project's
     files = [p for p in tmp_path.iterdir() if p.name.startswith("runs.db")]
     for f in files:  # the .db and any sidecar left behind
         data = f.read_bytes()
@@ -127,10 +127,12 @@ def test_investigate_prints_the_report_and_exits_with_the_run_status(tmp_path: P
     report = json.loads(done.stdout)
     assert report["verified_causes"][0]["detector"] == "image_pull"
     assert "task_completed" in done.stderr and "report digest" in done.stderr  # progress
-    md = run_cli([*args, "--model"], db=db)
+    md = run_cli(args, db=db)
     assert md.returncode == 0
     assert md.stdout.startswith("# Investigation: Why is the web rollout stuck?")
-    assert "the rules path did the planning" in md.stdout  # --model falls back, and says so
+    # --model with no gateway configured: one line, exit 2 (tests/sre/test_model.py)
+    no_gw = run_cli([*args, "--model"], db=db, env={"LOOPKERNEL_GATEWAY": ""})
+    assert no_gw.returncode == 2 and "--model needs a model gateway" in no_gw.stderr
 
 
 @pytest.mark.parametrize(

@@ -4,13 +4,15 @@
 ``loopkernel run sre --set question=... --set dump=DIR --set namespace=prod``. The input
 is a ``kubectl cluster-info dump`` (``docs/sre.md``); the tools are one read-only MCP
 server scoped to the run's namespace (``loopkernel_apps.sre.tools``); the planner is
-deterministic (the rules path); the report keeps observed facts, verified causes,
+deterministic (the rules path), with a model adding read-only calls when ``model`` is on;
+the report keeps observed facts, verified causes,
 suspected causes, missing evidence and next steps apart, each claim citing evidence that
 holds what it says.
 
 Parameters: ``question``, ``dump``, ``namespace``, ``max_rounds`` (3), ``max_tool_calls``
 (40), ``max_wall_s`` (120), ``max_evidence_chars`` (40000), ``tool_timeout`` (30),
-``model`` (false).
+``model`` (false: plan with the model through the gateway, ``docs/sre.md``),
+``model_timeout`` (30).
 """
 
 from __future__ import annotations
@@ -35,7 +37,14 @@ __all__ = [
     "select_skills",
 ]
 
-_POSITIVE = ("max_rounds", "max_tool_calls", "max_wall_s", "max_evidence_chars", "tool_timeout")
+_POSITIVE = (
+    "max_rounds",
+    "max_tool_calls",
+    "max_wall_s",
+    "max_evidence_chars",
+    "tool_timeout",
+    "model_timeout",
+)
 
 
 def check_params(params: Mapping[str, JSON]) -> None:
@@ -48,6 +57,8 @@ def check_params(params: Mapping[str, JSON]) -> None:
         raise UsageError(f"no dump at {params['dump']}")
     if not params["namespace"]:
         raise UsageError("sre needs a namespace: --set namespace=NS")
+    if not isinstance(params["model"], bool):
+        raise UsageError(f"model must be true or false, not {params['model']!r}")
     for key in _POSITIVE:
         value = params[key]
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
@@ -83,5 +94,6 @@ app = App(
         "max_evidence_chars": 40000,
         "tool_timeout": 30.0,
         "model": False,
+        "model_timeout": 30.0,
     },
 )

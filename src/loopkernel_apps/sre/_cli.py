@@ -88,6 +88,14 @@ async def cmd_investigate(args: argparse.Namespace) -> int:
     from loopkernel.client import Client
 
     dump = _check_dump(args.dump, args.namespace)
+    if args.model:
+        from loopkernel.models import ModelClient
+
+        if ModelClient.from_env() is None:
+            raise UsageError(
+                "--model needs a model gateway: set LOOPKERNEL_GATEWAY and "
+                "LOOPKERNEL_GATEWAY_TOKEN (docs/models.md), or leave out --model"
+            )
     overrides: dict[str, Any] = dict(args.set or [])
     for key in ("question", "dump", "namespace", "model"):
         if key in overrides:

@@ -1,18 +1,20 @@
-"""Secret redaction for everything the SRE tools server returns: patterns as data, one entry.
+"""Secret redaction for everything the SRE tools server returns: one entry, one marker.
 
 ``redact(value, secrets)`` walks a JSON value and
 
 - replaces the value of every secret-looking key (``password``, ``token`` ...) and of every
   container ``env`` entry whose name looks secret (``DB_PASSWORD``, ``API_KEY`` ...);
-- rewrites text with the patterns in ``TEXT_PATTERNS``: ``password=…`` and its kin in log
-  lines, AWS access keys, bearer tokens, PEM blocks, credentials in URLs;
 - removes every literal in ``secrets`` (the values the pod specs of the dump hold for
   secret-looking variables) wherever it appears, so a secret a program prints
-  verbatim is caught even without a ``key=`` in front of it.
+  verbatim is caught even without a ``key=`` in front of it;
+- rewrites text with the project's redactor, ``loopkernel.evidence.redact_text``
+  (``password=…`` and its kin, AWS keys, bearer tokens, PEM blocks, JWTs, API keys), plus
+  the one shape it does not know, credentials in URLs (``EXTRA_PATTERNS``).
 
-This is the one function the server applies (``tools`` calls it at the result boundary).
-When ``loopkernel.evidence`` ships its redactor, point ``redact_text`` at it and keep
-the structural walk and the ``secrets`` literals here.
+Every secret becomes ``loopkernel.evidence.marker(secret)``, ``[redacted:HASH]``: the
+same marker the tool layer writes at its result boundary, so a report, its evidence and the
+database use one redactor and one marker. This is the one function the server applies
+(``tools`` calls it at the result boundary).
 """
 
 from __future__ import annotations
@@ -21,38 +23,31 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["MARK", "TEXT_PATTERNS", "redact", "redact_text", "secret_name", "secret_values"]
+from loopkernel.evidence import MARKER, marker
+from loopkernel.evidence import redact_text as project_redact_text
 
-MARK = "[REDACTED]"
+__all__ = ["EXTRA_PATTERNS", "redact", "redact_text", "secret_name", "secret_values"]
 
 _SECRET_NAME = re.compile(
     r"(?i)(passw(or)?d|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|"
     r"credential|auth|session[_-]?key|signing[_-]?key|dsn)"
 )
 
-TEXT_PATTERNS: tuple[tuple[str, str], ...] = (
-    # PEM blocks first: their bodies would otherwise be cut into pieces by the rest.
-    (
-        r"-----BEGIN ([A-Z0-9 ]+)-----[\s\S]*?-----END \1-----",
-        "-----BEGIN \\1-----" + MARK + "-----END \\1-----",
-    ),
-    (r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}", "\\1 " + MARK),
-    (r"(?i)(authorization\s*[:=]\s*)(basic|token)\s+\S+", "\\1\\2 " + MARK),
-    (r"\b(AKIA|ASIA)[0-9A-Z]{16}\b", MARK),
-    (
-        r"(?i)\b(aws_secret_access_key|aws_session_token)(\s*[=:]\s*)[\"']?[A-Za-z0-9/+=]{16,}[\"']?",
-        "\\1\\2" + MARK,
-    ),
-    (r"(?i)([a-z][a-z0-9+.-]*://[^\s:/@]+:)[^\s@/]+@", "\\1" + MARK + "@"),
-    (
-        r"(?i)\b([\w.-]*(?:passw(?:or)?d|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|"
-        r"client[_-]?secret)[\w.-]*)(\"?\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;&\"']+)",
-        "\\1\\2" + MARK,
-    ),
+EXTRA_PATTERNS: tuple[re.Pattern[str], ...] = (
+    # user:password@ in a URL (postgres://app:pa55w0rd@db:5432/x): the password group
+    re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s:/@]+:([^\s@/]+)@"),
 )
-"""``(regex, replacement)`` pairs, applied in order to every string."""
+"""Credential shapes the project's redactor does not cover; group 1 is the secret."""
 
-_COMPILED = [(re.compile(p), r) for p, r in TEXT_PATTERNS]
+
+def _mark_group(match: re.Match[str]) -> str:
+    secret = match.group(1)
+    if secret.startswith(MARKER):
+        return match.group(0)
+    start, end = match.span(1)
+    offset = match.start(0)
+    whole = match.group(0)
+    return whole[: start - offset] + marker(secret) + whole[end - offset :]
 
 
 def secret_name(name: str) -> bool:
@@ -74,16 +69,18 @@ def secret_values(pods: Iterable[dict[str, Any]]) -> list[str]:
 
 
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with the literal ``secrets`` and every credential-shaped part marked."""
     for literal in secrets:
         if literal in text:
-            text = text.replace(literal, MARK)
-    for pattern, replacement in _COMPILED:
-        text = pattern.sub(replacement, text)
+            text = text.replace(literal, marker(literal))
+    text = project_redact_text(text)
+    for pattern in EXTRA_PATTERNS:
+        text = pattern.sub(_mark_group, text)
     return text
 
 
 def redact(value: Any, secrets: Iterable[str] = ()) -> Any:
-    """A copy of ``value`` (JSON) with secrets replaced by ``[REDACTED]``."""
+    """A copy of ``value`` (JSON) with secrets replaced by ``[redacted:HASH]``."""
     literals = tuple(secrets)
     return _walk(value, literals)
 
@@ -98,10 +95,10 @@ def _walk(value: Any, secrets: tuple[str, ...]) -> Any:
         named = value.get("name")
         env_like = isinstance(named, str) and "value" in value and secret_name(named)
         for k, v in value.items():
-            if (env_like and k == "value") or (
+            if (env_like and k == "value" and isinstance(v, str)) or (
                 isinstance(v, str) and k not in ("name", "kind") and secret_name(k) and v
             ):
-                out[k] = MARK
+                out[k] = v if v.startswith(MARKER) else marker(v)
             else:
                 out[k] = _walk(v, secrets)
         return out

@@ -147,8 +147,9 @@ def build_draft(
     stale: list[tuple[dict[str, Any], str]],
     skills: list[dict[str, Any]],
     stop: str | None,
+    planning: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The rules path's report before validation."""
+    """The report before validation (the rules path's; ``planning``: the model rounds)."""
     triage_ref = next((i["ref"] for i in items if i["tool"] == "triage"), None)
     workloads = {u["pod"]: u.get("workload") for u in triage.get("unhealthy", [])}
     facts: list[dict[str, Any]] = []
@@ -266,6 +267,10 @@ def build_draft(
         {"tool": c["tool"], "args": c["args"], "reason": c["result"]["refused"]}
         for c in calls
         if c["status"] == "refused"
+    ] + [
+        {**r, "reason": f"proposed by the model and refused: {r['reason']}"}
+        for p in planning or []
+        for r in p.get("refused", [])
     ]
     failed = [
         {"tool": c["tool"], "args": c["args"], "error": c["error"]}
@@ -283,8 +288,9 @@ def build_draft(
         "tool_calls": len(made),
         "already_collected": sum(1 for c in calls if c["status"] == "duplicate"),
         "skills": [{"name": s["name"], "why": s["why"]} for s in skills],
-        "planner": "rules",
-        "model": _model_note(params),
+        "planner": "model" if any(p["by"] == "model" for p in planning or []) else "rules",
+        "model": _model_note(params, planning or []),
+        "planning": planning or [],
     }
     return {
         "question": params["question"],
@@ -321,13 +327,20 @@ _EXIT_REASON = {
 }
 
 
-def _model_note(params: dict[str, Any]) -> str | None:
+def _model_note(params: dict[str, Any], planning: list[dict[str, Any]]) -> str | None:
+    """One line: which rounds the model planned, which fell back to the rules and why."""
     if not params.get("model"):
         return None
-    return (
-        "a model was asked for (--model), but this build has no model gateway client: "
-        "the rules path did the planning"
-    )
+    if not planning:
+        return "a model was asked for, but no planning round ran: the rules path did the work"
+    parts = []
+    for p in planning:
+        if p["by"] == "model":
+            asked = ", ".join(c["tool"] for c in p.get("proposed", [])) or "nothing more"
+            parts.append(f"round {p['round']} planned with the model (it asked: {asked})")
+        else:
+            parts.append(f"round {p['round']} fell back to the rules: {p['reason']}")
+    return "; ".join(parts)
 
 
 # -- validation --------------------------------------------------------------------------------

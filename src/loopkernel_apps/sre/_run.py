@@ -315,7 +315,13 @@ def _expand(step: dict[str, Any], pod: dict[str, Any]) -> dict[str, JSON] | None
 
 
 async def plan(ctx: TaskContext) -> JSON:
-    """A round of the rules path: the playbooks' steps not yet taken, within the bounds."""
+    """A round: the playbooks' steps not yet taken (the rules path), then, with ``model``
+    on, the calls the model adds (``_model``), all within the bounds.
+
+    The rules' steps always come first: the model can add read-only calls in the run's
+    namespace, never remove a playbook step, so a model round is never worse than a rules
+    round. The result's ``planning`` says which planned the round, and why a model
+    proposal was not followed."""
     params = _params(ctx)
     n = int(ctx.input["round"])
     started = _STARTED.setdefault(ctx.run_id, time.monotonic())
@@ -366,6 +372,20 @@ async def plan(ctx: TaskContext) -> JSON:
                     "why": f"follow-up: events of deployment {dep}",
                 }
             )
+    over = _over_bound(params, started, chars)
+    planning: dict[str, Any] = {"round": n, "by": "rules", "reason": None}
+    if params.get("model"):
+        if over or made >= int(params["max_tool_calls"]):
+            planning["reason"] = "a bound was reached; the model was not asked"
+        else:
+            from loopkernel_apps.sre._model import ask_model
+
+            proposal = await ask_model(
+                ctx, round_=n, calls=prior, deadline=float(params["model_timeout"])
+            )
+            planning = {"round": n, **{k: v for k, v in proposal.items() if k != "calls"}}
+            planning["proposed"] = proposal["calls"]
+            wanted += [{**c, "why": f"model, round {n}"} for c in proposal["calls"]]
     # Steps of earlier rounds are not asked again; two playbooks asking for the same thing in
     # one round both stay, and the second is answered "already collected" at no cost.
     calls: list[dict[str, Any]] = []
@@ -386,11 +406,21 @@ async def plan(ctx: TaskContext) -> JSON:
     # most max_rounds rounds; a last round that still asked ends as max_rounds.
     if calls and n >= int(params["max_rounds"]):
         stop = stop or "max_rounds"
-    if calls and time.monotonic() - started > float(params["max_wall_s"]):
-        return {"calls": [], "stop": "max_wall_s", "round": n}
-    if calls and chars >= int(params["max_evidence_chars"]):
-        return {"calls": [], "stop": "max_evidence_chars", "round": n}
-    return {"calls": calls, "stop": stop, "round": n}
+    out: dict[str, Any] = {"calls": calls, "stop": stop, "round": n}
+    if params.get("model"):
+        out["planning"] = planning
+    if calls and over:
+        out.update(calls=[], stop=over)
+    return out
+
+
+def _over_bound(params: Mapping[str, Any], started: float, chars: int) -> str | None:
+    """The wall-time or evidence bound this round is past, if any."""
+    if time.monotonic() - started > float(params["max_wall_s"]):
+        return "max_wall_s"
+    if chars >= int(params["max_evidence_chars"]):
+        return "max_evidence_chars"
+    return None
 
 
 async def act(ctx: TaskContext) -> JSON:
@@ -438,6 +468,14 @@ async def correlate(ctx: TaskContext) -> JSON:
         if isinstance(r, dict) and (r.get("stop") or r.get("exhausted"))
     ]
     skills_result: Any = _ev(ctx)["skills"]
+    planning = [
+        r["planning"]
+        for _, r in sorted(
+            ((k, v) for k, v in _ev(ctx).items() if k.startswith("plan:")),
+            key=lambda kv: int(kv[0].split(":", 1)[1]),
+        )
+        if isinstance(r, dict) and r.get("planning")
+    ]
     draft = build_draft(
         params=params,
         triage=tri,
@@ -447,6 +485,7 @@ async def correlate(ctx: TaskContext) -> JSON:
         stale=stale,
         skills=skills_result["skills"],
         stop=stops[0] if stops else None,
+        planning=planning,
     )
     return {"draft": draft, "evidence": items}
 
