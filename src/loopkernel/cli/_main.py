@@ -226,7 +226,8 @@ async def cmd_inspect(args: argparse.Namespace) -> int:
 
 async def cmd_runs(args: argparse.Namespace) -> int:
     async with Client(args.db, create=False) as client:
-        found = await client.list_runs(args.limit, status=args.status, app=args.app)
+        status = None if args.status is None else RunStatus(args.status)
+        found = await client.list_runs(args.limit, status=status, app=args.app)
         for info in found:
             counts = " ".join(f"{k}={v}" for k, v in sorted(info.task_counts.items()))
             print(
@@ -364,10 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--status",
-        type=RunStatus,
-        choices=list(RunStatus),
-        metavar="STATUS",
-        help=f"only runs in this status ({', '.join(s.value for s in RunStatus)})",
+        choices=[s.value for s in RunStatus],
+        help="only runs in this status",
     )
     p.add_argument("--app", help="only runs of this app")
 
@@ -426,10 +425,13 @@ def _resume_hint(args: argparse.Namespace, exc: LoopKernelError) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     raw = list(sys.argv[1:] if argv is None else argv)
-    if raw[:1] == ["gateway"]:  # the gateway has its own command line (and process)
+    # The gateway has its own command line (and process), and no database: a --db before
+    # the command is ignored rather than letting argparse eat the gateway's flags.
+    skip = 2 if raw[:1] == ["--db"] else 1 if raw[:1] and raw[0].startswith("--db=") else 0
+    if raw[skip : skip + 1] == ["gateway"]:
         from loopkernel.cli._gateway import run_gateway
 
-        return run_gateway(raw[1:])
+        return run_gateway(raw[skip + 1 :])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command != "gateway":
