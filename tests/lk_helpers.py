@@ -27,9 +27,8 @@ def cli_env(**extra: str) -> dict[str, str]:
 @contextmanager
 def tmpfs(where: Path, size: str) -> Iterator[Path]:
     """A real tmpfs of ``size`` (``64k``, ``2m``) mounted at ``where``: a disk a test can
-    fill to its last page. Skips the test where mounting is impossible (not root)."""
-    import pytest
-
+    fill to its last page. Where mounting is impossible (not root) the test fails, unless
+    ``LOOPKERNEL_TEST_ROOT=skip`` says to skip it knowingly (``unavailable``)."""
     where.mkdir(exist_ok=True)
     mounted = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
@@ -37,7 +36,11 @@ def tmpfs(where: Path, size: str) -> Iterator[Path]:
         text=True,
     )
     if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+        unavailable(
+            "root-only (a full disk, an immutable file)",
+            "LOOPKERNEL_TEST_ROOT",
+            f"cannot mount a tmpfs here: {mounted.stderr.strip()}",
+        )
     try:
         yield where
     finally:

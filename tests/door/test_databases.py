@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lk_helpers import LOOPKERNEL, cli_env
+from lk_helpers import LOOPKERNEL, cli_env, unavailable
 
 pytestmark = pytest.mark.slow
 
@@ -134,8 +134,13 @@ def test_an_unusable_path_gives_one_line_and_exit_9(
 def test_an_immutable_database_gives_one_line(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
     assert cli("--db", str(db), "run", "speculation", "--scenario", "fast").returncode == 0
-    if subprocess.run(["chattr", "+i", str(db)], capture_output=True).returncode != 0:
-        pytest.skip("chattr +i is not allowed here")
+    chattr = subprocess.run(["chattr", "+i", str(db)], capture_output=True, text=True)
+    if chattr.returncode != 0:
+        unavailable(
+            "root-only (a full disk, an immutable file)",
+            "LOOPKERNEL_TEST_ROOT",
+            f"chattr +i is not allowed here: {chattr.stderr.strip()}",
+        )
     try:
         one_line(cli("--db", str(db), "run", "speculation"), 9, str(db))
     finally:

@@ -343,6 +343,41 @@ def test_a_notify_wakes_a_waiting_worker(pg_backend: Backend) -> None:
     pg_backend.run(body)
 
 
+@pytest.mark.postgres
+def test_a_broken_listen_connection_ends_the_wait_soon_and_listens_again(
+    pg_backend: Backend,
+) -> None:
+    """Notifications sent while the LISTEN connection is gone are lost: the wait must not
+    sleep out its hour but hand back to the worker (which looks for work itself), then
+    listen again."""
+    from loopkernel.store._postgres_lease import Listener
+
+    async def body(store: Store) -> None:
+        listener = Listener(pg_backend.url)
+        await listener.wait(0)  # LISTEN from now on
+        assert listener._conn is not None
+        pid = listener._conn.info.backend_pid
+        assert pg_backend.sql(f"SELECT pg_terminate_backend({pid})") == [(True,)]
+        # An hour-long wait ends within the bound: the broken connection is noticed.
+        await asyncio.wait_for(listener.wait(3600), 60)
+        await asyncio.wait_for(listener.wait(3600), 60)  # listening again: returns to look
+        waiter = asyncio.ensure_future(listener.wait(3600))
+        await asyncio.sleep(0.1)
+        assert not waiter.done()  # really listening, not polling
+        await new_run(store)  # enqueue notifies
+        await asyncio.wait_for(waiter, 60)
+        await listener.close()
+
+    pg_backend.run(body)
+
+    async def unreachable(_: Store) -> None:
+        listener = Listener("postgresql://postgres@127.0.0.1:9/nowhere")
+        await asyncio.wait_for(listener.wait(3600), 60)  # no server: a short pause, not 1h
+        await listener.close()
+
+    pg_backend.run(unreachable)
+
+
 def test_sqlite_has_no_notifications_and_polls(lite_backend: Backend) -> None:
     async def body(store: Store) -> None:
         t0 = time.monotonic()

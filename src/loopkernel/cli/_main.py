@@ -281,7 +281,9 @@ def add_app_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(*, app_commands: bool = True) -> argparse.ArgumentParser:
+    """The whole command line; ``app_commands=False`` leaves out the commands installed
+    apps contribute (finding them reads every installed package's metadata)."""
     parser = argparse.ArgumentParser(
         prog="loopkernel",
         description="A durable runtime for agentic AI: a task graph patched as it runs.",
@@ -382,8 +384,35 @@ def build_parser() -> argparse.ArgumentParser:
         "loopkernel.cli._web",
     ):
         _add_optional(sub, module)
-    _add_app_commands(sub)
+    if app_commands:
+        _add_app_commands(sub)
     return parser
+
+
+def _command_word(raw: Sequence[str]) -> str | None:
+    """The command a command line names (after ``--db X`` / ``--db=X``), or None when it
+    names none or asks for help before it."""
+    i = 0
+    while i < len(raw):
+        word = raw[i]
+        if word == "--db":
+            i += 2
+        elif word.startswith("--db="):
+            i += 1
+        elif word.startswith("-"):
+            return None
+        else:
+            return word
+    return None
+
+
+def _builtin_commands(parser: argparse.ArgumentParser) -> frozenset[str]:
+    return frozenset(
+        name
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for name in action.choices
+    )
 
 
 def _add_app_commands(sub: Any) -> None:
@@ -432,7 +461,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from loopkernel.cli._gateway import run_gateway
 
         return run_gateway(raw[skip + 1 :])
-    parser = build_parser()
+    # An app's commands are looked up only when the command is not one of ours (or for
+    # help): reading the installed packages' metadata would cost every command ~20 ms.
+    parser = build_parser(app_commands=False)
+    if _command_word(raw) not in _builtin_commands(parser):
+        parser = build_parser()
     args = parser.parse_args(argv)
     if args.command != "gateway":
         # The runtime never holds provider keys (docs/models.md). As the process's entry

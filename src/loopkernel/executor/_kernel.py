@@ -335,7 +335,7 @@ class _RunLoop:
             if not self.state.startable(tid):
                 continue
             del self.ready[tid]
-            task = replace(task, state=TaskState.RUNNING, attempts=task.attempts + 1)
+            task = task.evolve(state=TaskState.RUNNING, attempts=task.attempts + 1)
             self.state.tasks[tid] = task
             picked.append(task)
         return picked
@@ -407,7 +407,9 @@ class _RunLoop:
             tid = self.running.pop(fut)
             task = self.state.tasks[tid]
             crashpoint("task_returned")
-            kind, task = outcome_of(fut, task)
+            # One step numbers its events itself: the task learns its done_seq here.
+            seq = self.known_seq + len(new_events) + 1 if self.one_step else None
+            kind, task = outcome_of(fut, task, seq)
             changed[tid] = task
             new_events.append(NewEvent(kind=kind, task_id=tid, data=event_data(kind, task)))
         if not new_events:
@@ -432,7 +434,7 @@ class _RunLoop:
         seq_of = {e.task_id: e.seq for e in events}
         for task in changed.values():
             if task.state in TERMINAL_TASK and task.done_seq is None:
-                task = replace(task, done_seq=seq_of.get(task.task_id))
+                task = task.evolve(done_seq=seq_of.get(task.task_id))
             self.state.tasks[task.task_id] = task
             if task.state is TaskState.READY:
                 self.ready[task.task_id] = None

@@ -6,42 +6,50 @@ import asyncio
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 
 from loopkernel.errors import BudgetExceeded, LoopKernelError, TripwireFired
 from loopkernel.executor._context import NeedsApproval
 from loopkernel.graph import JSON, Delta, EventKind, Task, TaskState
+from loopkernel.graph._model import check_json
 from loopkernel.ids import TaskId
 
 __all__ = ["event_data", "late_result", "latest", "merge_deltas", "outcome_of"]
 
 
-def outcome_of(fut: asyncio.Task[JSON], task: Task) -> tuple[EventKind, Task]:
-    """The task's new value after its worker ended: results and errors come back as values."""
+def outcome_of(
+    fut: asyncio.Task[JSON], task: Task, done_seq: int | None = None
+) -> tuple[EventKind, Task]:
+    """The task's new value after its worker ended: results and errors come back as values.
+
+    ``done_seq``: the seq its event will have, when already known; a terminal task keeps it.
+    """
+    failed = TaskState.FAILED
     if fut.cancelled():
         error = {"type": "CancelledError", "message": "the worker was cancelled from outside"}
-        return EventKind.TASK_FAILED, replace(task, state=TaskState.FAILED, error=error)
+        return EventKind.TASK_FAILED, task.evolve(state=failed, error=error, done_seq=done_seq)
     exc = fut.exception()
     if isinstance(exc, NeedsApproval):
-        return EventKind.APPROVAL_REQUIRED, replace(
-            task, state=TaskState.WAITING, wait_reason=exc.reason, wait_epoch=task.wait_epoch + 1
+        return EventKind.APPROVAL_REQUIRED, task.evolve(
+            state=TaskState.WAITING, wait_reason=exc.reason, wait_epoch=task.wait_epoch + 1
         )
     if isinstance(exc, TripwireFired | BudgetExceeded):
         # A policy stopped the work inside the task: the run escalates, not the planner's call.
-        return EventKind.TRIPWIRE, replace(task, state=TaskState.FAILED, error=exc.verdict())
+        error = exc.verdict()
+        return EventKind.TRIPWIRE, task.evolve(state=failed, error=error, done_seq=done_seq)
     if exc is not None:
         if isinstance(exc, LoopKernelError):
             error = exc.verdict()
         else:
             error = {"type": type(exc).__name__, "message": str(exc)}
-        return EventKind.TASK_FAILED, replace(task, state=TaskState.FAILED, error=error)
+        return EventKind.TASK_FAILED, task.evolve(state=failed, error=error, done_seq=done_seq)
     result = fut.result()
     try:
-        json.dumps(result, allow_nan=False)
+        check_json(result)
     except (TypeError, ValueError) as err:
         error = {"type": "TypeError", "message": f"worker returned a non-JSON value: {err}"}
-        return EventKind.TASK_FAILED, replace(task, state=TaskState.FAILED, error=error)
-    return EventKind.TASK_COMPLETED, replace(task, state=TaskState.SUCCEEDED, result=result)
+        return EventKind.TASK_FAILED, task.evolve(state=failed, error=error, done_seq=done_seq)
+    succeeded = task.evolve(state=TaskState.SUCCEEDED, result=result, done_seq=done_seq)
+    return EventKind.TASK_COMPLETED, succeeded
 
 
 def event_data(kind: EventKind, task: Task) -> JSON:

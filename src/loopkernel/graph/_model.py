@@ -5,6 +5,7 @@ Everything here is a frozen value that may enter the journal. No I/O.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, TypeAlias
@@ -20,6 +21,7 @@ __all__ = [
     "RunStatus",
     "TaskSpec",
     "TaskState",
+    "check_json",
     "legal_transition",
 ]
 
@@ -27,6 +29,15 @@ JSON: TypeAlias = Any
 """A value that ``json.dumps`` accepts: dict, list, str, int, float, bool or None."""
 
 EvidenceScope: TypeAlias = Literal["all", "ancestors"]
+
+_strict = json.JSONEncoder(allow_nan=False).encode
+
+
+def check_json(value: JSON) -> None:
+    """Raise ``TypeError`` or ``ValueError`` unless ``value`` is JSON (no NaN, no infinity):
+    ``json.dumps(value, allow_nan=False)`` without building an encoder per call."""
+    if value is not None:
+        _strict(value)
 
 
 class TaskState(StrEnum):

@@ -150,15 +150,22 @@ class Listener:
     """``LISTEN channel`` (``loopkernel_runnable`` unless told) on a connection of its own,
     opened at the first wait.
 
-    Notifications that arrive between two waits are kept by the connection, so a worker
-    that checks for work and then waits misses none. If the connection cannot be had or
-    breaks, a wait is a plain sleep -- polling -- and the next one tries again.
+    Notifications that arrive between two waits are kept by the connection (psycopg 3.2.4
+    and later queue them while ``notifies()`` is not running), so a worker that checks for
+    work and then waits misses none. If the connection cannot be had or breaks, what was
+    notified meanwhile is lost: the wait then returns after a short pause (doubling from
+    ``RETRY_SECONDS`` up to ``seconds`` while it keeps failing), so the caller looks for
+    work itself instead of sleeping out a long poll interval, and the next wait listens
+    again.
     """
+
+    RETRY_SECONDS = 0.5
 
     def __init__(self, url: str, channel: str = CHANNEL) -> None:
         self.url = url
         self.channel = channel
         self._conn: Conn | None = None
+        self._failures = 0
 
     async def wait(self, seconds: float) -> None:
         """Until a notification arrives, at most ``seconds``."""
@@ -170,15 +177,22 @@ class Listener:
                 )
                 await conn.execute(f"LISTEN {self.channel}")
             except psycopg.Error:
-                await asyncio.sleep(seconds)
+                await self._pause(seconds)
                 return
             self._conn = conn
+            if self._failures:  # listening again: look for what was notified meanwhile
+                self._failures = 0
+                return
         try:
             async for _ in conn.notifies(timeout=seconds, stop_after=1):
                 pass
         except psycopg.Error:
             await self.close()
-            await asyncio.sleep(seconds)
+            await self._pause(seconds)
+
+    async def _pause(self, seconds: float) -> None:
+        self._failures += 1
+        await asyncio.sleep(min(seconds, self.RETRY_SECONDS * 2 ** min(self._failures - 1, 10)))
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None
