@@ -12,6 +12,8 @@ measure, medians), so that a loaded machine weighs on all of them alike:
 - a 1,000-step chain at FULL and NORMAL, µs per step, and its ratio to the floor;
 - a fan-out of 1,000 tasks at concurrency 16, 64 and 1,000, µs per task;
 - peak RSS of a fresh process running a chain of 1k, 10k (and 100k) tasks;
+- recovery: a 10,000-task chain SIGKILLed after step 5,000 (``patch_committed``), resumed
+  in a fresh process: seconds from opening the store to the first new step planned;
 - PostgreSQL (``LOOPKERNEL_BENCH_PG``, default the local server; skipped if down): a
   200-step chain, ms per step, its ratio to the SQLite FULL step, and round trips per
   step, counted by a TCP relay between the store and the server (one "turn" = the client
@@ -174,6 +176,61 @@ def peak_rss(n: int) -> dict[str, float]:
     }
 
 
+# -- recovery: a 10,000-task chain killed halfway, resumed in a fresh process ----------------
+
+
+def crash_child(db: str, n: int) -> None:
+    """Run a chain of ``n`` at NORMAL in ``db``; ``LOOPKERNEL_CRASH_AT`` kills it midway."""
+
+    async def go() -> None:
+        store = SQLiteStore(Path(db), synchronous="normal")
+        await store.open()
+        kernel = Kernel(store, ChainPlanner(n), {"noop": noop})
+        await kernel.start(app="bench", run_id="recovery", max_events=4 * n + 10)
+        await kernel.run("recovery")
+
+    asyncio.run(go())
+
+
+def resume_child(db: str, n: int) -> None:
+    """Resume the killed run in this fresh process; print the seconds from opening the
+    store to the first step planned after the crash, then the run's status."""
+    first: list[float] = []
+
+    def observe(event: Event, *_: Any) -> None:
+        if not first:
+            first.append(time.perf_counter())
+
+    async def go() -> str:
+        t0 = time.perf_counter()
+        store = SQLiteStore(Path(db), synchronous="normal")
+        await store.open()
+        kernel = Kernel(store, ChainPlanner(n), {"noop": noop}, observer=observe)
+        outcome = await kernel.run("recovery")
+        await store.close()
+        first[0] -= t0
+        return outcome.status.value
+
+    status = asyncio.run(go())
+    print(first[0], status)
+
+
+def recovery(n: int) -> float:
+    """Seconds from store open to the first new step, resuming a chain of ``n`` that was
+    SIGKILLed after step ``n // 2``."""
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
+        db = str(Path(tmp) / "runs.db")
+        me = [sys.executable, "-m", "bench.kernel_overhead"]
+        env = dict(os.environ, LOOPKERNEL_CRASH_AT=f"patch_committed:{n // 2}")
+        killed = subprocess.run([*me, "--crash-child", db, str(n)], env=env, check=False)
+        assert killed.returncode == -9, killed.returncode
+        out = subprocess.run(
+            [*me, "--resume-child", db, str(n)], capture_output=True, text=True, check=True
+        ).stdout.split()
+    assert out[-1] == "succeeded", out
+    return float(out[-2])
+
+
 # -- PostgreSQL: time per step, round trips per step ----------------------------------------
 
 
@@ -285,9 +342,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="RSS up to 10,000; fewer rounds")
     parser.add_argument("--rss-child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--crash-child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--resume-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rss_child:
         rss_child(args.rss_child)
+        return
+    if args.crash_child or args.resume_child:
+        db, n = args.crash_child or args.resume_child
+        (crash_child if args.crash_child else resume_child)(db, int(n))
         return
     rounds = 3 if args.quick else 5
     samples: dict[str, list[float]] = {}
@@ -319,6 +382,7 @@ def main() -> None:
         if pg_url is not None:
             drop_pg(pg_url)
     rss = [peak_rss(n) for n in ([1000, 10_000] if args.quick else [1000, 10_000, 100_000])]
+    samples["recovery_10k_s"] = [round(recovery(10_000), 4) for _ in range(rounds)]
 
     m = {k: median(v) for k, v in samples.items()}
     ratios = {
@@ -329,6 +393,7 @@ def main() -> None:
         ratios["pg_step_to_sqlite_full_step"] = round(
             m["pg_step_ms"] * 1000 / m["chain_full_us"], 2
         )
+    ratios["recovery_10k_to_aim"] = round(m["recovery_10k_s"] / 0.2, 2)
     ratios["rss_growth_largest_vs_1k_mb"] = round(rss[-1]["peak_mb"] - rss[0]["peak_mb"], 1)
     load = os.getloadavg()
     table = [
@@ -361,6 +426,13 @@ def main() -> None:
             for r in rss
         ),
     ]
+    table.append(
+        (
+            "recovery: 10,000-task chain killed at step 5,000, open to first new step",
+            f"{m['recovery_10k_s'] * 1000:.0f} ms",
+            f"{ratios['recovery_10k_to_aim']} x the 0.2 s aim",
+        )
+    )
     if "pg_step_ms" in m:
         table.append(
             (
