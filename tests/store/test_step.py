@@ -141,6 +141,54 @@ def test_events_another_process_appended_first_move_the_step_after_them(
     backend.run(body)
 
 
+def test_several_events_move_together_each_seq_to_its_own(backend: Backend) -> None:
+    async def body(store: Store) -> None:
+        await planned_run(store)
+        state = (await store.load_run(RUN)).state
+        a = replace(state.task(TaskId("a")), state=TaskState.SUCCEEDED, done_seq=2)
+        b = replace(state.task(TaskId("b")), state=TaskState.FAILED, done_seq=3)
+        journal = [
+            Event(run_id=RUN, seq=seq, kind=kind, task_id=tid, data={"n": seq})
+            for seq, kind, tid in (
+                (2, EventKind.TASK_COMPLETED, a.task_id),
+                (3, EventKind.TASK_FAILED, b.task_id),
+            )
+        ]
+        records = [PatchRecord(event_seq=2, ops=[]), PatchRecord(event_seq=3, ops=[])]
+        # Another process appends two events first: ours become 4 and 5.
+        other = backend.store()
+        await other.open()
+        try:
+            await other.append_events(RUN, [NewEvent(kind=EventKind.TOOL_RESTARTED)] * 2)
+        finally:
+            await other.close()
+        written, _ = await store.commit_step(RUN, journal, records, Delta(tasks=(a, b)))
+        assert [(e.seq, e.task_id, e.data) for e in written] == [
+            (4, "a", {"n": 2}),
+            (5, "b", {"n": 3}),
+        ]
+        assert [p.event_seq for p in await store.patches(RUN)] == [1, 4, 5]
+        tasks = (await store.load_run(RUN)).state.tasks
+        assert (tasks[a.task_id].done_seq, tasks[b.task_id].done_seq) == (4, 5)
+
+    backend.run(body)
+
+
+def test_a_task_written_twice_in_a_step_keeps_its_last_value(backend: Backend) -> None:
+    async def body(store: Store) -> None:
+        await planned_run(store)
+        journal, records, delta, final = await step_of(store, 2)
+        b = (await store.load_run(RUN)).state.task(TaskId("b"))
+        twice = (replace(b, state=TaskState.RUNNING), replace(b, state=TaskState.CANCELLED))
+        await store.commit_step(
+            RUN, journal, records, replace(delta, tasks=(*delta.tasks, *twice)), final
+        )
+        state = (await store.load_run(RUN)).state
+        assert state.task(TaskId("b")).state is TaskState.CANCELLED
+
+    backend.run(body)
+
+
 def test_a_stale_lease_steps_nothing(backend: Backend) -> None:
     async def body(store: Store) -> None:
         await planned_run(store)
