@@ -2,6 +2,7 @@
 
     python -m bench.kernel_overhead            # everything (RSS up to 100,000 tasks)
     python -m bench.kernel_overhead --quick    # RSS up to 10,000; fewer repeats
+    python -m bench.kernel_overhead --only pg  # PostgreSQL and the SQLite FULL chain alone
 
 Workers do nothing, so what is measured is the kernel: journaling each completion, planning
 it, committing the step, starting the next task. In one run, interleaved (rounds of every
@@ -338,9 +339,61 @@ def median(xs: list[float]) -> float:
     return round(statistics.median(xs), 1)
 
 
+def pg_only(rounds: int, *, quick: bool) -> None:
+    """``--only pg``: per round, the SQLite FULL chain step and the PostgreSQL step, then
+    the round trips per step; medians and their ratio."""
+    samples: dict[str, list[float]] = {}
+    pg_url = pg_database()
+    if pg_url is None:
+        raise SystemExit("no PostgreSQL server answered (LOOPKERNEL_BENCH_PG)")
+    try:
+        for r in range(rounds):
+            chain = asyncio.run(measure("chain", 1000, "full", 16))["us_per_task"]
+            samples.setdefault("chain_full_us", []).append(chain)
+            step = asyncio.run(pg_step(pg_url, 200))["ms_per_step"]
+            samples.setdefault("pg_step_ms", []).append(step)
+            print(f"  round {r + 1}/{rounds}: chain_full_us={chain:.1f}, pg_step_ms={step:.2f}")
+        turns = round(asyncio.run(pg_turns(pg_url, Relay("127.0.0.1", 5432), 50)), 2)
+    finally:
+        drop_pg(pg_url)
+    m = {k: round(statistics.median(v), 3) for k, v in samples.items()}
+    ratio = round(m["pg_step_ms"] * 1000 / m["chain_full_us"], 2)
+    load = os.getloadavg()
+    print()
+    print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(f"medians of {rounds} interleaved rounds")
+    print()
+    print("| measure | value | ratio |")
+    print("|---|---:|---:|")
+    print(f"| SQLite chain of 1,000, FULL, per step | {m['chain_full_us']} µs | |")
+    print(
+        f"| PostgreSQL chain of 200, per step | {m['pg_step_ms']} ms | {ratio} x SQLite FULL step |"
+    )
+    print(f"| PostgreSQL round trips per step | {turns} | |")
+    write_results(
+        "kernel_overhead_pg",
+        {
+            "rounds": rounds,
+            "medians": m,
+            "samples": samples,
+            "ratios": {"pg_step_to_sqlite_full_step": ratio},
+            "pg_round_trips_per_step": turns,
+        },
+        quick=quick,
+        load_average=[round(x, 2) for x in load],
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="RSS up to 10,000; fewer rounds")
+    parser.add_argument(
+        "--only",
+        choices=["pg"],
+        help="pg: the PostgreSQL step, its round trips and the SQLite FULL chain step it "
+        "is compared with; nothing else",
+    )
+    parser.add_argument("--rounds", type=int, help="rounds (default 5, 3 with --quick)")
     parser.add_argument("--rss-child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--crash-child", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--resume-child", nargs=2, help=argparse.SUPPRESS)
@@ -352,7 +405,10 @@ def main() -> None:
         db, n = args.crash_child or args.resume_child
         (crash_child if args.crash_child else resume_child)(db, int(n))
         return
-    rounds = 3 if args.quick else 5
+    if args.only == "pg":
+        pg_only(args.rounds or (3 if args.quick else 5), quick=args.quick)
+        return
+    rounds = args.rounds or (3 if args.quick else 5)
     samples: dict[str, list[float]] = {}
 
     def add(key: str, value: float) -> None:

@@ -41,7 +41,8 @@ from loopkernel.graph import (
 from loopkernel.ids import RunId, TaskId
 from loopkernel.store import EffectRecord, NewEvent, PatchRecord, ProposalNote, Store
 from loopkernel.store._codec import dumps
-from loopkernel.store._sqlite_schema import SCHEMA_VERSION
+from loopkernel.store._postgres_schema import SCHEMA_VERSION as PG_VERSION
+from loopkernel.store._sqlite_schema import SCHEMA_VERSION as SQLITE_VERSION
 
 if TYPE_CHECKING:
     from lk_stores import Backend
@@ -602,7 +603,7 @@ def test_concurrent_opens_migrate_once(backend: Backend) -> None:
             await asyncio.gather(*(s.close() for s in stores))
 
     asyncio.run(main())
-    version = str(SCHEMA_VERSION)  # the same numbered migrations on both stores
+    version = str(SQLITE_VERSION if backend.kind == "sqlite" else PG_VERSION)
     assert backend.sql("SELECT value FROM meta WHERE key = 'schema_version'") == [(version,)]
 
 

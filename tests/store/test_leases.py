@@ -77,8 +77,11 @@ async def snapshot(store: Store, run_id: RunId = RUN) -> tuple[JSON, ...]:
     )
 
 
-def test_both_stores_have_the_same_schema_version() -> None:
-    assert SQLITE_VERSION == PG_VERSION >= 2
+def test_the_stores_share_their_schema_versions_up_to_six() -> None:
+    # 1-6 are the same tables and keys in both; PostgreSQL's 7 adds the one-statement
+    # step (a server function), which SQLite has no use for.
+    assert SQLITE_VERSION == 6
+    assert PG_VERSION == 7
 
 
 def test_only_enqueued_running_runs_are_claimed_once_each(backend: Backend) -> None:

@@ -4,8 +4,10 @@ Every method is one transaction on a connection from a psycopg ``AsyncConnection
 (autocommit connections; ``conn.transaction()`` is the transaction). Writes that touch a
 run first lock its row (``SELECT ... FOR UPDATE``): that serializes, per run, what
 SQLite's one writer serializes for the whole file -- seq allocation above all -- while
-different runs commit in parallel. Multi-statement reads (``load_run``, ``dump``) run in
-one ``REPEATABLE READ`` snapshot.
+different runs commit in parallel. The executor's step (``commit_step``) is one
+statement, a call of the server function ``loopkernel_commit_step`` (schema 7) that does
+the same in the same order: one round trip instead of five. Multi-statement reads
+(``load_run``, ``dump``) run in one ``REPEATABLE READ`` snapshot.
 
 Durability mirrors SQLite's: ``append_events`` commits with ``synchronous_commit = off``
 (the WAL is ordered, so the synchronous patch commit that follows flushes both); every
@@ -22,9 +24,10 @@ loopkernel.store`` does not.
 from __future__ import annotations
 
 import copy
+import json
 import time
 from collections.abc import AsyncIterator, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from typing import Any, Literal
 
 import psycopg
@@ -59,7 +62,6 @@ from loopkernel.store._codec import (
     PATCH_COLUMNS,
     RUN_COLUMNS,
     TASK_COLUMNS,
-    as_new,
     check_decision,
     dump_of,
     dumps,
@@ -71,8 +73,6 @@ from loopkernel.store._codec import (
     human_input_event,
     loads,
     patch_from_row,
-    patch_params,
-    rebase_step,
     run_info_from_row,
     run_page_filter,
     run_params,
@@ -95,7 +95,7 @@ from loopkernel.store._postgres_db import (
     redact,
 )
 from loopkernel.store._postgres_lease import JOURNAL_CHANNEL, Listener
-from loopkernel.store._postgres_schema import migrate
+from loopkernel.store._postgres_schema import LEASE_LOST, NO_RUN, migrate
 from loopkernel.store._protocol import (
     Claim,
     EffectRecord,
@@ -115,6 +115,9 @@ _UPSERT_TASK = (
     "wait_reason=excluded.wait_reason, human_input=excluded.human_input, "
     "wait_epoch=excluded.wait_epoch, done_seq=excluded.done_seq"
 )
+_COMMIT_STEP = "SELECT loopkernel_commit_step(%s, %s, %s, %s::jsonb)"
+"""``commit_step`` as one statement: the run, the fence's epoch (or NULL), the time, and
+the step's rows as one JSON document (``_step_json``), parsed once on the server."""
 _EDGES = "SELECT src, dst FROM edges WHERE run_id = %s ORDER BY src, dst"
 _EFFECT = f"SELECT {EFFECT_COLUMNS} FROM effects WHERE run_id = %s AND idem_key = %s"
 _EVIDENCE_BY_KEY = f"SELECT {EVIDENCE_COLUMNS} FROM evidence WHERE run_id = %s AND ev_key = %s"
@@ -131,6 +134,65 @@ _INFO = (
 
 def _info(row: Any) -> RunInfo:
     return run_info_from_row(row, last_seq=int(row[9]), task_counts=loads(row[10]) or {})
+
+
+_step_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def _step_json(
+    journal: Sequence[Event],
+    records: Sequence[PatchRecord],
+    delta: Delta,
+    final: NewEvent | None,
+) -> str:
+    """The step's rows for ``loopkernel_commit_step`` (its comment gives the shape). JSON
+    column values go as strings holding the text ``dumps`` wrote, so the server stores that
+    text, not its own rendering of it. A task written twice is written once, with its last
+    value, as upserting the rows one by one would leave it."""
+    finish = None
+    if delta.finish is not None:
+        finish = {"status": delta.finish[0].value, "verdict": dumps(delta.finish[1])}
+    return _step_encode(
+        {
+            "events": [
+                {"seq": e.seq, "kind": e.kind.value, "task": e.task_id, "data": dumps(e.data)}
+                for e in journal
+            ],
+            "patches": [
+                {
+                    "seq": r.event_seq,
+                    "ops": dumps(r.ops),
+                    "outcome": r.outcome,
+                    "reason": r.reason,
+                    "planner": r.planner,
+                    "proposal": None if r.proposal is None else dumps(r.proposal.to_json()),
+                }
+                for r in records
+            ],
+            "tasks": [
+                {
+                    "id": t.task_id,
+                    "skill": t.skill,
+                    "input": dumps(t.input),
+                    "scope": t.evidence_scope,
+                    "state": t.state.value,
+                    "result": dumps(t.result),
+                    "error": dumps(t.error),
+                    "attempts": t.attempts,
+                    "wait_reason": t.wait_reason,
+                    "human": dumps(t.human_input),
+                    "wait_epoch": t.wait_epoch,
+                    "done": t.done_seq,
+                }
+                for t in {t.task_id: t for t in delta.tasks}.values()
+            ],
+            "edges": [{"src": src, "dst": dst} for src, dst in delta.edges],
+            "finish": finish,
+            "final": None
+            if finish is None or final is None
+            else {"kind": final.kind.value, "task": final.task_id, "data": dumps(final.data)},
+        }
+    )
 
 
 class PostgresStore:
@@ -210,17 +272,12 @@ class PostgresStore:
             ) from exc
 
     @asynccontextmanager
-    async def _tx(self, *, sync: bool = True, pipeline: bool = False) -> AsyncIterator[Conn]:
+    async def _tx(self, *, sync: bool = True) -> AsyncIterator[Conn]:
         """One read-write transaction; rolled back if the block raises. Callers map a
         duplicate key to its meaning outside the block, by constraint name, so that only
         the key that means "already done" becomes a LoopKernel error. ``sync=False``: see
-        the module docstring. ``pipeline``: statements are sent without waiting for each
-        answer (psycopg's pipeline mode): BEGIN goes with the first statement whose result
-        is read, the writes after it with COMMIT -- a round trip for each read, one more."""
-        async with self._conn() as conn, AsyncExitStack() as stack:
-            if pipeline:
-                await stack.enter_async_context(conn.pipeline())
-            await stack.enter_async_context(conn.transaction())
+        the module docstring."""
+        async with self._conn() as conn, conn.transaction():
             if not sync:
                 await conn.execute("SET LOCAL synchronous_commit = off")
             yield conn
@@ -430,39 +487,17 @@ class PostgresStore:
         delta: Delta,
         final: NewEvent | None = None,
     ) -> tuple[list[Event], Event | None]:
-        now = time.time()
-        final_event: Event | None = None
+        """One statement, one round trip: ``loopkernel_commit_step`` (schema migration 7)
+        locks the run, checks a fenced view's epoch, numbers the events after the last seq
+        (moving the records' and tasks' seqs if another process appended: ``rebase_step``)
+        and writes it all, in the implicit transaction of an autocommit statement."""
+        if self._fence is not None:
+            self._fence.check_run(run_id)
+        epoch = None if self._fence is None else self._fence.epoch
+        step = _step_json(journal, records, delta, final)
         try:
-            async with self._tx(pipeline=True) as conn:
-                _, seq = await self._lock_run(conn, run_id)
-                out = []
-                if journal:
-                    out = await self._append(conn, run_id, seq, [as_new(e) for e in journal], now)
-                    seq += len(out)
-                records, delta = rebase_step(journal, out, records, delta)
-                await execute_many(
-                    conn,
-                    f"INSERT INTO patches (run_id, {PATCH_COLUMNS}, created_at) "
-                    "VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
-                    [patch_params(run_id, r, now) for r in records],
-                )
-                await execute_many(
-                    conn, _UPSERT_TASK, [task_params(run_id, t) for t in delta.tasks]
-                )
-                await execute_many(
-                    conn,
-                    "INSERT INTO edges (run_id, src, dst) VALUES (%s,%s,%s)",
-                    [(run_id, src, dst) for src, dst in delta.edges],
-                )
-                if delta.finish is not None:
-                    status, verdict = delta.finish
-                    await conn.execute(
-                        "UPDATE runs SET status = %s, verdict = %s, updated_at = %s "
-                        "WHERE run_id = %s",
-                        (status.value, dumps(verdict), now, run_id),
-                    )
-                    if final is not None:
-                        (final_event,) = await self._append(conn, run_id, seq, [final], now)
+            async with self._conn() as conn:
+                row = await fetch_one(conn, _COMMIT_STEP, (run_id, epoch, time.time(), step))
         except UniqueViolation as exc:
             if exc.diag.constraint_name != "patches_pkey":
                 raise
@@ -471,6 +506,29 @@ class PostgresStore:
                 "has a patch; another executor is planning this run",
                 run_id=run_id,
             ) from None
+        except psycopg.DatabaseError as exc:
+            if exc.sqlstate == NO_RUN:
+                raise self._not_found(run_id) from None
+            if exc.sqlstate == LEASE_LOST and self._fence is not None:
+                # The detail is {"epoch": <the run's lease_epoch>, "owner": <its owner>}.
+                held = json.loads(exc.diag.message_detail or "{}")
+                self._fence.check_epoch(held.get("epoch"), held.get("owner"))
+            raise
+        assert row is not None
+        top = int(row[0])
+        out = [
+            Event(run_id=run_id, seq=top + i, kind=e.kind, task_id=e.task_id, data=e.data)
+            for i, e in enumerate(journal, 1)
+        ]
+        final_event = None
+        if delta.finish is not None and final is not None:
+            final_event = Event(
+                run_id=run_id,
+                seq=top + len(journal) + 1,
+                kind=final.kind,
+                task_id=final.task_id,
+                data=final.data,
+            )
         return out, final_event
 
     async def events(self, run_id: RunId, after: int = 0) -> list[Event]:

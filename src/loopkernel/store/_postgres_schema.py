@@ -10,6 +10,8 @@ Differences from ``_sqlite_schema`` and why:
   ``ORDER BY task_id`` (and the dump) does not depend on the server's locale.
 - Integers are ``bigint`` (SQLite's INTEGER is 64-bit), times ``double precision``
   (seconds since the epoch, as ``RunInfo`` carries them).
+- Version 7 is PostgreSQL's alone: ``loopkernel_commit_step``, the executor's step as one
+  statement (one round trip; ``PostgresStore.commit_step``). SQLite stays at 6.
 """
 
 from __future__ import annotations
@@ -20,10 +22,125 @@ import psycopg
 
 from loopkernel.errors import SchemaTooNew
 
-__all__ = ["MIGRATIONS", "MIGRATION_LOCK", "SCHEMA_VERSION", "migrate"]
+__all__ = [
+    "COMMIT_STEP",
+    "LEASE_LOST",
+    "MIGRATIONS",
+    "MIGRATION_LOCK",
+    "NO_RUN",
+    "SCHEMA_VERSION",
+    "migrate",
+]
 
 MIGRATION_LOCK = 0x4C4B_5343_4845_4D41
 """The advisory lock key migrations run under (``LKSCHEMA`` in ASCII), per database."""
+
+LEASE_LOST = "LK001"
+"""SQLSTATE of ``loopkernel_commit_step`` when a fenced step's lease epoch is not the run's;
+the detail is ``{"epoch": ..., "owner": ...}`` as JSON."""
+NO_RUN = "LK002"
+"""SQLSTATE of ``loopkernel_commit_step`` when there is no such run."""
+
+# Migration 7's text: as every migration, frozen once released. A later change to the step
+# is a new migration (CREATE OR REPLACE FUNCTION), so that databases already at 7 get it.
+COMMIT_STEP = f"""CREATE FUNCTION loopkernel_commit_step(
+    p_run text, p_epoch bigint, p_now double precision, p_step jsonb
+) RETURNS bigint LANGUAGE plpgsql VOLATILE AS $fn$
+-- PostgresStore.commit_step in one statement. p_step holds the step's rows:
+--   {{"events": [{{"seq", "kind", "task", "data"}}], "patches": [{{"seq", "ops", "outcome",
+--   "reason", "planner", "proposal"}}], "tasks": [{{"id", ...the tasks columns}}],
+--   "edges": [{{"src", "dst"}}], "finish": {{"status", "verdict"}} or null,
+--   "final": {{"kind", "task", "data"}} or null}}
+-- JSON column values arrive as JSON strings holding the canonical text the store
+-- encoded (jsonb keeps a string's characters), and the json columns keep that text byte
+-- for byte. Returns the run's last seq before the step's events: they are written at
+-- top + 1, top + 2, ..., and the final event after them.
+DECLARE
+    v_events jsonb := p_step -> 'events';
+    v_n integer := jsonb_array_length(p_step -> 'events');
+    v_finish jsonb := p_step -> 'finish';
+    v_final jsonb := p_step -> 'final';
+    v_epoch bigint;
+    v_owner text;
+    v_top bigint;
+    v_planned bigint[];
+    v_moved boolean := false;
+BEGIN
+    SELECT lease_epoch, owner INTO v_epoch, v_owner FROM runs WHERE run_id = p_run FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no run %', p_run USING ERRCODE = '{NO_RUN}';
+    END IF;
+    IF p_epoch IS NOT NULL AND v_epoch IS DISTINCT FROM p_epoch THEN
+        RAISE EXCEPTION 'run %: lease epoch % is over', p_run, p_epoch USING
+            ERRCODE = '{LEASE_LOST}',
+            DETAIL = json_build_object('epoch', v_epoch, 'owner', v_owner)::text;
+    END IF;
+    -- A statement of its own, after the lock: in a volatile function each statement takes
+    -- a fresh snapshot (READ COMMITTED), so it sees what the lock's previous holder wrote.
+    SELECT COALESCE(MAX(seq), 0) INTO v_top FROM events WHERE run_id = p_run;
+    IF v_n > 0 THEN
+        INSERT INTO events (run_id, seq, kind, task_id, data, created_at)
+        SELECT p_run, v_top + x.i, x.kind, x.task, x.data::json, p_now
+        FROM ROWS FROM (jsonb_to_recordset(v_events)
+                        AS (seq bigint, kind text, task text, data text))
+            WITH ORDINALITY AS x(seq, kind, task, data, i);
+        -- Another process appended after the executor's view: the seqs it gave its events
+        -- move to those written, in the records and the tasks too (_codec.rebase_step).
+        v_moved := (v_events -> 0 ->> 'seq')::bigint <> v_top + 1;
+        IF v_moved THEN
+            v_planned := ARRAY(SELECT (u.e ->> 'seq')::bigint
+                               FROM jsonb_array_elements(v_events) WITH ORDINALITY AS u(e, i)
+                               ORDER BY u.i);
+        END IF;
+    END IF;
+    IF jsonb_array_length(p_step -> 'patches') > 0 THEN
+        INSERT INTO patches (run_id, event_seq, ops, outcome, reason, planner, proposal,
+                             created_at)
+        SELECT p_run,
+               CASE WHEN v_moved THEN COALESCE(v_top + array_position(v_planned, x.seq), x.seq)
+                    ELSE x.seq END,
+               x.ops::json, x.outcome, x.reason, x.planner, x.proposal::json, p_now
+        FROM jsonb_to_recordset(p_step -> 'patches') AS x(seq bigint, ops text, outcome text,
+            reason text, planner text, proposal text);
+    END IF;
+    IF jsonb_array_length(p_step -> 'tasks') > 0 THEN
+        INSERT INTO tasks (run_id, task_id, skill, input, evidence_scope, state, result, error,
+                           attempts, wait_reason, human_input, wait_epoch, done_seq)
+        SELECT p_run, x.id, x.skill, x.input::json, x.scope, x.state, x.result::json,
+               x.error::json, x.attempts, x.wait_reason, x.human::json, x.wait_epoch,
+               CASE WHEN v_moved THEN COALESCE(v_top + array_position(v_planned, x.done), x.done)
+                    ELSE x.done END
+        FROM jsonb_to_recordset(p_step -> 'tasks') AS x(id text, skill text, input text,
+            scope text, state text, result text, error text, attempts bigint,
+            wait_reason text, human text, wait_epoch bigint, done bigint)
+        ON CONFLICT (run_id, task_id) DO UPDATE SET state = excluded.state,
+            result = excluded.result, error = excluded.error, attempts = excluded.attempts,
+            wait_reason = excluded.wait_reason, human_input = excluded.human_input,
+            wait_epoch = excluded.wait_epoch, done_seq = excluded.done_seq;
+    END IF;
+    IF jsonb_array_length(p_step -> 'edges') > 0 THEN
+        INSERT INTO edges (run_id, src, dst)
+        SELECT p_run, x.src, x.dst
+        FROM jsonb_to_recordset(p_step -> 'edges') AS x(src text, dst text);
+    END IF;
+    IF jsonb_typeof(v_finish) = 'object' THEN
+        UPDATE runs SET status = v_finish ->> 'status',
+            verdict = (v_finish ->> 'verdict')::json, updated_at = p_now
+        WHERE run_id = p_run;
+        IF jsonb_typeof(v_final) = 'object' THEN
+            INSERT INTO events (run_id, seq, kind, task_id, data, created_at)
+            VALUES (p_run, v_top + v_n + 1, v_final ->> 'kind', v_final ->> 'task',
+                    (v_final ->> 'data')::json, p_now);
+            v_n := v_n + 1;
+        END IF;
+    END IF;
+    IF v_n > 0 THEN
+        -- Watchers of the journal (the web inspector) hear of it when this commits.
+        PERFORM pg_notify('loopkernel_journal', p_run);
+    END IF;
+    RETURN v_top;
+END
+$fn$"""
 
 MIGRATIONS: list[list[str]] = [
     # 1: the journal, the materialized graph, approvals and effects.
@@ -155,6 +272,8 @@ MIGRATIONS: list[list[str]] = [
             UNIQUE (run_id, ev_key)
         )""",
     ],
+    # 7: a durable step in one statement (docs/postgres.md, "A step in one round trip").
+    [COMMIT_STEP],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
