@@ -116,6 +116,23 @@ MUTATIONS = [
         tests=("tests/store/test_leases.py", "-k", "postgres"),
     ),
     Mutation(
+        name="fence-postgres-step",
+        guards="fenced writes: the PostgreSQL step function checks the lease epoch",
+        file="loopkernel/store/_postgres_schema.py",
+        old="IF p_epoch IS NOT NULL AND v_epoch IS DISTINCT FROM p_epoch THEN",
+        new="IF false THEN",
+        tests=("tests/store/test_step.py", "tests/store/test_leases.py", "-k", "postgres"),
+    ),
+    Mutation(
+        name="step-rebase-postgres",
+        guards="exactly-once planning: a PostgreSQL step after another process's events "
+        "moves its patches and done_seqs with its events",
+        file="loopkernel/store/_postgres_schema.py",
+        old="v_moved := (v_events -> 0 ->> 'seq')::bigint <> v_top + 1;",
+        new="v_moved := false;",
+        tests=("tests/store/test_step.py", "-k", "postgres"),
+    ),
+    Mutation(
         name="tool-replay-done",
         guards="journal replay: a journaled tool result is returned without a call",
         file="loopkernel/tools/_layer.py",
