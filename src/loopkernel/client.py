@@ -82,6 +82,7 @@ from loopkernel.store._lease import Holder
 
 if TYPE_CHECKING:
     from loopkernel.models import ModelLayer
+    from loopkernel.tools import StartedServers, ToolSource
 
 __all__ = ["DEFAULT_LEASE_SECONDS", "DEFAULT_STORE_RETRY", "Client", "Inspection"]
 
@@ -196,6 +197,24 @@ class Client:
             self.store, parts.planner, parts.workers, tools=tools, guard=parts.guard, **options
         )
 
+    def tool_sources(self, app: App, params: Mapping[str, JSON]) -> tuple[ToolSource, ...]:
+        """The tool sources a run of ``app`` with ``params`` calls: its tool layer built on
+        this store, which need not be open yet (a layer touches its store on its first
+        call, never when it is built). Empty for an app without tools, or whose tool
+        layer is not a ``ToolLayer``."""
+        parts = app.build(params)
+        if parts.tool_layer is None:
+            return ()
+        return tuple(getattr(parts.tool_layer(self.store), "sources", ()))
+
+    def start_tool_servers(self, app: App, params: Mapping[str, JSON]) -> StartedServers:
+        """The servers of ``tool_sources(app, params)``, to be started now (``async with``)
+        and handed to ``execute(tool_servers=...)``: they start while the store opens, the
+        run is journaled and planned, instead of on the run's first tool call."""
+        from loopkernel.tools import StartedServers
+
+        return StartedServers(self.tool_sources(app, params))
+
     def model_layer(self) -> ModelLayer | None:
         """``ctx.complete`` through the gateway that ``LOOPKERNEL_GATEWAY`` names, journaled
         in this store; None when no gateway is configured."""
@@ -239,14 +258,15 @@ class Client:
         on_retry: Callable[[StoreUnavailable, float], None] | None = None,
         apps: Collection[str] | None = None,
         on_tool_server: Callable[[str, str], None] | None = None,
+        tool_servers: StartedServers | None = None,
     ) -> RunOutcome:
         """Run (or resume) a run with the app it was started with, as its one executor.
 
         ``RunHeld`` if another executor holds it (nothing written); ``LeaseLost`` if it was
         taken over meanwhile (this process stopped writing); ``StoreUnavailable`` once the
         store has not answered for ``store_retry`` seconds (the run stays resumable).
-        ``on_retry(error, delay)`` is told of each retry. ``apps`` and ``on_tool_server``
-        are handed to ``run_owned``.
+        ``on_retry(error, delay)`` is told of each retry. ``apps``, ``on_tool_server``
+        and ``tool_servers`` are handed to ``run_owned``.
         """
         rid = RunId(run_id)
         deadline = time.monotonic() + store_retry
@@ -254,7 +274,13 @@ class Client:
         while True:
             try:
                 return await self._execute_once(
-                    rid, observer, max_concurrency, lease_seconds, apps, on_tool_server
+                    rid,
+                    observer,
+                    max_concurrency,
+                    lease_seconds,
+                    apps,
+                    on_tool_server,
+                    tool_servers,
                 )
             except StoreUnavailable as exc:
                 left = deadline - time.monotonic()
@@ -277,6 +303,7 @@ class Client:
         lease_seconds: float,
         apps: Collection[str] | None,
         on_tool_server: Callable[[str, str], None] | None,
+        tool_servers: StartedServers | None,
     ) -> RunOutcome:
         info = await self.store.get_run(rid)
         if info.status in TERMINAL_RUN:  # nothing to execute, nothing to own
@@ -293,6 +320,7 @@ class Client:
                 max_concurrency=max_concurrency,
                 apps=apps,
                 on_tool_server=on_tool_server,
+                tool_servers=tool_servers,
             )
         )
         beat = asyncio.create_task(self._heartbeat(claim, run, lease_seconds, lost))
@@ -356,6 +384,7 @@ class Client:
         max_concurrency: int = 16,
         apps: Collection[str] | None = None,
         on_tool_server: Callable[[str, str], None] | None = None,
+        tool_servers: StartedServers | None = None,
     ) -> RunOutcome:
         """Run (or resume) a run this process already owns: ``self.store`` is the view
         fenced to its lease (a worker's claim, or ``execute``'s own).
@@ -366,6 +395,8 @@ class Client:
         with an ``app_refused`` verdict instead of being retried. ``None`` (the local
         command line) runs any app, ``module:attribute`` included. ``on_tool_server(name,
         "starting" | "ready")`` is told when the run's tool layer starts a server.
+        ``tool_servers`` (``start_tool_servers``): servers started for this run before it
+        was set up, which its tool layer takes over instead of spawning its own.
         """
         info = await self.store.get_run(_rid(run_id))
         if apps is not None:
@@ -395,6 +426,8 @@ class Client:
             tools.on_restart = self._journal_restart(_rid(run_id))  # type: ignore[attr-defined]
         if tools is not None and on_tool_server is not None and hasattr(tools, "on_server"):
             tools.on_server = on_tool_server
+        if tools is not None and tool_servers is not None and hasattr(tools, "adopt"):
+            tools.adopt(tool_servers)
         if tools is not None and hasattr(tools, "__aenter__"):
             async with tools:  # type: ignore[attr-defined]
                 outcome = await kernel.run(run_id)

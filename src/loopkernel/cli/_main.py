@@ -27,9 +27,9 @@ import os
 import shlex
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from loopkernel._app import load_app
+from loopkernel._app import App, load_app
 from loopkernel.cli._args import count, json_value, max_events, run_id, setting, task_id
 from loopkernel.cli._render import Progress, one_line, render_inspection
 from loopkernel.client import DEFAULT_STORE_RETRY, Client
@@ -44,7 +44,10 @@ from loopkernel.errors import (
     UsageError,
 )
 from loopkernel.executor import DEFAULT_MAX_EVENTS, RunOutcome, StartedRun
-from loopkernel.graph import RunStatus
+from loopkernel.graph import JSON, RunStatus
+
+if TYPE_CHECKING:
+    from loopkernel.tools import StartedServers
 
 __all__ = ["EXIT_CODES", "main"]
 
@@ -95,15 +98,24 @@ async def _finish(
     return EXIT_CODES[outcome.status]
 
 
-def check_app_arguments(args: argparse.Namespace) -> None:
+def _overrides(args: argparse.Namespace) -> dict[str, JSON]:
+    """The ``--set`` pairs, and ``--planner`` as the parameter it stands for."""
+    planner = getattr(args, "planner", None)
+    return dict(args.set or []) | ({"planner": planner} if planner else {})
+
+
+def check_app_arguments(args: argparse.Namespace) -> tuple[App, dict[str, JSON]]:
     """Refuse a bad app, scenario or parameter before the database is even opened: a
-    mistyped ``--set`` must not leave a new empty ``runs.db`` behind."""
+    mistyped ``--set`` must not leave a new empty ``runs.db`` behind. The app and the
+    run's parameters."""
     app = load_app(args.app)
-    parts = app.build(app.params(args.scenario, dict(args.set or [])))
+    params = app.params(args.scenario, _overrides(args))
+    parts = app.build(params)
     if parts.tool_layer is not None:  # its MCP layer is built once the store is open
         from loopkernel.tools._extra import require_mcp
 
         require_mcp()
+    return app, params
 
 
 async def start_run(client: Client, args: argparse.Namespace) -> StartedRun:
@@ -111,8 +123,7 @@ async def start_run(client: Client, args: argparse.Namespace) -> StartedRun:
     _, started = await client.start(
         args.app,
         scenario=args.scenario,
-        overrides=dict(args.set or [])
-        | ({"planner": args.planner} if getattr(args, "planner", None) else {}),
+        overrides=_overrides(args),
         run_id=args.run_id,
         max_events=args.max_events,
         require_token=args.require_token,
@@ -121,26 +132,37 @@ async def start_run(client: Client, args: argparse.Namespace) -> StartedRun:
 
 
 async def cmd_run(args: argparse.Namespace) -> int:
-    check_app_arguments(args)
-    async with Client(args.db) as client:
-        started = await start_run(client, args)
-        args.started = started.run_id  # for the resume hint on Ctrl-C
-        if not args.json:
-            print(
-                f"run {started.run_id} started ({args.app}"
-                f"{', scenario ' + args.scenario if args.scenario else ''}) in {client.store.url}"
-            )
-            print(f"approval token (shown once): {started.token}")
-        progress = None if args.quiet or args.json else Progress(sys.stdout)
-        outcome = await client.execute(
-            started.run_id,
-            observer=progress,
-            max_concurrency=args.concurrency,
-            store_retry=args.store_retry,
-            on_retry=_retrying(args),
-            on_tool_server=None if progress is None else progress.tool_server,
+    app, params = check_app_arguments(args)
+    client = Client(args.db)
+    # The app's tool servers start first: their start-up (a process importing the MCP
+    # SDK) overlaps opening the store, journaling the run and its first planning, and
+    # they are stopped on every way out that did not hand them to the run.
+    async with client.start_tool_servers(app, params) as servers:
+        await servers.spawned()
+        async with client:
+            return await _run(client, args, servers)
+
+
+async def _run(client: Client, args: argparse.Namespace, servers: StartedServers) -> int:
+    started = await start_run(client, args)
+    args.started = started.run_id  # for the resume hint on Ctrl-C
+    if not args.json:
+        print(
+            f"run {started.run_id} started ({args.app}"
+            f"{', scenario ' + args.scenario if args.scenario else ''}) in {client.store.url}"
         )
-        return await _finish(client, outcome, args, started.token)
+        print(f"approval token (shown once): {started.token}")
+    progress = None if args.quiet or args.json else Progress(sys.stdout)
+    outcome = await client.execute(
+        started.run_id,
+        observer=progress,
+        max_concurrency=args.concurrency,
+        store_retry=args.store_retry,
+        on_retry=_retrying(args),
+        on_tool_server=None if progress is None else progress.tool_server,
+        tool_servers=servers,
+    )
+    return await _finish(client, outcome, args, started.token)
 
 
 def _retrying(args: argparse.Namespace) -> Callable[[StoreUnavailable, float], None]:

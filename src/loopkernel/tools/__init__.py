@@ -41,6 +41,7 @@ from loopkernel.tools._layer import (
 )
 from loopkernel.tools._policy_hook import policy_hook
 from loopkernel.tools._source import SourceSession, ToolSource
+from loopkernel.tools._started import StartedServers
 
 __all__ = [
     "DEFAULT_RETRY",
@@ -55,6 +56,7 @@ __all__ = [
     "RetryPolicy",
     "ServerRestart",
     "SourceSession",
+    "StartedServers",
     "ToolCallRequest",
     "ToolDef",
     "ToolDefs",

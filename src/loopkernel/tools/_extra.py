@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+
 from loopkernel.errors import UsageError
 
 __all__ = ["TOOLS_EXTRA", "require_mcp"]
@@ -14,8 +17,16 @@ def require_mcp() -> None:
 
     Called where the tool layer starts (a session, a layer, a server), so that a missing
     extra is one line at once, not a traceback, nor a child process that dies unheard.
+    The SDK is looked up, not imported (about a second): a session imports it while its
+    server starts (``docs/tools.md``, "Start-up").
     """
+    if "mcp" in sys.modules:
+        return
     try:
-        import mcp  # noqa: F401
+        found = importlib.util.find_spec("mcp")
     except ImportError as exc:
-        raise UsageError(f"the tool layer needs the tools extra: {TOOLS_EXTRA} ({exc})") from None
+        found, reason = None, str(exc)
+    else:
+        reason = "No module named 'mcp'"
+    if found is None:
+        raise UsageError(f"the tool layer needs the tools extra: {TOOLS_EXTRA} ({reason})")

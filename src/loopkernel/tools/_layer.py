@@ -56,6 +56,7 @@ from loopkernel.tools._defs import NO_RETRY, Effect, RetryPolicy, ToolDef
 from loopkernel.tools._extra import require_mcp
 from loopkernel.tools._schema import SchemaCache, canonical_json, json_problem
 from loopkernel.tools._source import SourceSession, ToolSource, check_arguments
+from loopkernel.tools._started import StartedServers
 
 __all__ = [
     "PolicyHook",
@@ -220,6 +221,7 @@ class ToolLayer:
         self._irreversible: weakref.WeakKeyDictionary[TaskContext, int] = (
             weakref.WeakKeyDictionary()
         )
+        self._started: StartedServers | None = None
         self._open = False
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -243,6 +245,13 @@ class ToolLayer:
         for slot in self._slots:
             slot.session = None
         await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
+
+    def adopt(self, servers: StartedServers) -> None:
+        """Take sessions over from ``servers`` (started before this layer, while the run
+        was being set up) instead of spawning: each on the first call that needs its
+        source, each by this layer alone (``StartedServers`` hands a session over once).
+        A restart after a server died spawns anew, as it always does."""
+        self._started = servers
 
     @property
     def restarts(self) -> dict[str, int]:
@@ -488,12 +497,17 @@ class ToolLayer:
             if slot.session is None:
                 if not self._open:
                     raise UsageError("the tool layer is closed")
-                session = SourceSession(slot.source, schemas=self._schemas)
+                early = None if self._started is None else self._started.take(slot.source)
+                session = early or SourceSession(slot.source, schemas=self._schemas)
+                session.schemas = self._schemas
                 self.spawns += 1
                 if self.on_server is not None:
                     self.on_server(slot.source.name, "starting")
                 try:
-                    await session.open()
+                    if early is None:
+                        await session.open()
+                    else:
+                        await session.wait_ready()
                 except ToolUnavailable as err:
                     slot.failed = err
                     raise _again(err, tool) from None

@@ -31,11 +31,12 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any, TextIO, cast
+from typing import IO, TYPE_CHECKING, Any
 
 from loopkernel import telemetry
 from loopkernel.errors import ToolError, ToolTimeout, ToolUnavailable, UsageError
 from loopkernel.graph import JSON
+from loopkernel.tools import _stdio
 from loopkernel.tools._defs import EFFECTS, Effect, ToolDef, ToolDefs, effect_of, retry_of
 from loopkernel.tools._extra import require_mcp
 from loopkernel.tools._host import (
@@ -47,10 +48,8 @@ from loopkernel.tools._host import (
 from loopkernel.tools._schema import SchemaCache, canonical_json
 
 if TYPE_CHECKING:
-    from anyio.streams.memory import MemoryObjectSendStream
     from mcp import ClientSession
     from mcp import types as mcp_types
-    from mcp.shared.message import SessionMessage
 
 __all__ = ["SourceSession", "ToolSource", "check_arguments", "check_output"]
 
@@ -168,8 +167,11 @@ class SourceSession:
         self._task: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] | None = None
         self._closing: asyncio.Event | None = None
+        self._spawned: asyncio.Future[None] | None = None
         self._errlog: IO[str] | None = None
-        self._garbage: str | None = None
+        self._process: asyncio.subprocess.Process | None = None
+        self._pipes: _stdio.Pipes | None = None
+        self._grace = 2.0
         self._eof = False
 
     async def __aenter__(self) -> SourceSession:
@@ -182,36 +184,68 @@ class SourceSession:
     @property
     def alive(self) -> bool:
         """Open, and the server's stdout has not ended (it has not died or spoken garbage)."""
-        return self._session is not None and not self._eof
+        pipes_ended = self._pipes is not None and self._pipes.eof
+        return self._session is not None and not self._eof and not pipes_ended
 
     # -- lifecycle -------------------------------------------------------------------------
 
     async def open(self) -> None:
         """Spawn the server, initialize, list its tools. ``ToolUnavailable`` when it cannot."""
+        self.start()
+        await self.wait_ready()
+
+    def start(self) -> None:
+        """Begin opening without waiting: the server is spawned at the loop's next turn,
+        before the ``mcp`` SDK is imported here, and the handshake follows on its own.
+        ``wait_ready`` (or ``open``) waits for the result; ``close`` ends it either way."""
         if self._task is not None:
             raise UsageError(f"session with {self.source.name!r} was already opened")
         require_mcp()
         loop = asyncio.get_running_loop()
         self._ready = loop.create_future()
+        self._spawned = loop.create_future()
         self._closing = asyncio.Event()
         # lives as long as the session; close() closes it
         self._errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
         self._task = loop.create_task(self._main(), name=f"loopkernel-tools:{self.source.name}")
+
+    async def spawned(self) -> None:
+        """Wait until the server process exists (or could not be started: then the error
+        is kept for ``wait_ready``). Returns at once on a session that was never started."""
+        if self._spawned is not None:
+            await asyncio.shield(self._spawned)
+
+    async def wait_ready(self) -> None:
+        """Wait for the handshake that ``start`` began; on failure close the session and
+        raise its ``ToolUnavailable``."""
+        if self._ready is None:
+            raise UsageError(f"session with {self.source.name!r} was not started")
         try:
             await asyncio.shield(self._ready)
         except BaseException:
             await self.close()
             raise
 
-    async def close(self) -> None:
-        """End the session: close stdin, let the server exit, kill it if it will not."""
+    @property
+    def pid(self) -> int | None:
+        """The server's process id, once spawned."""
+        return None if self._process is None else self._process.pid
+
+    async def close(self, *, grace: float = 2.0) -> None:
+        """End the session: close stdin, let the server exit (``grace`` seconds), then
+        terminate it. ``grace=0`` for a server that was never sent a request."""
+        self._grace = grace
         task = self._task
         if task is not None and self._closing is not None:
             self._closing.set()
             if not self._ready_done():
                 task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            try:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            finally:
+                if self._process is not None:  # close() itself was cancelled: no orphan
+                    _stdio.kill_now(self._process)
         ready = self._ready
         if ready is not None and ready.done() and not ready.cancelled():
             ready.exception()  # retrieved: an open() that gave up must not log it as lost
@@ -237,41 +271,25 @@ class SourceSession:
         return " | ".join(lines[-3:])
 
     async def _main(self) -> None:
-        """The owner task: enters the SDK's contexts, serves until closed, leaves them."""
-        import anyio
-        from mcp import ClientSession, StdioServerParameters, stdio_client
-        from mcp import types as mt
-
-        from loopkernel import __version__
-
+        """The owner task: spawns the server, imports the SDK while the server starts,
+        enters the SDK's session, serves until closed, then stops the server."""
         assert self._ready is not None and self._closing is not None
+        assert self._spawned is not None and self._errlog is not None
         src = self.source
-        params = StdioServerParameters(
-            command=src.command[0],
-            args=list(src.command[1:]),
-            env=dict(src.env) or None,
-            cwd=src.cwd,
-        )
+        proc: asyncio.subprocess.Process | None = None
         try:
-            async with stdio_client(params, errlog=cast(TextIO, self._errlog or sys.stderr)) as (
-                read,
-                write,
-            ):
-                send, receive = anyio.create_memory_object_stream["SessionMessage | Exception"](0)
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._pump, read, send)
-                    info = mt.Implementation(name="loopkernel", version=__version__)
-                    async with ClientSession(receive, write, client_info=info) as session:
-                        with anyio.fail_after(src.start_timeout):
-                            init = await session.initialize()
-                            listed = await _list_all(session)
-                        self.server_name = init.server_info.name
-                        self.protocol_version = init.protocol_version
-                        self.tools = self._tool_defs(listed)
-                        self._session = session
-                        self._ready.set_result(None)
-                        await self._closing.wait()
-                    tg.cancel_scope.cancel()
+            try:
+                proc = await _stdio.spawn(
+                    src.command, env=src.env, cwd=src.cwd, errlog=self._errlog
+                )
+            finally:
+                self._process = proc
+                if not self._spawned.done():
+                    self._spawned.set_result(None)
+            # About a second of imports, on a thread: the server starts meanwhile, and
+            # this process goes on with its own work (opening a store, planning).
+            await asyncio.to_thread(_import_sdk)
+            await self._serve(proc)
         except Exception as exc:  # every failure of the owner task becomes a value
             if not self._ready.done():
                 self._ready.set_exception(self._start_error(_leaf(exc)))
@@ -282,19 +300,37 @@ class SourceSession:
                 self._ready.set_exception(
                     _unavailable(src, "cannot_start", "the session ended before it was ready")
                 )
+            if proc is not None:
+                await _stdio.stop(proc, grace=self._grace)
 
-    async def _pump(
-        self, read: Any, send: MemoryObjectSendStream[SessionMessage | Exception]
-    ) -> None:
-        """Forward the server's messages; a line that is not JSON-RPC ends the session, so
-        every waiting request fails at once instead of at its deadline."""
-        async with send:
-            async for item in read:
-                if isinstance(item, Exception):
-                    self._garbage = _garbage_snippet(item)
-                    break
-                await send.send(item)
-        self._eof = True
+    async def _serve(self, proc: asyncio.subprocess.Process) -> None:
+        import anyio
+        from mcp import ClientSession
+        from mcp import types as mt
+
+        from loopkernel import __version__
+
+        assert self._ready is not None and self._closing is not None
+        src = self.source
+        async with _stdio.streams(proc) as (read, write, pipes):
+            self._pipes = pipes
+            info = mt.Implementation(name="loopkernel", version=__version__)
+            async with ClientSession(read, write, client_info=info) as session:
+                with anyio.fail_after(src.start_timeout):
+                    init = await session.initialize()
+                    listed = await _list_all(session)
+                self.server_name = init.server_info.name
+                self.protocol_version = init.protocol_version
+                self.tools = self._tool_defs(listed)
+                self._session = session
+                self._ready.set_result(None)
+                await self._closing.wait()
+
+    @property
+    def _garbage(self) -> str | None:
+        """A snippet of the first stdout line that was not JSON-RPC, if there was one."""
+        found = None if self._pipes is None else self._pipes.garbage
+        return None if found is None else _garbage_snippet(found)
 
     def _tool_defs(self, listed: list[mcp_types.Tool]) -> dict[str, ToolDef]:
         src = self.source
@@ -518,6 +554,13 @@ def _content_json(blocks: list[Any]) -> JSON:
     if len(blocks) == 1 and getattr(blocks[0], "type", None) == "text":
         return blocks[0].text
     return [b.model_dump(mode="json", by_alias=True, exclude_none=True) for b in blocks]
+
+
+def _import_sdk() -> None:
+    """Import what a client session needs (on a thread, while the server starts)."""
+    import mcp.client.session  # noqa: F401
+    import mcp_types  # noqa: F401
+    from mcp.shared import message  # noqa: F401
 
 
 def _leaf(exc: BaseException) -> BaseException:
