@@ -132,8 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         "ratios": ratios,
         "table": table,
     }
-    out = write_results("startup", data, quick=args.quick, load_average=os.getloadavg())
-    print(f"wrote {out}", file=sys.stderr)
+    write_results("startup", data, quick=args.quick, load_average=os.getloadavg())
     return 0
 
 

@@ -379,8 +379,6 @@ class SourceSession:
         return tools
 
     def _start_error(self, exc: BaseException) -> ToolUnavailable:
-        from mcp import MCPError
-
         src, cmd = self.source, self.source.command[0]
         stderr = self.stderr_tail()
         tail = f"; the end of its stderr: {stderr}" if stderr else ""
@@ -403,6 +401,10 @@ class SourceSession:
             )
         if isinstance(exc, OSError):
             return _unavailable(src, "cannot_start", f"cannot run {cmd!r}: {exc.strerror or exc}")
+        if isinstance(exc, ImportError):  # the SDK is installed but cannot be imported
+            return _unavailable(src, "cannot_start", f"the mcp SDK cannot be imported: {exc}")
+        from mcp import MCPError  # imported by now: the handshake is what failed
+
         if isinstance(exc, MCPError) and exc.code == -32000:
             return _unavailable(
                 src, "cannot_start", f"the server exited before it finished the MCP handshake{tail}"
