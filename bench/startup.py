@@ -111,17 +111,22 @@ def main(argv: list[str] | None = None) -> int:
             for i in IMPLS
         ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    ratios: dict[str, float] = {}
+    # Ratios of runs in the same round (seconds apart) first: the load of a shared machine
+    # drifts between rounds more than within one.
+    pairs = [(f"{n}/loopkernel", f"{n}/handrolled") for n in trees]
+    pairs += [(f"{n}/loopkernel", f"{n}/langgraph") for n in trees]
     if "before" in trees:
-        for impl in IMPLS:
-            ratios[f"{impl} after/before"] = med[f"after/{impl}"] / med[f"before/{impl}"]
-        ratios["LoopKernel after / hand-rolled before"] = (
-            med["after/loopkernel"] / med["before/handrolled"]
-        )
-        ratios["LoopKernel after / LangGraph before"] = (
-            med["after/loopkernel"] / med["before/langgraph"]
-        )
-        lines += ["", *(f"- {k}: {v:.2f}x" for k, v in ratios.items())]
+        pairs += [(f"after/{i}", f"before/{i}") for i in IMPLS]
+        pairs += [
+            ("after/loopkernel", "before/handrolled"),
+            ("after/loopkernel", "before/langgraph"),
+        ]
+    ratios: dict[str, float] = {}
+    lines += ["", "| ratio | median of per-round ratios | ratio of medians |", "|---|---:|---:|"]
+    for a, b in pairs:
+        per_round = statistics.median(x / y for x, y in zip(times[a], times[b], strict=True))
+        ratios[f"{a} / {b}"] = per_round
+        lines.append(f"| {a} / {b} | {per_round:.2f}x | {med[a] / med[b]:.2f}x |")
     table = "\n".join(lines)
     print(table)
     data: dict[str, Any] = {
