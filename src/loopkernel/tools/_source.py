@@ -2,9 +2,12 @@
 
 ``ToolSource`` is configuration: a command line, an environment, optional frozen defs.
 ``SourceSession`` is one live connection: it spawns the server, runs the MCP handshake,
-reads ``tools/list``, and serves calls until it is closed. The SDK's stdio transport and
-``ClientSession`` are entered and left in one owner task per session, so a session opened
-by one worker can serve every other worker of the run.
+reads ``tools/list``, and serves calls until it is closed. The server is spawned before
+the ``mcp`` SDK is imported here, which then happens on a thread while the server starts
+(``_stdio``); the pipe bridge and the SDK's ``ClientSession`` are entered and left in one
+owner task per session, so a session opened by one worker can serve every other worker
+of the run. ``start`` begins all that without waiting (``StartedServers``), ``open``
+waits for it.
 
 Failures are mapped onto the three errors a caller can tell apart:
 
@@ -18,7 +21,7 @@ garbage on stdout, no MCP handshake         ``ToolUnavailable`` (``not_mcp``)
 the server process died                     ``ToolUnavailable`` (``server_died``)
 ==========================================  =====================================
 
-``mcp`` is imported only when a session opens.
+``mcp`` is imported only when a session opens, after its server was spawned.
 """
 
 from __future__ import annotations

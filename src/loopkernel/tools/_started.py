@@ -48,7 +48,11 @@ class StartedServers:
         self._closed = False
 
     async def __aenter__(self) -> StartedServers:
-        self.start()
+        try:
+            self.start()
+        except BaseException:  # a later source refused: the earlier ones are running
+            await self.aclose()
+            raise
         return self
 
     async def __aexit__(
