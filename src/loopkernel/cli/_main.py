@@ -440,7 +440,7 @@ def _builtin_commands(parser: argparse.ArgumentParser) -> frozenset[str]:
 def _add_app_commands(sub: Any) -> None:
     """Commands an installed app contributes: entry points of group ``loopkernel.commands``,
     each a module with ``add_parser(subparsers)`` (keep its imports light: it loads with
-    every ``loopkernel`` command)."""
+    every command that is not built in, and with ``--help``)."""
     from importlib.metadata import entry_points
 
     for ep in sorted(entry_points(group="loopkernel.commands"), key=lambda e: e.name):
