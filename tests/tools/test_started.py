@@ -286,20 +286,37 @@ def test_a_cancelled_start_leaves_no_server(tmp_path: Path) -> None:
 
 
 def test_the_server_is_spawned_before_the_sdk_is_imported(tmp_path: Path) -> None:
-    """What makes the overlap: the process exists before this one imports ``mcp``."""
+    """What makes the overlap: the process exists before this one imports ``mcp``. A
+    finder on ``sys.meta_path`` notes the spawned servers when the first ``mcp.``
+    submodule is looked for (``require_mcp`` only looks ``mcp`` itself up)."""
     code = f"""
 import asyncio, sys
 sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
 from lk_startup import source
 from loopkernel.tools import StartedServers
 
+servers = StartedServers([source({str(tmp_path / "p")!r}, "hang")])
+seen = []
+
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name.startswith("mcp.") and not seen:
+            seen.append(list(servers.pids))
+        return None
+
+sys.meta_path.insert(0, Watch())
+
 async def main():
-    async with StartedServers([source({str(tmp_path / "p")!r}, "hang")]) as servers:
+    async with servers:
         await servers.spawned()
-        print(len(servers.pids), "mcp" in sys.modules)
+        for _ in range(3000):  # the session imports the SDK on its own, after the spawn
+            if seen:
+                break
+            await asyncio.sleep(0.01)
+        print(len(seen[0]), len(servers.pids))
 
 asyncio.run(main())
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["1", "False"]
+    assert out.stdout.split() == ["1", "1"]
