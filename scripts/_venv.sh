@@ -30,3 +30,7 @@ if [ "$(cat "$marker" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -c "import loopkernel" || { echo "install failed" >&2; exit 1; }
   echo "$want" > "$marker"
 fi
+# Byte-compile the project's own sources (pip did the installed packages'): where
+# PYTHONDONTWRITEBYTECODE is set, every loopkernel process the tests start would otherwise
+# compile the package from source again. Unchanged files are skipped by their mtime.
+.venv/bin/python -m compileall -q src >/dev/null

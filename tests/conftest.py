@@ -7,6 +7,7 @@ real peer a test needs, e.g. ``LOOPKERNEL_TEST_BROWSER=skip`` for the browser te
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,14 @@ def pg_backend(pg_database: str) -> Backend:
 
 
 _not_tested: dict[str, list[str]] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A suite started in the background by a non-interactive shell (``bash scripts/test &``)
+    # inherits SIGINT ignored, and so would every loopkernel process a test starts: its
+    # Ctrl-C would then do nothing. Caught here, the signal is back to its default in them.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
