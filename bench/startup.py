@@ -80,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=7, help="measured rounds (default 7)")
     parser.add_argument("--quick", action="store_true", help="3 rounds; results to a temp dir")
     args = parser.parse_args(argv)
+    if args.before is not None and not (args.before / "bench" / "handrolled").is_dir():
+        parser.error(
+            f"--before {args.before}: not a source tree of this project (no bench/handrolled)"
+        )
     if args.quick:
         args.reps = 3
     trees = {"after": ROOT} | ({} if args.before is None else {"before": args.before.resolve()})
