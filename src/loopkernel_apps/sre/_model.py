@@ -118,6 +118,7 @@ def prompt(
     done = [f"{c['tool']} {json.dumps(c['args'], sort_keys=True)}" for c in calls]
     texts: list[str] = []
     room = UNTRUSTED_CAP
+
     def first(c: dict[str, Any]) -> int:
         if c["tool"] == "pod_logs":
             return 0 if c["args"].get("previous") else 1
