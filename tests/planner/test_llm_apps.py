@@ -180,4 +180,15 @@ def test_the_apps_with_the_real_local_model_end_as_the_rules_end_them(tmp_path: 
             note = p["proposal"]
             assert note["model"] or note["reason"] in ("model_timeout", "model_unavailable"), p
     assert inspect(db, "lab")["digest"] == DIGESTS["baseline"]
-    assert "smollm2" in log
+    # Every planning call went to the bundled model. On a loaded machine each may pass its
+    # 30 s deadline unanswered (a loaded round saw all of them do so): the runs must end as
+    # the rules end them all the same. That this model answers at all is
+    # tests/models/test_local_model.py's to show.
+    planned = [
+        line
+        for line in log.splitlines()
+        if "/plan/" in line and not line.startswith("gateway: retry ")
+    ]
+    assert planned and all("provider=smollm2" in line for line in planned), log
+    reached = ("gateway: answered ", "gateway: replayed ", "gateway: invalid ")
+    assert all(line.startswith(reached) or "model_timeout" in line for line in planned), log

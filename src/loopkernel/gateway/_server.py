@@ -330,7 +330,7 @@ class Gateway:
                 limits=self.config.limits,
             )
         except (BudgetExceeded, ModelError) as err:
-            self._log_line(f"refused key={call.key} run={call.run_id} {err.code}: {err.message}")
+            self._log_line(f"refused {_who(call)} {err.code}: {err.message}")
             return _error(err)
         provider = self.providers[call.provider.name]
 
@@ -354,11 +354,11 @@ class Gateway:
             )
         except (ModelTimeout, ModelUnavailable) as err:
             ledger.release(call.key)
-            self._log_line(f"failed key={call.key} run={call.run_id} {err.code}: {err.message}")
+            self._log_line(f"failed {_who(call)} {err.code}: {err.message}")
             return _error(err)
         except ModelError as err:
             ledger.fail(call.key, _record(err), cost_usd=0.0, tokens=0)
-            self._log_line(f"failed key={call.key} run={call.run_id} {err.code}: {err.message}")
+            self._log_line(f"failed {_who(call)} {err.code}: {err.message}")
             return _error(err)
         except BaseException:
             ledger.release(call.key)
@@ -375,7 +375,7 @@ class Gateway:
                     **err.attrs,
                 )
             ledger.fail(call.key, _record(err), cost_usd=cost, tokens=used)
-            self._log_line(f"invalid key={call.key} run={call.run_id}: {err.message}")
+            self._log_line(f"invalid {_who(call)}: {err.message}")
             return _error(err)
         completion = Completion(
             text=reply.text,
@@ -394,14 +394,19 @@ class Gateway:
 
     def _log(self, call: _Call, answer: Mapping[str, Any], *, replayed: bool) -> None:
         self._log_line(
-            f"{'replayed' if replayed else 'answered'} key={call.key} run={call.run_id} "
-            f"task={call.task_id} provider={call.provider.name} in={answer['input_tokens']} "
+            f"{'replayed' if replayed else 'answered'} {_who(call)} in={answer['input_tokens']} "
             f"out={answer['output_tokens']} usd={answer['cost_usd']:.6f} "
             f"ms={answer['latency_ms']:.1f}" + (f" trace={call.trace_id}" if call.trace_id else "")
         )
 
     def _log_line(self, text: str) -> None:
         print(f"gateway: {text}", file=self.log, flush=True)
+
+
+def _who(call: _Call) -> str:
+    """A log line's call: its key, run, task and the provider it went to (or would have),
+    alike on every outcome, so that a failed call names its provider as an answer does."""
+    return f"key={call.key} run={call.run_id} task={call.task_id} provider={call.provider.name}"
 
 
 def _record(err: LoopKernelError) -> dict[str, Any]:
