@@ -196,11 +196,30 @@ class GraphState:
     def apply(self, delta: Delta) -> None:
         for task in delta.tasks:
             self.tasks[task.task_id] = task
-        for src, dst in delta.edges:
-            self.succs.setdefault(src, []).append(dst)
-            self.preds.setdefault(dst, []).append(src)
+        if delta.edges:
+            self.link(delta.edges)
         if delta.finish is not None:
             self.status, self.verdict = delta.finish
+
+    def link(self, edges: Iterable[tuple[str, str]]) -> None:
+        """Add edges between tasks already in ``tasks``, keyed by the tasks' own id strings.
+
+        A long run keeps every edge for its life, so they are kept small: an edge names
+        the task's id object rather than a copy of its text, and a node's first neighbour
+        gets a list of exactly one item (``setdefault(k, []).append`` would make a spare
+        empty list per edge and grow each new one to four slots).
+        """
+        tasks, succs, preds = self.tasks, self.succs, self.preds
+        for a, b in edges:
+            src, dst = _own_id(tasks, a), _own_id(tasks, b)
+            if (after := succs.get(src)) is None:
+                succs[src] = [dst]
+            else:
+                after.append(dst)
+            if (before := preds.get(dst)) is None:
+                preds[dst] = [src]
+            else:
+                before.append(src)
 
     def promotions(
         self,
@@ -221,6 +240,11 @@ class GraphState:
             if all((overlay.get(p) or self.tasks[p]).state is TaskState.SUCCEEDED for p in preds):
                 out.append(task.evolve(state=TaskState.READY))
         return out
+
+
+def _own_id(tasks: Mapping[TaskId, Task], task_id: str) -> TaskId:
+    task = tasks.get(TaskId(task_id))
+    return TaskId(task_id) if task is None else task.task_id
 
 
 _NO_CHANGE = Delta()

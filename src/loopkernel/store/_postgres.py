@@ -410,9 +410,7 @@ class PostgresStore:
         for row in tasks:
             task = task_from_row(row)
             state.tasks[task.task_id] = task
-        for src, dst in edges:
-            state.succs.setdefault(TaskId(src), []).append(TaskId(dst))
-            state.preds.setdefault(TaskId(dst), []).append(TaskId(src))
+        state.link(edges)
         return LoadedRun(
             info=info, state=state, unplanned=tuple(event_from_row(run_id, r) for r in unplanned)
         )

@@ -510,11 +510,11 @@ class SQLiteStore:
             ):
                 task = task_from_row(row)
                 state.tasks[task.task_id] = task
-            for src, dst in db.execute(
-                "SELECT src, dst FROM edges WHERE run_id = ? ORDER BY src, dst", (run_id,)
-            ):
-                state.succs.setdefault(TaskId(src), []).append(TaskId(dst))
-                state.preds.setdefault(TaskId(dst), []).append(TaskId(src))
+            state.link(
+                db.execute(
+                    "SELECT src, dst FROM edges WHERE run_id = ? ORDER BY src, dst", (run_id,)
+                )
+            )
             unplanned = tuple(
                 event_from_row(run_id, row)
                 for row in db.execute(
