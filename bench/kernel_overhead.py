@@ -88,10 +88,13 @@ async def noop(ctx: TaskContext) -> Any:
     return ctx.task_id
 
 
-async def timed_run(store: Store, shape: str, n: int, concurrency: int) -> tuple[float, int]:
-    """Seconds to execute a ``shape`` run of ``n`` tasks in ``store``; its event count."""
+async def timed_run(
+    store: Store, shape: str, n: int, concurrency: int, keep: int | None = None
+) -> tuple[float, int]:
+    """Seconds to execute a ``shape`` run of ``n`` tasks in ``store``; its event count.
+    ``keep``: the kernel's ``keep_finished`` (None: every task stays in memory)."""
     planner = ChainPlanner(n) if shape == "chain" else FanOutPlanner(n)
-    kernel = Kernel(store, planner, {"noop": noop}, max_concurrency=concurrency)
+    kernel = Kernel(store, planner, {"noop": noop}, max_concurrency=concurrency, keep_finished=keep)
     started = await kernel.start(app="bench", max_events=4 * n + 10)
     t0 = time.perf_counter()
     outcome = await kernel.run(started.run_id)
@@ -100,11 +103,13 @@ async def timed_run(store: Store, shape: str, n: int, concurrency: int) -> tuple
     return elapsed, (await store.get_run(started.run_id)).last_seq
 
 
-async def measure(shape: str, n: int, synchronous: str, concurrency: int) -> dict[str, Any]:
+async def measure(
+    shape: str, n: int, synchronous: str, concurrency: int, keep: int | None = None
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
         store = SQLiteStore(Path(tmp) / "runs.db", synchronous=synchronous)  # type: ignore[arg-type]
         await store.open()
-        elapsed, events = await timed_run(store, shape, n, concurrency)
+        elapsed, events = await timed_run(store, shape, n, concurrency, keep)
         await store.close()
         size = (Path(tmp) / "runs.db").stat().st_size
     return {
@@ -155,16 +160,21 @@ def peak_kib() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
-def rss_child(n: int) -> None:
+KEEP = 1000
+"""``keep_finished`` of the evicting RSS rows: a chain of 1,000 never evicts."""
+
+
+def rss_child(n: int, keep: int | None) -> None:
     """Run a chain of ``n`` at NORMAL; print peak RSS (KiB) before and after."""
     before = peak_kib()
-    asyncio.run(measure("chain", n, "normal", 16))
+    asyncio.run(measure("chain", n, "normal", 16, keep))
     print(before, peak_kib())
 
 
-def peak_rss(n: int) -> dict[str, float]:
+def peak_rss(n: int, keep: int | None = None) -> dict[str, Any]:
+    extra = [] if keep is None else ["--keep", str(keep)]
     out = subprocess.run(
-        [sys.executable, "-m", "bench.kernel_overhead", "--rss-child", str(n)],
+        [sys.executable, "-m", "bench.kernel_overhead", "--rss-child", str(n), *extra],
         capture_output=True,
         text=True,
         check=True,
@@ -172,6 +182,7 @@ def peak_rss(n: int) -> dict[str, float]:
     before, after = int(out[-2]), int(out[-1])
     return {
         "tasks": n,
+        "keep_finished": keep,
         "peak_mb": round(after / 1024, 1),
         "growth_mb": round((after - before) / 1024, 1),
     }
@@ -395,11 +406,12 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, help="rounds (default 5, 3 with --quick)")
     parser.add_argument("--rss-child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--keep", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--crash-child", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--resume-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rss_child:
-        rss_child(args.rss_child)
+        rss_child(args.rss_child, args.keep)
         return
     if args.crash_child or args.resume_child:
         db, n = args.crash_child or args.resume_child
@@ -421,6 +433,8 @@ def main() -> None:
             add("chain_full_us", asyncio.run(measure("chain", 1000, "full", 16))["us_per_task"])
             add("floor_normal_us", commit_floor("normal"))
             add("chain_normal_us", asyncio.run(measure("chain", 1000, "normal", 16))["us_per_task"])
+            evicting = asyncio.run(measure("chain", 1000, "normal", 16, keep=100))
+            add("chain_normal_keep100_us", evicting["us_per_task"])
             for c in (16, 64, 1000):
                 row = asyncio.run(measure("fanout", 1000, "full", c))
                 add(f"fanout_c{c}_us", row["us_per_task"])
@@ -437,7 +451,9 @@ def main() -> None:
     finally:
         if pg_url is not None:
             drop_pg(pg_url)
-    rss = [peak_rss(n) for n in ([1000, 10_000] if args.quick else [1000, 10_000, 100_000])]
+    sizes = [1000, 10_000] if args.quick else [1000, 10_000, 100_000]
+    rss = [peak_rss(n) for n in sizes]
+    rss_evicting = [peak_rss(n, KEEP) for n in sizes]
     samples["recovery_10k_s"] = [round(recovery(10_000), 4) for _ in range(rounds)]
 
     m = {k: median(v) for k, v in samples.items()}
@@ -451,6 +467,12 @@ def main() -> None:
         )
     ratios["recovery_10k_to_aim"] = round(m["recovery_10k_s"] / 0.2, 2)
     ratios["rss_growth_largest_vs_1k_mb"] = round(rss[-1]["peak_mb"] - rss[0]["peak_mb"], 1)
+    ratios["rss_growth_largest_vs_1k_mb_keep_finished"] = round(
+        rss_evicting[-1]["peak_mb"] - rss_evicting[0]["peak_mb"], 1
+    )
+    ratios["chain_normal_keep100_to_keep_all"] = round(
+        m["chain_normal_keep100_us"] / m["chain_normal_us"], 2
+    )
     load = os.getloadavg()
     table = [
         ("floor: SQLite WAL commit, FULL (fsync)", f"{m['floor_full_us']} µs", ""),
@@ -464,6 +486,11 @@ def main() -> None:
             "chain of 1,000, NORMAL, per step",
             f"{m['chain_normal_us']} µs",
             f"{ratios['chain_normal_to_floor']} x floor",
+        ),
+        (
+            "same, keep_finished=100 (older tasks evicted, read back on demand)",
+            f"{m['chain_normal_keep100_us']} µs",
+            f"{ratios['chain_normal_keep100_to_keep_all']} x keeping all",
         ),
         *(
             (
@@ -480,6 +507,14 @@ def main() -> None:
                 "",
             )
             for r in rss
+        ),
+        *(
+            (
+                f"peak RSS, chain of {r['tasks']:,}, keep_finished={KEEP:,}",
+                f"{r['peak_mb']} MB (+{r['growth_mb']} in the run)",
+                "",
+            )
+            for r in rss_evicting
         ),
     ]
     table.append(
@@ -518,6 +553,7 @@ def main() -> None:
             "samples": samples,
             "ratios": ratios,
             "rss": rss,
+            "rss_keep_finished": rss_evicting,
             "pg_round_trips_per_step": turns,
         },
         quick=args.quick,

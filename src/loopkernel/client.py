@@ -45,6 +45,7 @@ from loopkernel.executor import (
     Kernel,
     RunOutcome,
     StartedRun,
+    check_keep_finished,
     hash_token,
 )
 from loopkernel.executor._crash import crashpoint
@@ -259,6 +260,7 @@ class Client:
         apps: Collection[str] | None = None,
         on_tool_server: Callable[[str, str], None] | None = None,
         tool_servers: StartedServers | None = None,
+        keep_finished: int | None = None,
     ) -> RunOutcome:
         """Run (or resume) a run with the app it was started with, as its one executor.
 
@@ -266,9 +268,11 @@ class Client:
         taken over meanwhile (this process stopped writing); ``StoreUnavailable`` once the
         store has not answered for ``store_retry`` seconds (the run stays resumable).
         ``on_retry(error, delay)`` is told of each retry. ``apps``, ``on_tool_server``
-        and ``tool_servers`` are handed to ``run_owned``.
+        and ``tool_servers`` are handed to ``run_owned``; ``keep_finished`` to the
+        ``Kernel`` (checked before anything is claimed).
         """
         rid = RunId(run_id)
+        check_keep_finished(self.store, keep_finished)
         deadline = time.monotonic() + store_retry
         delay = 0.05
         while True:
@@ -281,6 +285,7 @@ class Client:
                     apps,
                     on_tool_server,
                     tool_servers,
+                    keep_finished,
                 )
             except StoreUnavailable as exc:
                 left = deadline - time.monotonic()
@@ -304,6 +309,7 @@ class Client:
         apps: Collection[str] | None,
         on_tool_server: Callable[[str, str], None] | None,
         tool_servers: StartedServers | None,
+        keep_finished: int | None,
     ) -> RunOutcome:
         info = await self.store.get_run(rid)
         if info.status in TERMINAL_RUN:  # nothing to execute, nothing to own
@@ -321,6 +327,7 @@ class Client:
                 apps=apps,
                 on_tool_server=on_tool_server,
                 tool_servers=tool_servers,
+                keep_finished=keep_finished,
             )
         )
         beat = asyncio.create_task(self._heartbeat(claim, run, lease_seconds, lost))
@@ -385,6 +392,7 @@ class Client:
         apps: Collection[str] | None = None,
         on_tool_server: Callable[[str, str], None] | None = None,
         tool_servers: StartedServers | None = None,
+        keep_finished: int | None = None,
     ) -> RunOutcome:
         """Run (or resume) a run this process already owns: ``self.store`` is the view
         fenced to its lease (a worker's claim, or ``execute``'s own).
@@ -397,6 +405,7 @@ class Client:
         "starting" | "ready")`` is told when the run's tool layer starts a server.
         ``tool_servers`` (``start_tool_servers``): servers started for this run before it
         was set up, which its tool layer takes over instead of spawning its own.
+        ``keep_finished``: the ``Kernel``'s (finished tasks evicted from memory).
         """
         info = await self.store.get_run(_rid(run_id))
         if apps is not None:
@@ -420,7 +429,13 @@ class Client:
                     return await self.fail(run_id, "bad_params", str(exc))
         else:
             app = load_app(info.app)
-        kernel = self.kernel(app, info.params, observer=observer, max_concurrency=max_concurrency)
+        kernel = self.kernel(
+            app,
+            info.params,
+            observer=observer,
+            max_concurrency=max_concurrency,
+            keep_finished=keep_finished,
+        )
         tools = kernel.tools
         if tools is not None and getattr(tools, "on_restart", False) is None:
             tools.on_restart = self._journal_restart(_rid(run_id))  # type: ignore[attr-defined]

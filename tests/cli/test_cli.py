@@ -127,3 +127,56 @@ def test_runaway_exit_code_and_verdict(tmp_path: Path) -> None:
     )
     assert out.returncode == 1
     assert json.loads(out.stdout)["verdict"]["kind"] == "runaway"
+
+
+def test_keep_finished_runs_to_the_same_digest_and_is_refused_where_it_cannot_work(
+    tmp_path: Path,
+) -> None:
+    db = str(tmp_path / "x.db")
+    digests = []
+    for run, keep in (("all", []), ("evicting", ["--keep-finished", "0"])):
+        out = cli("--db", db, "run", "speculation", "--scenario", "fast", "--run-id", run, *keep)
+        assert out.returncode == 0, out.stderr
+        ins = cli("--db", db, "inspect", run, "--json")
+        digests.append(json.loads(ins.stdout)["digest"])
+    assert digests[0] == digests[1]
+    bad = cli("--db", db, "run", "speculation", "--keep-finished", "-1")
+    assert bad.returncode == 2 and "--keep-finished: must be at least 0" in bad.stderr
+    pg = "postgresql://nobody@127.0.0.1:1/none"  # refused before any connection is tried
+    for args in (("run", "speculation"), ("resume", "all")):
+        out = cli("--db", pg, *args, "--keep-finished", "5")
+        assert out.returncode == 2, out.stderr
+        assert "keep_finished needs a store that reads tasks back synchronously" in out.stderr
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    "app",
+    [
+        ["looplab", "--scenario", "baseline"],  # tools over MCP
+        ["looplab", "--scenario", "overspend"],  # the policy guard sums every task's spend
+        [  # typed evidence, and tasks that see their ancestors
+            "sre",
+            "--set",
+            "question=Why is the payments deployment restarting?",
+            "--set",
+            f"dump={ROOT / 'examples/incidents/oom-payments/dump'}",
+            "--set",
+            "namespace=prod",
+        ],
+    ],
+    ids=["looplab-baseline", "looplab-overspend", "sre"],
+)
+def test_the_apps_evicting_every_finished_task_end_as_they_do_keeping_them(
+    tmp_path: Path, app: list[str]
+) -> None:
+    db = str(tmp_path / "x.db")
+    ends = []
+    for run, keep in (("all", []), ("evicting", ["--keep-finished", "0"])):
+        out = cli("--db", db, "run", *app, "--run-id", run, "--quiet", *keep)
+        ins = json.loads(cli("--db", db, "inspect", run, "--json").stdout)
+        ends.append((out.returncode, ins["status"], ins["verdict"], ins["digest"]))
+    assert ends[0] == ends[1]
+    assert ends[0][1] in ("succeeded", "escalated"), ends[0]

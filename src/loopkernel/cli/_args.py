@@ -44,6 +44,17 @@ def count(text: str) -> int:
     return value
 
 
+def whole(text: str) -> int:
+    """A whole number of at least zero."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be at least 0")
+    return value
+
+
 def max_events(text: str) -> int:
     """The runaway guard: a whole number of at least 2 (``run_started`` and one more)."""
     value = count(text)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from loopkernel._app import App, load_app
-from loopkernel.cli._args import count, json_value, max_events, run_id, setting, task_id
+from loopkernel.cli._args import count, json_value, max_events, run_id, setting, task_id, whole
 from loopkernel.cli._render import Progress, one_line, render_inspection
 from loopkernel.client import DEFAULT_STORE_RETRY, Client
 from loopkernel.errors import (
@@ -43,7 +43,7 @@ from loopkernel.errors import (
     TransientFault,
     UsageError,
 )
-from loopkernel.executor import DEFAULT_MAX_EVENTS, RunOutcome, StartedRun
+from loopkernel.executor import DEFAULT_MAX_EVENTS, RunOutcome, StartedRun, check_keep_finished
 from loopkernel.graph import JSON, RunStatus
 
 if TYPE_CHECKING:
@@ -134,6 +134,7 @@ async def start_run(client: Client, args: argparse.Namespace) -> StartedRun:
 async def cmd_run(args: argparse.Namespace) -> int:
     app, params = check_app_arguments(args)
     client = Client(args.db)
+    check_keep_finished(client.store, args.keep_finished)  # before the store is opened
     # The app's tool servers start first: their start-up (a process importing the MCP
     # SDK) overlaps opening the store, journaling the run and its first planning, and
     # they are stopped on every way out that did not hand them to the run.
@@ -161,6 +162,7 @@ async def _run(client: Client, args: argparse.Namespace, servers: StartedServers
         on_retry=_retrying(args),
         on_tool_server=None if progress is None else progress.tool_server,
         tool_servers=servers,
+        keep_finished=args.keep_finished,
     )
     return await _finish(client, outcome, args, started.token)
 
@@ -186,6 +188,7 @@ async def cmd_demo(args: argparse.Namespace) -> int:
     args.app, args.scenario, args.set, args.run_id = "speculation", "demo", [], None
     args.require_token = False
     args.max_events, args.quiet, args.json, args.concurrency = DEFAULT_MAX_EVENTS, False, False, 16
+    args.keep_finished = None
     args.store_retry = DEFAULT_STORE_RETRY
     print(
         "LoopKernel demo: three researchers race; at a quorum of two the straggler is "
@@ -195,7 +198,9 @@ async def cmd_demo(args: argparse.Namespace) -> int:
 
 
 async def cmd_resume(args: argparse.Namespace) -> int:
-    async with Client(args.db, create=False) as client:
+    client = Client(args.db, create=False)
+    check_keep_finished(client.store, args.keep_finished)  # before the store is opened
+    async with client:
         progress = None if args.quiet or args.json else Progress(sys.stdout)
         outcome = await client.execute(
             args.run,
@@ -204,6 +209,7 @@ async def cmd_resume(args: argparse.Namespace) -> int:
             store_retry=args.store_retry,
             on_retry=_retrying(args),
             on_tool_server=None if progress is None else progress.tool_server,
+            keep_finished=args.keep_finished,
         )
         return await _finish(client, outcome, args)
 
@@ -333,6 +339,15 @@ def build_parser(*, app_commands: bool = True) -> argparse.ArgumentParser:
             "run adds the approval token)",
         )
         p.add_argument("--concurrency", type=count, default=16, help="tasks at once (default 16)")
+        p.add_argument(
+            "--keep-finished",
+            type=whole,
+            default=None,
+            metavar="N",
+            help="keep about N succeeded tasks in memory and read older ones back from the "
+            "store when asked, so a long run's memory stays flat (SQLite only; default: "
+            "keep every task)",
+        )
         p.add_argument(
             "--store-retry",
             type=float,

@@ -14,6 +14,7 @@ from loopkernel.executor._kernel import (
     PatchGuard,
     RunOutcome,
     StartedRun,
+    check_keep_finished,
     hash_token,
 )
 
@@ -29,5 +30,6 @@ __all__ = [
     "TaskContext",
     "ToolCaller",
     "Worker",
+    "check_keep_finished",
     "hash_token",
 ]

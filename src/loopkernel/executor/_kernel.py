@@ -24,6 +24,7 @@ import inspect
 import json
 import secrets
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
@@ -72,7 +73,14 @@ from loopkernel.graph import (
 )
 from loopkernel.ids import RunId, TaskId, check_id, new_run_id
 from loopkernel.planner import Flow, Planner, Proposal, Snapshot
-from loopkernel.store import NewEvent, PatchRecord, ProposalNote, Store, digest_of
+from loopkernel.store import (
+    ArchiveSource,
+    NewEvent,
+    PatchRecord,
+    ProposalNote,
+    Store,
+    digest_of,
+)
 
 if TYPE_CHECKING:
     from loopkernel.telemetry._otel import Span, Tracer
@@ -83,6 +91,7 @@ __all__ = [
     "PatchGuard",
     "RunOutcome",
     "StartedRun",
+    "check_keep_finished",
     "hash_token",
 ]
 
@@ -93,6 +102,10 @@ of the task, and the run stays resumable (the task runs again when it resumes)."
 
 DEFAULT_MAX_EVENTS = 100_000
 """The runaway guard's default: far above any run the shipped apps make (tens of events)."""
+
+_EVICT_LOOKS = 64
+"""At most this many finished tasks are looked at for eviction per step, so that a step's
+cost stays bounded when old tasks cannot go yet (their successors have not finished)."""
 
 
 class PatchGuard(Protocol):
@@ -126,6 +139,22 @@ class RunOutcome:
     """Why the run stopped."""
 
 
+def check_keep_finished(store: Store, keep_finished: int | None) -> None:
+    """``UsageError`` unless ``keep_finished`` is None, or a whole number >= 0 on a store
+    that can read evicted tasks back (``ArchiveSource``)."""
+    if keep_finished is None:
+        return
+    if isinstance(keep_finished, bool) or not isinstance(keep_finished, int):
+        raise UsageError(f"keep_finished must be a whole number, not {keep_finished!r}")
+    if keep_finished < 0:
+        raise UsageError(f"keep_finished must be at least 0, not {keep_finished}")
+    if not isinstance(store, ArchiveSource):
+        raise UsageError(
+            f"keep_finished needs a store that reads tasks back synchronously (SQLite); "
+            f"{store!r} cannot, so its executor keeps every task in memory"
+        )
+
+
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -151,9 +180,15 @@ class Kernel:
         cancel_grace: float = 5.0,
         observer: Observer | None = None,
         guard: PatchGuard | None = None,
+        keep_finished: int | None = None,
     ) -> None:
+        """``keep_finished``: keep at most about this many succeeded tasks in memory and
+        read older ones back from the store when a planner or a worker asks for them, so
+        that a long run's memory stays flat (docs/performance.md, "Memory"). ``None``
+        (the default) keeps every task. Needs a store that reads synchronously (SQLite)."""
         if max_concurrency < 1:
             raise UsageError(f"max_concurrency must be at least 1, not {max_concurrency}")
+        check_keep_finished(store, keep_finished)
         self.store = store
         self.planner = planner
         self.workers = dict(workers)
@@ -166,6 +201,7 @@ class Kernel:
         self.cancel_grace = cancel_grace
         self.observer = observer
         self.guard = guard
+        self.keep_finished = keep_finished
 
     async def start(
         self,
@@ -239,6 +275,8 @@ class _RunLoop:
         self.journal_tasks: list[Task] = []
         self.carry: list[Event] = []
         """Events another process appended while a step was being planned, still to plan."""
+        self.finished: deque[TaskId] = deque()
+        """Succeeded tasks still in memory, oldest first, when finished tasks are evicted."""
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -262,6 +300,10 @@ class _RunLoop:
                 parent=loaded.info.trace,
             )
         self.state = loaded.state
+        if self.k.keep_finished is not None:
+            succeeded = self.state.in_state(TaskState.SUCCEEDED)
+            succeeded.sort(key=lambda t: t.done_seq or 0)
+            self.finished.extend(t.task_id for t in succeeded)
         self.max_events = loaded.info.max_events
         self.known_seq = loaded.info.last_seq
         if self.state.finished:
@@ -438,6 +480,8 @@ class _RunLoop:
             self.state.tasks[task.task_id] = task
             if task.state is TaskState.READY:
                 self.ready[task.task_id] = None
+            elif task.state is TaskState.SUCCEEDED and self.k.keep_finished is not None:
+                self.finished.append(task.task_id)
             if self.one_step:
                 self.journal_tasks.append(task)
         crashpoint("event_committed")
@@ -451,9 +495,9 @@ class _RunLoop:
         """Another process appended while our step was planned: the store wrote our events
         after its; follow their seqs, and plan its events next."""
         moved = {p.seq: w.seq for p, w in zip(self.journal, written, strict=True)}
-        for tid, task in list(self.state.tasks.items()):
+        for task in list(self.state.resident()):  # an evicted task's seq is older
             if task.done_seq in moved:
-                self.state.tasks[tid] = replace(task, done_seq=moved[task.done_seq])
+                self.state.tasks[task.task_id] = task.evolve(done_seq=moved[task.done_seq])
         base = self.journal[0].seq - 1
         self.carry.extend(
             e for e in await self.store.events(self.run_id, after=base) if e.seq < written[0].seq
@@ -541,7 +585,33 @@ class _RunLoop:
                 del self.running[fut]
                 self.cancelled[fut] = tid
                 fut.cancel()
+        if self.k.keep_finished is not None:
+            self._evict(self.k.keep_finished)
         return bool(events)
+
+    def _evict(self, keep: int) -> None:
+        """Drop from memory the oldest succeeded tasks past ``keep`` whose successors have
+        all finished too; everything they were is committed by now (``GraphState.evict``).
+        One whose successors have not finished goes to the back of the line."""
+        tasks = self.state.tasks
+        succs = self.state.succs
+        out: list[TaskId] = []
+        for _ in range(min(len(self.finished) - keep, _EVICT_LOOKS)):
+            tid = self.finished.popleft()
+            task = dict.get(tasks, tid)
+            if task is None or task.state is not TaskState.SUCCEEDED:
+                continue
+            # A successor that is not in memory was evicted, so it has finished.
+            if all(
+                (s := dict.get(tasks, after)) is None or s.state in TERMINAL_TASK
+                for after in succs.get(tid, ())
+            ):
+                out.append(tid)
+            else:
+                self.finished.append(tid)
+        if out:
+            assert isinstance(self.store, ArchiveSource)
+            self.state.evict(out, self.store.archive(self.run_id))
 
     async def _plan_traced(self, event: Event) -> tuple[PatchRecord, Delta]:
         """``_plan_one`` in a span of its own when tracing is on."""
@@ -587,6 +657,8 @@ class _RunLoop:
             patch = await proposed if inspect.isawaitable(proposed) else proposed
             if not isinstance(patch, GraphPatch | Proposal):
                 raise TypeError(f"plan() returned {type(patch).__name__}, not GraphPatch")
+        except _STOPS_THE_RUN:
+            raise  # the store did not answer a read (an evicted task's): no verdict on the plan
         except Exception as exc:
             verdict = {"kind": "planner_error", "type": type(exc).__name__, "message": str(exc)}
             return self._kernel_finish(event, "failed", verdict, "the planner raised")
@@ -660,7 +732,7 @@ class _RunLoop:
 
     async def _stall(self) -> None:
         """Nothing runs, nothing waits for a human, and the planner did not finish the run."""
-        stuck = sorted(t.task_id for t in self.state.tasks.values() if t.state not in TERMINAL_TASK)
+        stuck = sorted(t.task_id for t in self.state.resident() if t.state not in TERMINAL_TASK)
         verdict = {
             "kind": "stalled",
             "message": "no task can run and the planner did not finish the run",

@@ -14,7 +14,7 @@ from loopkernel.graph._model import (
 )
 from loopkernel.graph._patch import Add, Cancel, Connect, Finish, GraphPatch, Op, Resume, Wait
 from loopkernel.graph._replay import state_at
-from loopkernel.graph._state import Delta, GraphState, Task, validate
+from loopkernel.graph._state import Archive, Delta, GraphState, Task, TaskTable, validate
 
 __all__ = [
     "JSON",
@@ -22,6 +22,7 @@ __all__ = [
     "TERMINAL_TASK",
     "UNPLANNED_EVENTS",
     "Add",
+    "Archive",
     "Cancel",
     "Connect",
     "Delta",
@@ -36,6 +37,7 @@ __all__ = [
     "Task",
     "TaskSpec",
     "TaskState",
+    "TaskTable",
     "Wait",
     "legal_transition",
     "state_at",

@@ -7,10 +7,10 @@ the same delta in the same step, so memory and disk never disagree.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Final, assert_never
+from typing import TYPE_CHECKING, Final, Protocol, TypeVar, assert_never, overload
 
 from loopkernel.errors import PatchRejected
 from loopkernel.graph._model import (
@@ -26,7 +26,12 @@ from loopkernel.graph._model import (
 from loopkernel.graph._patch import Add, Cancel, Connect, Finish, GraphPatch, Resume, Wait
 from loopkernel.ids import ID_PATTERN, RunId, TaskId, valid_id
 
-__all__ = ["Delta", "GraphState", "Task", "validate"]
+if TYPE_CHECKING:
+    from _collections_abc import dict_items, dict_keys, dict_values
+
+__all__ = ["Archive", "Delta", "GraphState", "Task", "TaskTable", "validate"]
+
+_T = TypeVar("_T")
 
 
 class _Keep(Enum):
@@ -140,6 +145,93 @@ class Delta:
     """Tasks that were running and are cancelled: the executor cancels them in flight."""
 
 
+class Archive(Protocol):
+    """Where a run's evicted tasks are read back from, synchronously (a planner reads its
+    snapshot without awaiting): what the store committed, which for a finished task is
+    final. Errors are ``StoreUnavailable``."""
+
+    def task(self, task_id: TaskId) -> Task | None: ...
+
+    def tasks(self) -> list[Task]: ...
+
+    def edges(self, task_id: TaskId) -> tuple[list[TaskId], list[TaskId]]:
+        """``(predecessors, successors)`` of the task, as committed."""
+        ...
+
+    def all_edges(self) -> list[tuple[TaskId, TaskId]]:
+        """Every committed edge ``(src, dst)`` of the run."""
+        ...
+
+
+class TaskTable(dict[TaskId, Task]):
+    """``GraphState.tasks``: a run's tasks by id.
+
+    A plain dict until the executor evicts succeeded tasks from memory
+    (``Kernel(keep_finished=N)``, ``GraphState.evict``); from then on, reading one of those
+    (``table[id]``, ``get``, ``in``, iterating, ``len``) reads it back from the store's
+    ``Archive``, so what a planner or a worker sees is the same either way. Only the
+    executor's own state evicts; ``resident()`` is what is in memory.
+    """
+
+    __slots__ = ("archive", "evicted")
+
+    def __init__(self, *args: Mapping[TaskId, Task]) -> None:
+        super().__init__(*args)
+        self.archive: Archive | None = None
+        self.evicted = 0
+        """How many tasks live only in the archive."""
+
+    def __missing__(self, key: TaskId) -> Task:
+        task = self.archive.task(key) if self.evicted and self.archive else None
+        if task is None:
+            raise KeyError(key)
+        return task
+
+    @overload
+    def get(self, key: TaskId, default: None = None, /) -> Task | None: ...
+    @overload
+    def get(self, key: TaskId, default: Task, /) -> Task: ...
+    @overload
+    def get(self, key: TaskId, default: _T, /) -> Task | _T: ...
+    def get(self, key: TaskId, default: object = None, /) -> object:
+        task = dict.get(self, key)
+        if task is None and self.evicted and self.archive:
+            task = self.archive.task(key)
+        return default if task is None else task
+
+    def __contains__(self, key: object) -> bool:
+        if dict.__contains__(self, key):
+            return True
+        if not (self.evicted and self.archive and isinstance(key, str)):
+            return False
+        return self.archive.task(TaskId(key)) is not None
+
+    def __len__(self) -> int:
+        return dict.__len__(self) + self.evicted
+
+    def __iter__(self) -> Iterator[TaskId]:
+        return iter(self._everything()) if self.evicted else dict.__iter__(self)
+
+    def keys(self) -> dict_keys[TaskId, Task]:
+        return self._everything().keys() if self.evicted else dict.keys(self)
+
+    def values(self) -> dict_values[TaskId, Task]:
+        return self._everything().values() if self.evicted else dict.values(self)
+
+    def items(self) -> dict_items[TaskId, Task]:
+        return self._everything().items() if self.evicted else dict.items(self)
+
+    def resident(self) -> dict_values[TaskId, Task]:
+        """The tasks in memory: every task that is not finished, and some that are."""
+        return dict.values(self)
+
+    def _everything(self) -> dict[TaskId, Task]:
+        assert self.archive is not None
+        everything = {t.task_id: t for t in self.archive.tasks()}
+        everything.update(dict.items(self))  # memory is newer than the last commit
+        return everything
+
+
 @dataclass(kw_only=True)
 class GraphState:
     """The run's graph in memory: the planner's snapshot and the executor's working copy."""
@@ -149,9 +241,12 @@ class GraphState:
     params: JSON
     status: RunStatus = RunStatus.RUNNING
     verdict: JSON = None
-    tasks: dict[TaskId, Task] = field(default_factory=dict)
+    tasks: dict[TaskId, Task] = field(default_factory=TaskTable)
+    """By id: a ``TaskTable`` unless one was given (read through it, never around it)."""
     preds: dict[TaskId, list[TaskId]] = field(default_factory=dict)
+    """Predecessors of the tasks in memory (``predecessors()`` also reads evicted ones)."""
     succs: dict[TaskId, list[TaskId]] = field(default_factory=dict)
+    """Successors of the tasks in memory (``successors()`` also reads evicted ones)."""
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -162,13 +257,37 @@ class GraphState:
         return self.tasks.get(TaskId(task_id))
 
     def in_state(self, *states: TaskState) -> list[Task]:
+        if TaskState.SUCCEEDED not in states:
+            return [t for t in self.resident() if t.state in states]  # none of them evicted
         return [t for t in self.tasks.values() if t.state in states]
 
+    def resident(self) -> Iterable[Task]:
+        """The tasks in memory: all but the succeeded ones the executor evicted."""
+        tasks = self.tasks
+        return tasks.resident() if isinstance(tasks, TaskTable) else tasks.values()
+
     def predecessors(self, task_id: str) -> list[TaskId]:
-        return self.preds.get(TaskId(task_id), [])
+        found = self.preds.get(TaskId(task_id))
+        if found is None:
+            return self._evicted_edges(TaskId(task_id))[0]
+        return found
 
     def successors(self, task_id: str) -> list[TaskId]:
-        return self.succs.get(TaskId(task_id), [])
+        found = self.succs.get(TaskId(task_id))
+        if found is None:
+            return self._evicted_edges(TaskId(task_id))[1]
+        return found
+
+    def _evicted_edges(self, task_id: TaskId) -> tuple[list[TaskId], list[TaskId]]:
+        tasks = self.tasks
+        if (
+            isinstance(tasks, TaskTable)
+            and tasks.evicted
+            and tasks.archive
+            and not dict.__contains__(tasks, task_id)
+        ):
+            return tasks.archive.edges(task_id)
+        return [], []
 
     def startable(self, task_id: TaskId) -> bool:
         """Ready, and every predecessor has succeeded."""
@@ -178,13 +297,23 @@ class GraphState:
         )
 
     def ancestors(self, task_id: TaskId) -> set[TaskId]:
+        preds = self.preds
+        tasks = self.tasks
+        if isinstance(tasks, TaskTable) and tasks.evicted and tasks.archive:
+            # Through evicted tasks: every committed edge at once (one read, where a read
+            # per task would scan the edges each time), then the lists in memory, which
+            # are newer.
+            preds = {}
+            for src, dst in tasks.archive.all_edges():
+                preds.setdefault(dst, []).append(src)
+            preds.update(self.preds)
         seen: set[TaskId] = set()
-        stack = list(self.preds.get(task_id, ()))
+        stack = list(preds.get(task_id, ()))
         while stack:
             node = stack.pop()
             if node not in seen:
                 seen.add(node)
-                stack.extend(self.preds.get(node, ()))
+                stack.extend(preds.get(node, ()))
         return seen
 
     @property
@@ -209,9 +338,9 @@ class GraphState:
         gets a list of exactly one item (``setdefault(k, []).append`` would make a spare
         empty list per edge and grow each new one to four slots).
         """
-        tasks, succs, preds = self.tasks, self.succs, self.preds
+        succs, preds = self.succs, self.preds
         for a, b in edges:
-            src, dst = _own_id(tasks, a), _own_id(tasks, b)
+            src, dst = self._own_id(TaskId(a)), self._own_id(TaskId(b))
             if (after := succs.get(src)) is None:
                 succs[src] = [dst]
             else:
@@ -220,6 +349,46 @@ class GraphState:
                 preds[dst] = [src]
             else:
                 before.append(src)
+
+    def _own_id(self, task_id: TaskId) -> TaskId:
+        """The task's own id string; an evicted task is read back into memory first, so
+        that the edge joins complete lists (a succeeded task may gain a successor)."""
+        task = dict.get(self.tasks, task_id)
+        if task is None:
+            task = self._revive(task_id)
+        return task_id if task is None else task.task_id
+
+    def _revive(self, task_id: TaskId) -> Task | None:
+        tasks = self.tasks
+        if not (isinstance(tasks, TaskTable) and tasks.evicted and tasks.archive):
+            return None
+        task = tasks.archive.task(task_id)
+        if task is None:
+            return None
+        before, after = tasks.archive.edges(task_id)
+        dict.__setitem__(tasks, task_id, task)
+        tasks.evicted -= 1
+        if before:
+            self.preds[task_id] = before
+        if after:
+            self.succs[task_id] = after
+        return task
+
+    def evict(self, task_ids: Iterable[TaskId], archive: Archive) -> None:
+        """Drop finished tasks from memory, with their edge lists; ``tasks`` reads them back
+        from ``archive``. Only for succeeded tasks whose successors are all finished and
+        whose last state the store has committed: nothing can change them any more, and no
+        cycle check walks through them (it starts at a task that has not started, and
+        everything after such a task has not succeeded)."""
+        tasks = self.tasks
+        if not isinstance(tasks, TaskTable):
+            raise TypeError("only a TaskTable can evict")
+        tasks.archive = archive
+        for tid in task_ids:
+            del tasks[tid]
+            self.preds.pop(tid, None)
+            self.succs.pop(tid, None)
+            tasks.evicted += 1
 
     def promotions(
         self,
@@ -240,11 +409,6 @@ class GraphState:
             if all((overlay.get(p) or self.tasks[p]).state is TaskState.SUCCEEDED for p in preds):
                 out.append(task.evolve(state=TaskState.READY))
         return out
-
-
-def _own_id(tasks: Mapping[TaskId, Task], task_id: str) -> TaskId:
-    task = tasks.get(TaskId(task_id))
-    return TaskId(task_id) if task is None else task.task_id
 
 
 _NO_CHANGE = Delta()
@@ -375,7 +539,8 @@ def validate(state: GraphState, patch: GraphPatch, skills: Collection[str]) -> D
                 move(i, task, TaskState.READY, human_input=payload)
             case Finish(status=status, verdict=verdict):
                 finish = (RunStatus(status), verdict)
-                for task in list(state.tasks.values()) + [changed[t] for t in new_ids]:
+                # Evicted tasks have all succeeded: the tasks in memory are the ones to end.
+                for task in [*state.resident(), *(changed[t] for t in new_ids)]:
                     task = current(task.task_id) or task
                     if task.state not in TERMINAL_TASK:
                         if task.state is TaskState.RUNNING:

@@ -8,6 +8,7 @@ from loopkernel.errors import UsageError
 from loopkernel.store._codec import digest_of, dump_of_state
 from loopkernel.store._fork import Fork
 from loopkernel.store._protocol import (
+    ArchiveSource,
     Claim,
     EffectRecord,
     LoadedRun,
@@ -21,6 +22,7 @@ from loopkernel.store._sqlite import DEFAULT_BUSY_TIMEOUT, SQLiteStore
 
 __all__ = [
     "DEFAULT_DB",
+    "ArchiveSource",
     "Claim",
     "EffectRecord",
     "Fork",

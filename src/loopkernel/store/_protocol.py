@@ -20,7 +20,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from loopkernel.evidence import Evidence, NewEvidence
-from loopkernel.graph import JSON, Delta, Event, EventKind, GraphState, RunStatus, Task
+from loopkernel.graph import (
+    JSON,
+    Archive,
+    Delta,
+    Event,
+    EventKind,
+    GraphState,
+    RunStatus,
+    Task,
+)
 from loopkernel.ids import RunId, TaskId
 from loopkernel.store._lease import Holder
 
@@ -28,6 +37,7 @@ if TYPE_CHECKING:
     from loopkernel.store._fork import Fork
 
 __all__ = [
+    "ArchiveSource",
     "Claim",
     "EffectRecord",
     "LoadedRun",
@@ -188,6 +198,15 @@ class Claim:
     """The lease epoch: bumped by every claim and release, so an older one is dead."""
     owner: str
     """The worker that claimed it."""
+
+
+@runtime_checkable
+class ArchiveSource(Protocol):
+    """A store that reads a run's tasks back synchronously, which is what an executor that
+    evicts finished tasks from memory needs (``Kernel(keep_finished=...)``): SQLite.
+    PostgreSQL answers only asynchronously, so its executor keeps every task in memory."""
+
+    def archive(self, run_id: RunId) -> Archive: ...
 
 
 @runtime_checkable

@@ -875,6 +875,13 @@ class SQLiteStore:
         ).fetchone()
         return None if row is None else (RunId(row[0]), int(row[1]))
 
+    # -- reading back evicted tasks (Kernel(keep_finished=...)) -----------------------------
+
+    def archive(self, run_id: RunId) -> SQLiteArchive:
+        """The run's tasks read back synchronously, for an executor that evicts finished
+        tasks from memory: SQLite answers in the executor's own thread."""
+        return SQLiteArchive(self, run_id)
+
     # -- workers: leases and fencing (docs/workers.md) --------------------------------------
 
     def fenced(self, run_id: RunId, epoch: int) -> SQLiteStore:
@@ -984,3 +991,39 @@ class SQLiteStore:
             dest.execute("VACUUM")
         finally:
             dest.close()
+
+
+class SQLiteArchive:
+    """``Archive`` on a ``SQLiteStore``: what the store committed of one run's tasks."""
+
+    def __init__(self, store: SQLiteStore, run_id: RunId) -> None:
+        self._store = store
+        self._run_id = run_id
+
+    def _rows(self, sql: str, *args: object) -> list[Any]:
+        try:
+            return self._store._conn.execute(sql, (self._run_id, *args)).fetchall()
+        except sqlite3.Error as exc:
+            raise self._store._unavailable(exc) from exc
+
+    def task(self, task_id: TaskId) -> Task | None:
+        rows = self._rows(
+            f"SELECT {TASK_COLUMNS} FROM tasks WHERE run_id = ? AND task_id = ?", task_id
+        )
+        return task_from_row(rows[0]) if rows else None
+
+    def tasks(self) -> list[Task]:
+        sql = f"SELECT {TASK_COLUMNS} FROM tasks WHERE run_id = ? ORDER BY task_id"
+        return [task_from_row(row) for row in self._rows(sql)]
+
+    def edges(self, task_id: TaskId) -> tuple[list[TaskId], list[TaskId]]:
+        # By destination there is no index (a step would pay for it): a scan of the run's
+        # edges, for the rare read of an evicted task's predecessors.
+        sql = "SELECT {0} FROM edges WHERE run_id = ? AND {1} = ? ORDER BY {0}"
+        before = self._rows(sql.format("src", "dst"), task_id)
+        after = self._rows(sql.format("dst", "src"), task_id)
+        return [TaskId(r[0]) for r in before], [TaskId(r[0]) for r in after]
+
+    def all_edges(self) -> list[tuple[TaskId, TaskId]]:
+        rows = self._rows("SELECT src, dst FROM edges WHERE run_id = ? ORDER BY src, dst")
+        return [(TaskId(a), TaskId(b)) for a, b in rows]
