@@ -46,6 +46,7 @@ class Mutation:
 
 CRASH = "tests/crash/test_crash_recovery.py"
 LOOPLAB_CRASH = "tests/looplab/test_crash.py"
+EVICT = "tests/executor/test_evict.py"
 NOT_THE_KEY_FORMAT = "not its_key_reaches_the_tool"
 """Leave out the test that reads the key's text: a key mutation must be caught by what
 it breaks (a duplicate effect, a refused replay), not by its spelling."""
@@ -212,6 +213,40 @@ MUTATIONS = [
         new="if False:",
         # Without the guard the test's run never ends: a short per-test timeout kills it.
         tests=("tests/executor/test_kernel.py", "-k", "runaway", "--timeout", "20"),
+    ),
+    # Kernel(keep_finished=N): what a planner or a worker reads of an evicted task must be
+    # what it would read in memory (a wrong snapshot is a wrong plan, journaled for good).
+    Mutation(
+        name="evict-no-readback",
+        guards="an evicted task is read back from the store (TaskTable.get)",
+        file="loopkernel/graph/_state.py",
+        old="if task is None and self.evicted and self.archive:",
+        new="if False:",
+        tests=(EVICT,),
+    ),
+    Mutation(
+        name="evict-no-revive",
+        guards="a new edge after an evicted task reads it back first (whole edge lists)",
+        file="loopkernel/graph/_state.py",
+        old="task = self._revive(task_id)",
+        new="task = None",
+        tests=(EVICT,),
+    ),
+    Mutation(
+        name="evict-ancestors-in-memory",
+        guards="a task's ancestors include evicted ones (evidence scope 'ancestors')",
+        file="loopkernel/graph/_state.py",
+        old="if isinstance(tasks, TaskTable) and tasks.evicted and tasks.archive:",
+        new="if False:",
+        tests=(EVICT,),
+    ),
+    Mutation(
+        name="evict-in-state-resident",
+        guards="in_state(SUCCEEDED) counts evicted tasks",
+        file="loopkernel/graph/_state.py",
+        old="if TaskState.SUCCEEDED not in states:",
+        new="if True:",
+        tests=(EVICT,),
     ),
 ]
 
