@@ -228,8 +228,8 @@ MUTATIONS = [
         name="evict-no-revive",
         guards="a new edge after an evicted task reads it back first (whole edge lists)",
         file="loopkernel/graph/_state.py",
-        old="task = self._revive(task_id)",
-        new="task = None",
+        old="one = dict.get(tasks, a) or self._revive(a)",
+        new="one = dict.get(tasks, a)",
         tests=(EVICT,),
     ),
     Mutation(

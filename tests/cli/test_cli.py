@@ -133,13 +133,18 @@ def test_keep_finished_runs_to_the_same_digest_and_is_refused_where_it_cannot_wo
     tmp_path: Path,
 ) -> None:
     db = str(tmp_path / "x.db")
-    digests = []
+    digests, counts = [], []
     for run, keep in (("all", []), ("evicting", ["--keep-finished", "0"])):
         out = cli("--db", db, "run", "speculation", "--scenario", "fast", "--run-id", run, *keep)
         assert out.returncode == 0, out.stderr
         ins = cli("--db", db, "inspect", run, "--json")
         digests.append(json.loads(ins.stdout)["digest"])
+        # the progress lines' "[done/total done]", which count evicted tasks unread
+        counts.append(
+            [line.rsplit("[", 1)[1] for line in out.stdout.splitlines() if "done]" in line]
+        )
     assert digests[0] == digests[1]
+    assert counts[0] == counts[1] and counts[0][-1] == "5/5 done]", counts
     bad = cli("--db", db, "run", "speculation", "--keep-finished", "-1")
     assert bad.returncode == 2 and "--keep-finished: must be at least 0" in bad.stderr
     pg = "postgresql://nobody@127.0.0.1:1/none"  # refused before any connection is tried

@@ -30,10 +30,6 @@ def one_line(text: str) -> str:
     return " | ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
-_DONE = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED})
-"""States a task never leaves: counted as done in the progress view."""
-
-
 def summarize_ops(ops: JSON) -> str:
     """``add r1,r2 · cancel r3 · finish succeeded`` for a patch's journal form."""
     if not ops:
@@ -87,7 +83,7 @@ class Progress:
     def __call__(self, event: Event, state: GraphState, record: PatchRecord | None) -> None:
         elapsed = time.monotonic() - self.t0
         running = sorted(t.task_id for t in state.in_state(TaskState.RUNNING))
-        done = sum(1 for t in state.tasks.values() if t.state in _DONE)
+        done = state.finished_count()  # reads no evicted task back (--keep-finished)
         subject = event.task_id or ""
         answer = summarize_ops(record.ops) if record is not None else ""
         if record is not None and record.planner != "planner":

@@ -61,6 +61,7 @@ from loopkernel.graph import (
     JSON,
     TERMINAL_TASK,
     UNPLANNED_EVENTS,
+    Archive,
     Delta,
     Event,
     EventKind,
@@ -277,6 +278,8 @@ class _RunLoop:
         """Events another process appended while a step was being planned, still to plan."""
         self.finished: deque[TaskId] = deque()
         """Succeeded tasks still in memory, oldest first, when finished tasks are evicted."""
+        self.archive: Archive | None = None
+        """Where evicted tasks are read back from (``Kernel(keep_finished=...)``)."""
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -301,6 +304,8 @@ class _RunLoop:
             )
         self.state = loaded.state
         if self.k.keep_finished is not None:
+            assert isinstance(self.store, ArchiveSource)  # Kernel() checked it
+            self.archive = self.store.archive(self.run_id)
             succeeded = self.state.in_state(TaskState.SUCCEEDED)
             succeeded.sort(key=lambda t: t.done_seq or 0)
             self.finished.extend(t.task_id for t in succeeded)
@@ -585,11 +590,11 @@ class _RunLoop:
                 del self.running[fut]
                 self.cancelled[fut] = tid
                 fut.cancel()
-        if self.k.keep_finished is not None:
-            self._evict(self.k.keep_finished)
+        if self.archive is not None and self.k.keep_finished is not None:
+            self._evict(self.archive, self.k.keep_finished)
         return bool(events)
 
-    def _evict(self, keep: int) -> None:
+    def _evict(self, archive: Archive, keep: int) -> None:
         """Drop from memory the oldest succeeded tasks past ``keep`` whose successors have
         all finished too; everything they were is committed by now (``GraphState.evict``).
         One whose successors have not finished goes to the back of the line."""
@@ -610,8 +615,7 @@ class _RunLoop:
             else:
                 self.finished.append(tid)
         if out:
-            assert isinstance(self.store, ArchiveSource)
-            self.state.evict(out, self.store.archive(self.run_id))
+            self.state.evict(out, archive)
 
     async def _plan_traced(self, event: Event) -> tuple[PatchRecord, Delta]:
         """``_plan_one`` in a span of its own when tracing is on."""

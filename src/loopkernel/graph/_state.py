@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import partial
 from typing import TYPE_CHECKING, Final, Protocol, TypeVar, assert_never, overload
 
 from loopkernel.errors import PatchRejected
@@ -261,6 +262,12 @@ class GraphState:
             return [t for t in self.resident() if t.state in states]  # none of them evicted
         return [t for t in self.tasks.values() if t.state in states]
 
+    def finished_count(self) -> int:
+        """How many tasks have finished, without reading evicted ones back (all succeeded)."""
+        tasks = self.tasks
+        evicted = tasks.evicted if isinstance(tasks, TaskTable) else 0
+        return evicted + sum(1 for t in self.resident() if t.state in TERMINAL_TASK)
+
     def resident(self) -> Iterable[Task]:
         """The tasks in memory: all but the succeeded ones the executor evicted."""
         tasks = self.tasks
@@ -330,7 +337,7 @@ class GraphState:
         if delta.finish is not None:
             self.status, self.verdict = delta.finish
 
-    def link(self, edges: Iterable[tuple[str, str]]) -> None:
+    def link(self, edges: Iterable[tuple[TaskId, TaskId]]) -> None:
         """Add edges between tasks already in ``tasks``, keyed by the tasks' own id strings.
 
         A long run keeps every edge for its life, so they are kept small: an edge names
@@ -338,9 +345,14 @@ class GraphState:
         gets a list of exactly one item (``setdefault(k, []).append`` would make a spare
         empty list per edge and grow each new one to four slots).
         """
-        succs, preds = self.succs, self.preds
+        tasks, succs, preds = self.tasks, self.succs, self.preds
         for a, b in edges:
-            src, dst = self._own_id(TaskId(a)), self._own_id(TaskId(b))
+            # An id missing from memory is an evicted task's: read back in first, so that
+            # the edge joins whole lists (a succeeded task may gain a successor).
+            one = dict.get(tasks, a) or self._revive(a)
+            two = dict.get(tasks, b) or self._revive(b)
+            src = a if one is None else one.task_id
+            dst = b if two is None else two.task_id
             if (after := succs.get(src)) is None:
                 succs[src] = [dst]
             else:
@@ -349,14 +361,6 @@ class GraphState:
                 preds[dst] = [src]
             else:
                 before.append(src)
-
-    def _own_id(self, task_id: TaskId) -> TaskId:
-        """The task's own id string; an evicted task is read back into memory first, so
-        that the edge joins complete lists (a succeeded task may gain a successor)."""
-        task = dict.get(self.tasks, task_id)
-        if task is None:
-            task = self._revive(task_id)
-        return task_id if task is None else task.task_id
 
     def _revive(self, task_id: TaskId) -> Task | None:
         tasks = self.tasks
@@ -432,8 +436,13 @@ def validate(state: GraphState, patch: GraphPatch, skills: Collection[str]) -> D
     def reject(index: int, rule: str, message: str) -> PatchRejected:
         return PatchRejected(f"op {index}: {message} [{rule}]", op=index, rule=rule)
 
+    tasks = state.tasks
+    # dict's own get (C) unless tasks were evicted: TaskTable.get is a Python call.
+    evicted = isinstance(tasks, TaskTable) and tasks.evicted
+    known = tasks.get if evicted else partial(dict.get, tasks)
+
     def current(tid: TaskId) -> Task | None:
-        return changed.get(tid) or state.tasks.get(tid)
+        return changed.get(tid) or known(tid)
 
     def require(index: int, tid: TaskId) -> Task:
         task = current(tid)
