@@ -121,8 +121,8 @@ class Watch:
 
     def __call__(self, event: Event, state: GraphState, record: object) -> None:
         self.resident = max(self.resident, len(list(state.resident())))
-        assert isinstance(state.tasks, TaskTable)
-        self.evicted = max(self.evicted, state.tasks.evicted)
+        tasks = state.tasks  # a plain dict until the first eviction
+        self.evicted = max(self.evicted, tasks.evicted if isinstance(tasks, TaskTable) else 0)
 
 
 async def _run(db: Path, keep: int | None, *, dup: bool = False) -> dict[str, Any]:

@@ -485,7 +485,7 @@ class _RunLoop:
             self.state.tasks[task.task_id] = task
             if task.state is TaskState.READY:
                 self.ready[task.task_id] = None
-            elif task.state is TaskState.SUCCEEDED and self.k.keep_finished is not None:
+            elif self.archive is not None and task.state is TaskState.SUCCEEDED:
                 self.finished.append(task.task_id)
             if self.one_step:
                 self.journal_tasks.append(task)

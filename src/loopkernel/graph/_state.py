@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from functools import partial
 from typing import TYPE_CHECKING, Final, Protocol, TypeVar, assert_never, overload
 
 from loopkernel.errors import PatchRejected
@@ -165,10 +164,8 @@ class Archive(Protocol):
 
 
 class TaskTable(dict[TaskId, Task]):
-    """``GraphState.tasks``: a run's tasks by id.
-
-    A plain dict until the executor evicts succeeded tasks from memory
-    (``Kernel(keep_finished=N)``, ``GraphState.evict``); from then on, reading one of those
+    """``GraphState.tasks`` once the executor evicted succeeded tasks from memory
+    (``Kernel(keep_finished=N)``, ``GraphState.evict``): reading one of those
     (``table[id]``, ``get``, ``in``, iterating, ``len``) reads it back from the store's
     ``Archive``, so what a planner or a worker sees is the same either way. Only the
     executor's own state evicts; ``resident()`` is what is in memory.
@@ -242,8 +239,9 @@ class GraphState:
     params: JSON
     status: RunStatus = RunStatus.RUNNING
     verdict: JSON = None
-    tasks: dict[TaskId, Task] = field(default_factory=TaskTable)
-    """By id: a ``TaskTable`` unless one was given (read through it, never around it)."""
+    tasks: dict[TaskId, Task] = field(default_factory=dict)
+    """By id. A plain dict, until the executor evicts finished tasks: then a ``TaskTable``,
+    which reads them back (so read a task through ``tasks``, never from a copy of it)."""
     preds: dict[TaskId, list[TaskId]] = field(default_factory=dict)
     """Predecessors of the tasks in memory (``predecessors()`` also reads evicted ones)."""
     succs: dict[TaskId, list[TaskId]] = field(default_factory=dict)
@@ -275,17 +273,17 @@ class GraphState:
 
     def predecessors(self, task_id: str) -> list[TaskId]:
         found = self.preds.get(TaskId(task_id))
-        if found is None:
-            return self._evicted_edges(TaskId(task_id))[0]
+        if found is None:  # none, or the task was evicted with its lists
+            return self._evicted_edges(task_id)[0] if isinstance(self.tasks, TaskTable) else []
         return found
 
     def successors(self, task_id: str) -> list[TaskId]:
         found = self.succs.get(TaskId(task_id))
         if found is None:
-            return self._evicted_edges(TaskId(task_id))[1]
+            return self._evicted_edges(task_id)[1] if isinstance(self.tasks, TaskTable) else []
         return found
 
-    def _evicted_edges(self, task_id: TaskId) -> tuple[list[TaskId], list[TaskId]]:
+    def _evicted_edges(self, task_id: str) -> tuple[list[TaskId], list[TaskId]]:
         tasks = self.tasks
         if (
             isinstance(tasks, TaskTable)
@@ -293,7 +291,7 @@ class GraphState:
             and tasks.archive
             and not dict.__contains__(tasks, task_id)
         ):
-            return tasks.archive.edges(task_id)
+            return tasks.archive.edges(TaskId(task_id))
         return [], []
 
     def startable(self, task_id: TaskId) -> bool:
@@ -385,8 +383,8 @@ class GraphState:
         cycle check walks through them (it starts at a task that has not started, and
         everything after such a task has not succeeded)."""
         tasks = self.tasks
-        if not isinstance(tasks, TaskTable):
-            raise TypeError("only a TaskTable can evict")
+        if not isinstance(tasks, TaskTable):  # the first eviction: a plain dict until now
+            tasks = self.tasks = TaskTable(tasks)
         tasks.archive = archive
         for tid in task_ids:
             del tasks[tid]
@@ -436,10 +434,7 @@ def validate(state: GraphState, patch: GraphPatch, skills: Collection[str]) -> D
     def reject(index: int, rule: str, message: str) -> PatchRejected:
         return PatchRejected(f"op {index}: {message} [{rule}]", op=index, rule=rule)
 
-    tasks = state.tasks
-    # dict's own get (C) unless tasks were evicted: TaskTable.get is a Python call.
-    evicted = isinstance(tasks, TaskTable) and tasks.evicted
-    known = tasks.get if evicted else partial(dict.get, tasks)
+    known = state.tasks.get  # dict's own, or TaskTable's once tasks were evicted
 
     def current(tid: TaskId) -> Task | None:
         return changed.get(tid) or known(tid)
