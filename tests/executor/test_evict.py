@@ -31,7 +31,9 @@ from loopkernel import (
     TaskState,
     UsageError,
 )
+from loopkernel.errors import StoreUnavailable
 from loopkernel.graph import GraphState, TaskTable
+from loopkernel.ids import RunId
 from loopkernel.store._postgres import PostgresStore
 
 N = 24
@@ -118,9 +120,13 @@ class Watch:
     def __init__(self) -> None:
         self.resident = 0
         self.evicted = 0
+        self.first: int | None = None
+        """Tasks in memory at the first event observed."""
 
     def __call__(self, event: Event, state: GraphState, record: object) -> None:
-        self.resident = max(self.resident, len(list(state.resident())))
+        resident = len(list(state.resident()))
+        self.first = resident if self.first is None else self.first
+        self.resident = max(self.resident, resident)
         tasks = state.tasks  # a plain dict until the first eviction
         self.evicted = max(self.evicted, tasks.evicted if isinstance(tasks, TaskTable) else 0)
 
@@ -229,3 +235,38 @@ def test_an_evicting_run_killed_midway_resumes_to_the_same_digest(
             await store.close()
 
     assert asyncio.run(digest()) == uninterrupted["digest"]
+
+
+def test_a_resumed_run_sheds_the_finished_tasks_it_loaded_before_its_first_step(
+    tmp_path: Path,
+) -> None:
+    """Stopped at t20 (a planner that raises a store fault leaves the run resumable),
+    then resumed evicting: the first step already sees only a few tasks in memory."""
+
+    class Stop(Reader):
+        def plan(self, snapshot: GraphState, event: Event) -> GraphPatch:
+            if event.task_id == _tid(20):
+                raise StoreUnavailable("the test stops the run here")
+            return super().plan(snapshot, event)
+
+    async def go() -> tuple[int, Watch, str]:
+        store = SQLiteStore(tmp_path / "runs.db", synchronous="normal")
+        await store.open()
+        try:
+            kernel = Kernel(store, Stop(), {"work": work})
+            await kernel.start(app="evict", run_id="r1")
+            with pytest.raises(StoreUnavailable):
+                await kernel.run("r1")
+            loaded = len((await store.load_run(RunId("r1"))).state.tasks)
+            watch = Watch()
+            kernel = Kernel(store, Reader(), {"work": work}, observer=watch, keep_finished=0)
+            outcome = await kernel.run("r1")
+            assert outcome.status.value == "succeeded", outcome.verdict
+            return loaded, watch, await kernel.digest("r1")
+        finally:
+            await store.close()
+
+    loaded, watch, digest = asyncio.run(go())
+    assert loaded >= 21
+    assert watch.first is not None and watch.first <= 4, (loaded, watch.first)
+    assert digest == asyncio.run(_run(tmp_path / "whole.db", None))["digest"]

@@ -322,6 +322,9 @@ class _RunLoop:
             await self.book.from_params(self.state.params)
             await self._plan(list(loaded.unplanned))  # with the crashed tasks still running
             await self._recover_running(crashed)
+            if self.archive is not None and self.k.keep_finished is not None:
+                # A resumed run loaded every task: shed them now, not 64 a step.
+                self._evict(self.archive, self.k.keep_finished, looks=len(self.finished))
             while not self.state.finished:
                 await self._start_ready()
                 if not self.running and not self.cancelled:
@@ -594,14 +597,15 @@ class _RunLoop:
             self._evict(self.archive, self.k.keep_finished)
         return bool(events)
 
-    def _evict(self, archive: Archive, keep: int) -> None:
+    def _evict(self, archive: Archive, keep: int, *, looks: int = _EVICT_LOOKS) -> None:
         """Drop from memory the oldest succeeded tasks past ``keep`` whose successors have
         all finished too; everything they were is committed by now (``GraphState.evict``).
-        One whose successors have not finished goes to the back of the line."""
+        One whose successors have not finished goes to the back of the line. At most
+        ``looks`` tasks are looked at."""
         tasks = self.state.tasks
         succs = self.state.succs
         out: list[TaskId] = []
-        for _ in range(min(len(self.finished) - keep, _EVICT_LOOKS)):
+        for _ in range(min(len(self.finished) - keep, looks)):
             tid = self.finished.popleft()
             task = dict.get(tasks, tid)
             if task is None or task.state is not TaskState.SUCCEEDED:
