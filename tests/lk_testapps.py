@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -129,3 +130,40 @@ unregistered = App(
     description="a flow that names a skill its worker registry lacks",
     build=_unregistered,
 )
+
+
+class _Awaiting:
+    """A planner whose ``plan`` awaits, as a model-backed one does. The executor then
+    commits a step's events before it plans them, so a crash between the two leaves an
+    event unplanned, and the resume's patch for it may cancel a task the crash left
+    running (a one-transaction step never leaves one: its events commit with their
+    patches)."""
+
+    def __init__(self, planner: Any) -> None:
+        self.planner = planner
+
+    async def plan(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+        await asyncio.sleep(0)
+        patch: GraphPatch = self.planner.plan(snapshot, event)
+        return patch
+
+
+def _speculation_awaiting(params: Mapping[str, Any]) -> AppParts:
+    from loopkernel_apps.speculation import app as speculation
+
+    parts = speculation.build(params)
+    return dataclasses.replace(parts, planner=_Awaiting(parts.planner))
+
+
+def _awaiting_app() -> App:
+    from loopkernel_apps.speculation import app as speculation
+
+    return dataclasses.replace(
+        speculation,
+        name="lk_testapps:speculation_awaiting",
+        description="speculation, planned by a planner that awaits",
+        build=_speculation_awaiting,
+    )
+
+
+speculation_awaiting = _awaiting_app()

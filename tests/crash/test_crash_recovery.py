@@ -15,7 +15,14 @@ from typing import Any
 import pytest
 
 from lk_helpers import cli_env
-from lk_recovery import assert_journal_ends_at_run_finished, assert_no_rerun, at_crash, starts
+from lk_recovery import (
+    AtCrash,
+    assert_journal_ends_at_run_finished,
+    assert_no_rerun,
+    at_crash,
+    cancelled_by_recovery,
+    starts,
+)
 from loopkernel.testing import read_trace, run_cli, was_killed
 
 pytestmark = pytest.mark.slow
@@ -33,12 +40,27 @@ def inspect(db: Path) -> dict[str, Any]:
     return json.loads(out.stdout)  # type: ignore[no-any-return]
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> str:
-    db = tmp_path_factory.mktemp("ref") / "runs.db"
-    out = cli(db, "run", "speculation", "--scenario", "fast", "--run-id", RUN, "--quiet")
+AWAITING = "lk_testapps:speculation_awaiting"
+"""The same app with a planner that awaits: each step's events commit before they are
+planned, so a crash can leave one unplanned, and the patch the resume writes for it can
+cancel a task the crash left running (the one-transaction step of ``speculation`` never
+leaves an event unplanned)."""
+
+
+def reference_digest(db: Path, app: str) -> str:
+    out = cli(db, "run", app, "--scenario", "fast", "--run-id", RUN, "--quiet")
     assert out.returncode == 0, out.stderr
     return str(inspect(db)["digest"])
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return reference_digest(tmp_path_factory.mktemp("ref") / "runs.db", "speculation")
+
+
+@pytest.fixture(scope="module")
+def reference_awaiting(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return reference_digest(tmp_path_factory.mktemp("ref") / "runs.db", AWAITING)
 
 
 CRASHES = [
@@ -55,16 +77,25 @@ CRASHES = [
     ("patch_committed", 5),
 ]
 
+CRASHES_AWAITING = [
+    ("event_committed", 2),
+    # The quorum's event (r2 done) is journaled, r3 still running: the resume plans it,
+    # cancels r3, and r3 must not start again.
+    ("event_committed", 3),
+    ("before_patch", 4),
+    ("patch_committed", 4),
+]
 
-@pytest.mark.parametrize(("point", "n"), CRASHES, ids=[f"{p}:{n}" for p, n in CRASHES])
-def test_a_run_killed_at_a_crash_point_resumes_to_the_same_digest_without_rerunning_settled_work(
-    tmp_path: Path, reference: str, point: str, n: int
-) -> None:
+
+def crash_and_resume(tmp_path: Path, app: str, reference: str, point: str, n: int) -> AtCrash:
+    """Kill a run of ``app`` at the n-th pass through ``point``, resume it in a new
+    process: the reference digest, and nothing settled at the crash ran again. Returns
+    the store as the crash left it."""
     db, before, after = tmp_path / "runs.db", tmp_path / "crashed.trace", tmp_path / "resumed.trace"
     crashed = cli(
         db,
         "run",
-        "speculation",
+        app,
         "--scenario",
         "fast",
         "--run-id",
@@ -83,6 +114,26 @@ def test_a_run_killed_at_a_crash_point_resumes_to_the_same_digest_without_rerunn
     assert_no_rerun(
         db, RUN, crash, read_trace(before, missing_ok=True), read_trace(after, missing_ok=True)
     )
+    return crash
+
+
+@pytest.mark.parametrize(("point", "n"), CRASHES, ids=[f"{p}:{n}" for p, n in CRASHES])
+def test_a_run_killed_at_a_crash_point_resumes_to_the_same_digest_without_rerunning_settled_work(
+    tmp_path: Path, reference: str, point: str, n: int
+) -> None:
+    crash_and_resume(tmp_path, "speculation", reference, point, n)
+
+
+@pytest.mark.parametrize(
+    ("point", "n"), CRASHES_AWAITING, ids=[f"{p}:{n}" for p, n in CRASHES_AWAITING]
+)
+def test_a_crash_between_an_event_and_its_plan_cancels_without_rerunning(
+    tmp_path: Path, reference_awaiting: str, point: str, n: int
+) -> None:
+    crash = crash_and_resume(tmp_path, AWAITING, reference_awaiting, point, n)
+    if (point, n) == ("event_committed", 3):  # the case is what it is meant to be
+        cancelled, _ = cancelled_by_recovery(tmp_path / "runs.db", RUN, crash)
+        assert crash.states["r3"] == "running" and "r3" in cancelled, (crash, cancelled)
 
 
 def test_an_uninterrupted_run_journals_nothing_after_run_finished(tmp_path: Path) -> None:
