@@ -123,14 +123,18 @@ def test_a_worker_whose_lease_is_taken_stops_the_run_and_writes_nothing(
 ) -> None:
     async def body(store: Store) -> None:
         client = Client(store=store)
-        await submit(client, "lk_workers:relay", "r", delays={"a": 0.01, "b": 0.6, "c": 0.01})
+        # b outlasts the theft, however slow the machine: a run that finished is not stolen.
+        await submit(client, "lk_workers:relay", "r", delays={"a": 0.01, "b": 4.0, "c": 0.01})
         async with serving(store, worker_id="slowpoke", lease_seconds=0.6) as worker:
             await eventually("b to run", lambda: _running(store, "r", "b"))
             # Another worker takes the run over, as if this one had missed its heartbeats.
-            backend.sql("UPDATE runs SET lease_until = 0 WHERE run_id = 'r'")
             claims: list[Claim] = []
 
             async def stolen() -> bool:  # SKIP LOCKED: not while the owner is mid-transaction
+                # The lease runs out again at each try: the owner's next heartbeat (every
+                # 0.2 s) renews a lease that nobody took yet, and on a loaded machine the
+                # first try can come after it.
+                backend.sql("UPDATE runs SET lease_until = 0 WHERE run_id = 'r'")
                 claim = await store.claim_run("thief", 60)
                 claims.extend([claim] if claim else [])
                 return claim is not None
