@@ -346,8 +346,8 @@ async def pg_turns(url: str, relay: Relay, n: int) -> float:
 # -- the run --------------------------------------------------------------------------------
 
 
-def median(xs: list[float]) -> float:
-    return round(statistics.median(xs), 1)
+def median(xs: list[float], digits: int = 1) -> float:
+    return round(statistics.median(xs), digits)
 
 
 def pg_only(rounds: int, *, quick: bool) -> None:
@@ -456,7 +456,8 @@ def main() -> None:
     rss_evicting = [peak_rss(n, KEEP) for n in sizes]
     samples["recovery_10k_s"] = [round(recovery(10_000), 4) for _ in range(rounds)]
 
-    m = {k: median(v) for k, v in samples.items()}
+    # µs and ms to a tenth; seconds (recovery, 0.05-0.2 s) to a tenth of a millisecond
+    m = {k: median(v, 4 if k.endswith("_s") else 1) for k, v in samples.items()}
     ratios = {
         "chain_full_to_floor": round(m["chain_full_us"] / m["floor_full_us"], 2),
         "chain_normal_to_floor": round(m["chain_normal_us"] / m["floor_normal_us"], 2),
