@@ -670,4 +670,4 @@ class Client:
     async def export(self, run_id: str, to: str | os.PathLike[str]) -> None:
         if not isinstance(self.store, SQLiteStore):
             raise UsageError("export is implemented for the SQLite store")
-        self.store.export_sync(_rid(run_id), to)
+        await self.store.export(_rid(run_id), to)

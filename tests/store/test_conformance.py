@@ -41,8 +41,8 @@ from loopkernel.graph import (
 from loopkernel.ids import RunId, TaskId
 from loopkernel.store import EffectRecord, NewEvent, PatchRecord, ProposalNote, Store
 from loopkernel.store._codec import dumps
-from loopkernel.store._postgres_schema import SCHEMA_VERSION as PG_VERSION
-from loopkernel.store._sqlite_schema import SCHEMA_VERSION as SQLITE_VERSION
+from loopkernel.store._schema import POSTGRES_VERSION as PG_VERSION
+from loopkernel.store._schema import SQLITE_VERSION
 
 if TYPE_CHECKING:
     from lk_stores import Backend

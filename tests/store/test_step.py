@@ -319,6 +319,7 @@ def test_a_step_waiting_for_the_run_lock_numbers_after_what_its_holder_appended(
 def _v6(pg_backend: Backend) -> None:
     """Make ``pg_backend``'s store what schema 6 was: the same tables, no step function."""
     pg_backend.sql("DROP FUNCTION loopkernel_commit_step")
+    pg_backend.sql("ALTER TABLE effects DROP COLUMN arguments_digest")  # schema 8
     pg_backend.sql("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
 
 
@@ -326,7 +327,7 @@ def _v6(pg_backend: Backend) -> None:
 def test_a_schema_6_database_migrates_to_7_and_its_runs_go_on(
     pg_backend: Backend, lite_backend: Backend
 ) -> None:
-    from loopkernel.store._postgres_schema import SCHEMA_VERSION
+    from loopkernel.store._schema import POSTGRES_VERSION as SCHEMA_VERSION
 
     async def begin(store: Store) -> None:
         await planned_run(store)
@@ -351,7 +352,8 @@ def test_a_schema_6_database_migrates_to_7_and_its_runs_go_on(
 @pytest.mark.postgres
 @pytest.mark.parametrize("version", [1, 5])
 def test_older_schemas_migrate_through_7(pg_backend: Backend, version: int) -> None:
-    from loopkernel.store._postgres_schema import MIGRATIONS, SCHEMA_VERSION
+    from loopkernel.store._schema import POSTGRES_MIGRATIONS as MIGRATIONS
+    from loopkernel.store._schema import POSTGRES_VERSION as SCHEMA_VERSION
 
     pg_backend.sql("CREATE TABLE meta (key text PRIMARY KEY, value text NOT NULL)")
     for statements in MIGRATIONS[:version]:

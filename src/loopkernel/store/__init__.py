@@ -1,4 +1,6 @@
-"""Stores: one interface, an embedded SQLite implementation, and PostgreSQL behind an extra."""
+"""Stores: protocols sized to their callers (``Journal``, ``Effects``, ``Leases``,
+``Catalog``; ``Store`` is all four) over one SQL engine, embedded SQLite, and PostgreSQL
+behind an extra."""
 
 from __future__ import annotations
 
@@ -9,8 +11,12 @@ from loopkernel.store._codec import digest_of, dump_of_state
 from loopkernel.store._fork import Fork
 from loopkernel.store._protocol import (
     ArchiveSource,
+    Catalog,
     Claim,
     EffectRecord,
+    Effects,
+    Journal,
+    Leases,
     LoadedRun,
     NewEvent,
     PatchRecord,
@@ -23,9 +29,13 @@ from loopkernel.store._sqlite import DEFAULT_BUSY_TIMEOUT, SQLiteStore
 __all__ = [
     "DEFAULT_DB",
     "ArchiveSource",
+    "Catalog",
     "Claim",
     "EffectRecord",
+    "Effects",
     "Fork",
+    "Journal",
+    "Leases",
     "LoadedRun",
     "NewEvent",
     "PatchRecord",
@@ -45,8 +55,9 @@ def open_store(url: str | None = None, *, create: bool = True) -> Store:
     """A store for ``url``: a path or ``sqlite:///path`` (SQLite), ``postgresql://...``.
 
     ``None`` reads ``LOOPKERNEL_DB``, then falls back to ``runs.db``. The store is not
-    opened yet: ``await store.open()``. ``create=False``: opening a SQLite path that holds
-    no LoopKernel database raises ``NotADatabase`` instead of making one.
+    opened yet: ``await store.open()``. ``create=False``: opening a SQLite path or a
+    PostgreSQL database that holds no LoopKernel database raises ``NotADatabase`` instead
+    of making one (nothing is written).
     """
     url = url or os.environ.get("LOOPKERNEL_DB") or DEFAULT_DB
     if url.startswith(("postgresql://", "postgres://")):
@@ -57,7 +68,7 @@ def open_store(url: str | None = None, *, create: bool = True) -> Store:
                 "the PostgreSQL store needs the postgres extra: pip install 'loopkernel[postgres]'"
                 f" ({exc})"
             ) from None
-        store: Store = PostgresStore(url)
+        store: Store = PostgresStore(url, create=create)
         return store
     if url.startswith("sqlite:///"):
         url = url.removeprefix("sqlite:///")
@@ -69,7 +80,8 @@ def open_store(url: str | None = None, *, create: bool = True) -> Store:
 
 
 def _busy_timeout() -> float:
-    """``LOOPKERNEL_SQLITE_BUSY_TIMEOUT`` (seconds a write waits for another process's lock)."""
+    """``LOOPKERNEL_SQLITE_BUSY_TIMEOUT``: seconds, in all, a write waits (off the loop, with
+    an async backoff) for another process's write lock."""
     raw = os.environ.get("LOOPKERNEL_SQLITE_BUSY_TIMEOUT")
     if not raw:
         return DEFAULT_BUSY_TIMEOUT

@@ -51,11 +51,12 @@ class Fork:
     """The source's finished effects the fork keeps, already under the fork's keys."""
 
 
-Statement = tuple[str, list[tuple[Any, ...]]]
+Statement = tuple[str, str, list[tuple[Any, ...]]]
 
 
 def fork_statements(fork: Fork, now: float) -> list[Statement]:
-    """``(sql, rows)`` pairs in ``?`` style, to run in order in one transaction."""
+    """``(table, sql, rows)`` in ``?`` style, to run in order in one transaction: one for
+    each table of ``TABLES`` whose ``fork`` says it is written (a test checks)."""
     new, state, info = fork.run_id, fork.state, fork.source
     answers = [
         (new, e.task_id, e.data["wait_epoch"], e.data["decision"], e.seq)
@@ -64,6 +65,7 @@ def fork_statements(fork: Fork, now: float) -> list[Statement]:
     ]
     return [
         (
+            "runs",
             "INSERT INTO runs (run_id, app, params, status, verdict, max_events, token_hash, "
             "created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?)",
             [
@@ -81,30 +83,36 @@ def fork_statements(fork: Fork, now: float) -> list[Statement]:
             ],
         ),
         (
+            "events",
             "INSERT INTO events (run_id, seq, kind, task_id, data, created_at) "
             "VALUES (?,?,?,?,?,?)",
             [(new, e.seq, e.kind.value, e.task_id, dumps(e.data), now) for e in fork.events],
         ),
         (
+            "patches",
             f"INSERT INTO patches (run_id, {PATCH_COLUMNS}, created_at) VALUES (?,?,?,?,?,?,?,?)",
             [patch_params(new, p, now) for p in fork.patches],
         ),
         (
+            "approvals",
             "INSERT INTO approvals (run_id, task_id, wait_epoch, decision, event_seq) "
             "VALUES (?,?,?,?,?)",
             answers,
         ),
         (
+            "tasks",
             f"INSERT INTO tasks (run_id, {TASK_COLUMNS}) VALUES (?,{','.join('?' * 12)})",
             [task_params(new, t) for t in state.tasks.values()],
         ),
         (
+            "edges",
             "INSERT INTO edges (run_id, src, dst) VALUES (?,?,?)",
             [(new, s, d) for s, dsts in state.succs.items() for d in dsts],
         ),
         (
+            "effects",
             f"INSERT INTO effects ({EFFECT_COLUMNS}, created_at, updated_at) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            f"VALUES ({','.join('?' * 13)})",
             [
                 (
                     new,
@@ -117,6 +125,7 @@ def fork_statements(fork: Fork, now: float) -> list[Statement]:
                     e.status,
                     dumps(e.result),
                     dumps(e.error),
+                    e.arguments_digest,
                     now,
                     now,
                 )
@@ -124,6 +133,7 @@ def fork_statements(fork: Fork, now: float) -> list[Statement]:
             ],
         ),
         (
+            "forks",
             "INSERT INTO forks (run_id, source_run, source_seq, created_at) VALUES (?,?,?,?)",
             [(new, info.run_id, fork.at_seq, now)],
         ),

@@ -1,10 +1,14 @@
-"""The PostgreSQL store: SQLite's tables and rules, for many processes on many machines.
+"""The PostgreSQL store: SQLite's tables and rules (one engine, ``_engine``), for many
+processes on many machines.
 
-Every method is one transaction on a connection from a psycopg ``AsyncConnectionPool``
-(autocommit connections; ``conn.transaction()`` is the transaction). Writes that touch a
-run first lock its row (``SELECT ... FOR UPDATE``): that serializes, per run, what
-SQLite's one writer serializes for the whole file -- seq allocation above all -- while
-different runs commit in parallel. The executor's step (``commit_step``) is one
+Every method is one transaction on a connection of a psycopg ``ConnectionPool``
+(autocommit connections; the engine issues ``BEGIN``/``COMMIT``), run on a thread of the
+store's own, one per pooled connection: the loop never waits for the server. Writes that
+touch a run first lock its row (``SELECT ... FOR UPDATE``): that serializes, per run,
+what SQLite's one writer serializes for the whole file -- seq allocation above all --
+while different runs commit in parallel. The MAX(seq) that follows is a statement of its
+own: under READ COMMITTED each statement takes a fresh snapshot, so it sees what the
+lock's previous holder committed. The executor's step (``commit_step``) is one
 statement, a call of the server function ``loopkernel_commit_step`` (schema 7) that does
 the same in the same order: one round trip instead of five. Multi-statement reads
 (``load_run``, ``dump``) run in one ``REPEATABLE READ`` snapshot.
@@ -14,126 +18,334 @@ Durability mirrors SQLite's: ``append_events`` commits with ``synchronous_commit
 other write waits for its WAL flush. A client crash loses nothing; a server crash may
 lose the last events, which is a crash just before them.
 
-Workers: ``_postgres_lease`` holds the lease statements; a fenced view
-(``fenced(run_id, epoch)``) compares the run's lease epoch while it holds the row lock.
+Leases: a claim is one statement, ``UPDATE ... WHERE run_id = (SELECT ... FOR UPDATE
+SKIP LOCKED)``, so claimers never wait for each other; lease times are the server's
+clock, so machines whose clocks disagree still agree on when a lease ends. Whatever makes
+a run claimable sends ``NOTIFY loopkernel_runnable``, every journal append ``NOTIFY
+loopkernel_journal``, delivered at commit (``Listener``).
 
-Only this module (and its ``_postgres_*`` helpers) imports psycopg: ``import
-loopkernel.store`` does not.
+``open`` on a database without LoopKernel's tables creates them only when the store may
+create (``create=True``: ``run``, workers); reading commands (``create=False``) write
+nothing and are told there is no LoopKernel database. Tables of another application with
+LoopKernel's names are refused, never migrated over.
+
+Only this module imports psycopg: ``import loopkernel.store`` does not.
 """
 
 from __future__ import annotations
 
-import copy
+import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
-from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import ClassVar, Literal, TypeAlias, TypeVar
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.errors import IdleInTransactionSessionTimeout, UniqueViolation
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg.rows import TupleRow
+from psycopg.types.string import TextLoader
+from psycopg_pool import ConnectionPool, PoolTimeout
 
-from loopkernel.errors import (
-    ApprovalRefused,
-    ReplayDivergence,
-    RunNotFound,
-    StoreUnavailable,
-    UsageError,
-)
-from loopkernel.evidence import Evidence, NewEvidence
-from loopkernel.graph import (
-    JSON,
-    TERMINAL_RUN,
-    Delta,
-    Event,
-    EventKind,
-    GraphState,
-    RunStatus,
-    Task,
-)
-from loopkernel.ids import RunId, TaskId
-from loopkernel.store import _postgres_lease as _lease
-from loopkernel.store._codec import (
-    DUMP_EFFECT_COLUMNS,
-    DUMP_TASK_COLUMNS,
-    EFFECT_COLUMNS,
-    EVIDENCE_COLUMNS,
-    PATCH_COLUMNS,
-    RUN_COLUMNS,
-    TASK_COLUMNS,
-    check_decision,
-    dump_of,
-    dumps,
-    effect_from_row,
-    effect_params,
-    event_from_row,
-    evidence_from_row,
-    evidence_params,
-    human_input_event,
-    loads,
-    patch_from_row,
-    run_info_from_row,
-    run_page_filter,
-    run_params,
-    task_from_row,
-    task_params,
-    waiting_epoch,
-    with_done_seq,
-)
-from loopkernel.store._fork import Fork, fork_statements
-from loopkernel.store._lease import Fence, Holder, check_lease_seconds
-from loopkernel.store._postgres_db import (
-    Conn,
-    configure,
-    connect,
-    execute_many,
-    fetch_each,
-    fetch_one,
-    fetch_rows,
-    open_pool,
-    redact,
-)
-from loopkernel.store._postgres_lease import JOURNAL_CHANNEL, Listener
-from loopkernel.store._postgres_schema import LEASE_LOST, NO_RUN, migrate
-from loopkernel.store._protocol import (
-    Claim,
-    EffectRecord,
-    LoadedRun,
-    NewEvent,
-    PatchRecord,
-    RunInfo,
+from loopkernel.errors import NotADatabase, SchemaTooNew, StoreUnavailable, UsageError
+from loopkernel.graph import Delta, Event
+from loopkernel.ids import RunId
+from loopkernel.store._codec import dumps
+from loopkernel.store._engine import Cursor, Dialect, DuplicateKey, How, SQLStore, transact
+from loopkernel.store._lease import CHANNEL
+from loopkernel.store._protocol import NewEvent, PatchRecord
+from loopkernel.store._schema import (
+    LEASE_LOST,
+    NO_RUN,
+    POSTGRES_MIGRATIONS,
+    POSTGRES_VERSION,
+    TABLES,
 )
 
-__all__ = ["PostgresStore"]
+__all__ = ["IDLE_TX_TIMEOUT_MS", "Listener", "PostgresStore", "redact"]
 
-_UPSERT_TASK = (
-    f"INSERT INTO tasks (run_id, {TASK_COLUMNS}) "
-    "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) "
-    "ON CONFLICT (run_id, task_id) DO UPDATE SET state=excluded.state, "
-    "result=excluded.result, error=excluded.error, attempts=excluded.attempts, "
-    "wait_reason=excluded.wait_reason, human_input=excluded.human_input, "
-    "wait_epoch=excluded.wait_epoch, done_seq=excluded.done_seq"
-)
-_COMMIT_STEP = "SELECT loopkernel_commit_step(%s, %s, %s, %s::jsonb)"
+T = TypeVar("T")
+Conn: TypeAlias = psycopg.Connection[TupleRow]
+
+MIGRATION_LOCK = 0x4C4B_5343_4845_4D41
+"""The advisory lock key migrations run under (``LKSCHEMA`` in ASCII), per database."""
+
+IDLE_TX_TIMEOUT_MS = 5000
+"""The server ends a transaction of ours that sits idle this long. The store never waits
+for anything but the server inside a transaction, so only a stopped process (SIGSTOP, a
+frozen VM) hits this; ending its transaction frees the run's row lock, which a takeover
+needs, and its late writes then fail."""
+
+_COMMIT_STEP = "SELECT loopkernel_commit_step(?, ?, ?, ?::jsonb)"
 """``commit_step`` as one statement: the run, the fence's epoch (or NULL), the time, and
 the step's rows as one JSON document (``_step_json``), parsed once on the server."""
-_EDGES = "SELECT src, dst FROM edges WHERE run_id = %s ORDER BY src, dst"
-_EFFECT = f"SELECT {EFFECT_COLUMNS} FROM effects WHERE run_id = %s AND idem_key = %s"
-_EVIDENCE_BY_KEY = f"SELECT {EVIDENCE_COLUMNS} FROM evidence WHERE run_id = %s AND ev_key = %s"
-
-# The run row with its last seq and task counts, in one statement (one snapshot).
-_INFO = (
-    f"SELECT {', '.join('r.' + c for c in RUN_COLUMNS.split(', '))}, "
-    "(SELECT COALESCE(MAX(e.seq), 0) FROM events e WHERE e.run_id = r.run_id), "
-    "(SELECT json_object_agg(c.state, c.n) FROM (SELECT t.state, COUNT(*) AS n FROM tasks t "
-    "WHERE t.run_id = r.run_id GROUP BY t.state) c) "
-    "FROM runs r"
-)
 
 
-def _info(row: Any) -> RunInfo:
-    return run_info_from_row(row, last_seq=int(row[9]), task_counts=loads(row[10]) or {})
+def redact(url: str) -> str:
+    """``url`` without its password, for messages: ``postgresql://user@host:port/db``."""
+    try:
+        parts = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "postgresql://?"
+    user = f"{parts['user']}@" if parts.get("user") else ""
+    port = f":{parts['port']}" if parts.get("port") else ""
+    return f"postgresql://{user}{parts.get('host', '')}{port}/{parts.get('dbname', '')}"
+
+
+def _configure(conn: Conn) -> None:
+    """JSON columns come back as their exact text; ``_codec.loads`` parses it, as for SQLite.
+    A transaction left idle by a stopped process is ended (``IDLE_TX_TIMEOUT_MS``)."""
+    conn.adapters.register_loader("json", TextLoader)
+    conn.execute(f"SET idle_in_transaction_session_timeout = {IDLE_TX_TIMEOUT_MS}")
+
+
+class PostgresDialect(Dialect):
+    NOW: ClassVar[str] = "extract(epoch FROM clock_timestamp())::double precision"
+    LOCK: ClassVar[str] = " FOR UPDATE"
+    SKIP_LOCKED: ClassVar[str] = " FOR UPDATE SKIP LOCKED"
+    OBJECT_AGG: ClassVar[str] = "json_object_agg"
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self._sql: dict[str, str] = {}
+
+    def sql(self, text: str) -> str:
+        out = self._sql.get(text)
+        if out is None:
+            out = self._sql[text] = text.replace("%", "%%").replace("?", "%s")
+        return out
+
+    def begin(self, how: Literal["write", "snapshot"], sync: bool) -> list[str]:
+        if how == "snapshot":
+            return ["BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"]
+        return ["BEGIN"] if sync else ["BEGIN", "SET LOCAL synchronous_commit = off"]
+
+    def classify(self, exc: Exception) -> Exception | None:
+        if isinstance(exc, UniqueViolation):
+            return DuplicateKey(exc.diag.table_name or "")
+        if isinstance(exc, psycopg.OperationalError | IdleInTransactionSessionTimeout):
+            return self.unavailable(exc)
+        return None
+
+    def unavailable(self, exc: Exception) -> StoreUnavailable:
+        message = " ".join(str(exc).split())
+        return StoreUnavailable(f"PostgreSQL at {self.where}: {message}", url=self.where)
+
+    def notify(self, cur: Cursor, channel: str, run_id: RunId) -> None:
+        cur.one("SELECT pg_notify(?, ?)", (channel, run_id))
+
+
+class PostgresStore(SQLStore):
+    """A ``Store`` in a PostgreSQL database (``postgresql://user@host:port/dbname``).
+
+    ``min_size``/``max_size`` bound the connection pool; ``connect_timeout`` is how long
+    ``open()`` waits for the server. Put the tables in their own schema with
+    ``?options=-csearch_path%3Dloopkernel`` in the URL (the schema must exist).
+    """
+
+    dialect: PostgresDialect
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        connect_timeout: float = 30.0,
+        create: bool = True,
+    ) -> None:
+        if not 1 <= min_size <= max_size:
+            raise UsageError(f"need 1 <= min_size <= max_size, got {min_size} and {max_size}")
+        self.url = url
+        """The URL as given (with its password, if any: workers reconnect with it)."""
+        self.where = redact(url)
+        """The URL without its password, as messages show it."""
+        self.min_size = min_size
+        self.max_size = max_size
+        self.connect_timeout = connect_timeout
+        self.create = create
+        self.dialect = PostgresDialect(self.where)
+        self._pool: ConnectionPool[Conn] | None = None
+        self._threads: ThreadPoolExecutor | None = None
+        self._listener = Listener(url)
+        self._journal = Listener(url, "loopkernel_journal")
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.where!r})"
+
+    # -- connection ------------------------------------------------------------------------
+
+    def _on_thread(self, fn: Callable[[], T]) -> asyncio.Future[T]:
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(self.max_size, thread_name_prefix="loopkernel-pg")
+        return asyncio.get_running_loop().run_in_executor(self._threads, fn)
+
+    async def _submit(self, body: Callable[[Cursor], T], how: How, sync: bool) -> T:
+        pool = self._pool
+        if pool is None:
+            raise UsageError("the store is not open; call `await store.open()` first")
+
+        def work() -> T:
+            try:
+                with pool.connection() as conn:
+                    return transact(conn, self.dialect, body, how, sync)
+            except PoolTimeout as exc:
+                raise self.dialect.unavailable(exc) from exc
+
+        return await self._on_thread(work)
+
+    async def open(self) -> None:
+        if self._pool is None:
+            self._pool = await self._on_thread(self._open)
+
+    def _open(self) -> ConnectionPool[Conn]:
+        # Migrate on a connection of its own first: a wrong URL or a missing database fails
+        # here at once with the server's words, instead of as a pool timeout.
+        try:
+            conn = psycopg.Connection.connect(
+                self.url, autocommit=True, connect_timeout=max(1, round(self.connect_timeout))
+            )
+        except psycopg.OperationalError as exc:
+            message = " ".join(str(exc).split())
+            raise StoreUnavailable(
+                f"cannot connect to PostgreSQL at {self.where}: {message}", url=self.where
+            ) from None
+        with conn:
+            _configure(conn)
+            transact(conn, self.dialect, self._migrate, "write", True)
+        pool: ConnectionPool[Conn] = ConnectionPool(
+            self.url,
+            min_size=self.min_size,
+            max_size=self.max_size,
+            kwargs={"autocommit": True},
+            configure=_configure,
+            open=False,
+            name="loopkernel",
+        )
+        try:
+            pool.open(wait=True, timeout=self.connect_timeout)
+        except BaseException as exc:
+            pool.close()
+            if not isinstance(exc, PoolTimeout):
+                raise
+            raise StoreUnavailable(
+                f"PostgreSQL at {self.where} accepted one connection but not a pool of "
+                f"{self.min_size} within {self.connect_timeout}s (max_connections?)",
+                url=self.where,
+            ) from None
+        return pool
+
+    def _migrate(self, cur: Cursor) -> None:
+        """Bring the schema the connection sees (its ``search_path``) to the current
+        version, under a transaction-scoped advisory lock: processes starting at once take
+        turns, and the later ones find the schema current. DDL is transactional, so a
+        migration that fails leaves the previous version whole."""
+        cur.one("SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK,))
+        names = ["meta", *(t.name for t in TABLES)]
+        found = {
+            row[0]
+            for row in cur.all(
+                "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = current_schema() AND c.relname = ANY(?)",
+                (names,),
+            )
+        }
+        if "meta" not in found:
+            if found:
+                shown = ", ".join(sorted(found))
+                raise NotADatabase(
+                    f"{self.where} already has tables LoopKernel did not make ({shown}); "
+                    "LoopKernel leaves them untouched: give it a database or a schema of its "
+                    "own (?options=-csearch_path%3Dloopkernel)",
+                    path=self.where,
+                )
+            if not self.create:
+                raise NotADatabase(f"no LoopKernel database at {self.where}", path=self.where)
+            cur.run("CREATE TABLE meta (key text PRIMARY KEY, value text NOT NULL)")
+        row = cur.one("SELECT value FROM meta WHERE key = 'schema_version'")
+        version = int(row[0]) if row else 0
+        if version > POSTGRES_VERSION:
+            raise SchemaTooNew(
+                f"{self.where} has schema version {version}; this LoopKernel knows up to "
+                f"{POSTGRES_VERSION}. Upgrade loopkernel to open it.",
+                found=version,
+                known=POSTGRES_VERSION,
+            )
+        for statements in POSTGRES_MIGRATIONS[version:]:
+            for sql in statements:
+                cur.run(sql)
+        if version < POSTGRES_VERSION:
+            cur.run(
+                "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (str(POSTGRES_VERSION),),
+            )
+
+    async def close(self) -> None:
+        if self._pool is None or self._fence is not None:  # a view leaves it to its store
+            return
+        pool, self._pool = self._pool, None
+        await self._listener.close()
+        await self._journal.close()
+        await self._on_thread(pool.close)
+        threads, self._threads = self._threads, None
+        if threads is not None:
+            threads.shutdown(wait=False)
+
+    def fenced(self, run_id: RunId, epoch: int) -> PostgresStore:
+        view: PostgresStore = super().fenced(run_id, epoch)
+        view._listener = Listener(self.url)
+        return view
+
+    # -- the step in one round trip ----------------------------------------------------------
+
+    async def commit_step(
+        self,
+        run_id: RunId,
+        journal: Sequence[Event],
+        records: Sequence[PatchRecord],
+        delta: Delta,
+        final: NewEvent | None = None,
+    ) -> tuple[list[Event], Event | None]:
+        """One statement: ``loopkernel_commit_step`` (schema migration 7) locks the run,
+        checks a fenced view's epoch, numbers the events after the last seq (moving the
+        records' and tasks' seqs if another process appended: ``rebase_step``) and writes
+        it all, in the implicit transaction of an autocommit statement."""
+        fence = self._fence
+        if fence is not None:
+            fence.check_run(run_id)
+        params = (run_id, None if fence is None else fence.epoch, time.time())
+        step = _step_json(journal, records, delta, final)
+        try:
+            row = await self._call(lambda cur: cur.one(_COMMIT_STEP, (*params, step)))
+        except DuplicateKey:
+            raise self._planned_twice(run_id, records) from None
+        except psycopg.DatabaseError as exc:
+            if exc.sqlstate == NO_RUN:
+                raise self._not_found(run_id) from None
+            if exc.sqlstate == LEASE_LOST and fence is not None:
+                # The detail is {"epoch": <the run's lease_epoch>, "owner": <its owner>}.
+                held = json.loads(exc.diag.message_detail or "{}")
+                fence.check_epoch(held.get("epoch"), held.get("owner"))
+            raise
+        top = int(row[0])
+        out = [
+            Event(run_id=run_id, seq=top + i, kind=e.kind, task_id=e.task_id, data=e.data)
+            for i, e in enumerate(journal, 1)
+        ]
+        if delta.finish is None or final is None:
+            return out, None
+        seq = top + len(journal) + 1
+        return out, Event(
+            run_id=run_id, seq=seq, kind=final.kind, task_id=final.task_id, data=final.data
+        )
+
+    async def wait_for_journal(self, seconds: float) -> None:
+        await self._journal.wait(seconds)
+
+    async def wait_for_work(self, seconds: float) -> None:
+        await self._listener.wait(seconds)
 
 
 _step_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -195,615 +407,55 @@ def _step_json(
     )
 
 
-class PostgresStore:
-    """A ``Store`` in a PostgreSQL database (``postgresql://user@host:port/dbname``).
+class Listener:
+    """``LISTEN channel`` (``loopkernel_runnable`` unless told) on an async connection of
+    its own, opened at the first wait.
 
-    ``min_size``/``max_size`` bound the connection pool; ``connect_timeout`` is how long
-    ``open()`` waits for the server. Put the tables in their own schema with
-    ``?options=-csearch_path%3Dloopkernel`` in the URL (the schema must exist).
+    Notifications that arrive between two waits are kept by the connection (psycopg 3.2.4
+    and later queue them while ``notifies()`` is not running), so a worker that checks for
+    work and then waits misses none. If the connection cannot be had or breaks, what was
+    notified meanwhile is lost: the wait then returns after a short pause (doubling from
+    ``RETRY_SECONDS`` up to ``seconds`` while it keeps failing), so the caller looks for
+    work itself instead of sleeping out a long poll interval, and the next wait listens
+    again.
     """
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        min_size: int = 1,
-        max_size: int = 10,
-        connect_timeout: float = 30.0,
-    ) -> None:
-        if not 1 <= min_size <= max_size:
-            raise UsageError(f"need 1 <= min_size <= max_size, got {min_size} and {max_size}")
+    RETRY_SECONDS = 0.5
+
+    def __init__(self, url: str, channel: str = CHANNEL) -> None:
         self.url = url
-        """The URL as given (with its password, if any: workers reconnect with it)."""
-        self.where = redact(url)
-        """The URL without its password, as messages show it."""
-        self.min_size = min_size
-        self.max_size = max_size
-        self.connect_timeout = connect_timeout
-        self._pool: AsyncConnectionPool[Conn] | None = None
-        self._fence: Fence | None = None
-        self._listener = Listener(url)
-        self._journal = Listener(url, JOURNAL_CHANNEL)
+        self.channel = channel
+        self._conn: psycopg.AsyncConnection[TupleRow] | None = None
+        self._failures = 0
 
-    def __repr__(self) -> str:
-        return f"PostgresStore({self.where!r})"
+    async def wait(self, seconds: float) -> None:
+        """Until a notification arrives, at most ``seconds``."""
+        conn = self._conn
+        if conn is None or conn.closed:
+            try:
+                conn = await psycopg.AsyncConnection.connect(
+                    self.url, autocommit=True, connect_timeout=5
+                )
+                await conn.execute(f"LISTEN {self.channel}")
+            except psycopg.Error:
+                await self._pause(seconds)
+                return
+            self._conn = conn
+            if self._failures:  # listening again: look for what was notified meanwhile
+                self._failures = 0
+                return
+        try:
+            async for _ in conn.notifies(timeout=seconds, stop_after=1):
+                pass
+        except psycopg.Error:
+            await self.close()
+            await self._pause(seconds)
 
-    # -- connection ------------------------------------------------------------------------
-
-    async def open(self) -> None:
-        if self._pool is not None:
-            return
-        # Migrate on a connection of its own first: a wrong URL or a missing database fails
-        # here at once with the server's words, instead of as a pool timeout.
-        async with await connect(self.url, self.where, self.connect_timeout) as conn:
-            await configure(conn)
-            await migrate(conn, self.where)
-        self._pool = await open_pool(
-            self.url, self.where, self.min_size, self.max_size, self.connect_timeout
-        )
+    async def _pause(self, seconds: float) -> None:
+        self._failures += 1
+        await asyncio.sleep(min(seconds, self.RETRY_SECONDS * 2 ** min(self._failures - 1, 10)))
 
     async def close(self) -> None:
-        if self._pool is None or self._fence is not None:  # a view leaves it to its store
-            return
-        pool, self._pool = self._pool, None
-        await self._listener.close()
-        await self._journal.close()
-        await pool.close()
-
-    async def checkpoint(self) -> None:
-        """Nothing to do: the server's WAL is the server's business."""
-
-    @asynccontextmanager
-    async def _conn(self) -> AsyncIterator[Conn]:
-        """A pooled connection in autocommit: each statement its own transaction.
-
-        A lost server, an exhausted pool or a deadlock comes out as ``StoreUnavailable``
-        (the transaction was rolled back; a broken connection leaves the pool).
-        """
-        if self._pool is None:
-            raise UsageError("the store is not open; call `await store.open()` first")
-        try:
-            async with self._pool.connection() as conn:
-                yield conn
-        except (psycopg.OperationalError, IdleInTransactionSessionTimeout, PoolTimeout) as exc:
-            message = " ".join(str(exc).split())
-            raise StoreUnavailable(
-                f"PostgreSQL at {self.where}: {message}", url=self.where
-            ) from exc
-
-    @asynccontextmanager
-    async def _tx(self, *, sync: bool = True) -> AsyncIterator[Conn]:
-        """One read-write transaction; rolled back if the block raises. Callers map a
-        duplicate key to its meaning outside the block, by constraint name, so that only
-        the key that means "already done" becomes a LoopKernel error. ``sync=False``: see
-        the module docstring."""
-        async with self._conn() as conn, conn.transaction():
-            if not sync:
-                await conn.execute("SET LOCAL synchronous_commit = off")
-            yield conn
-
-    @asynccontextmanager
-    async def _snapshot(self) -> AsyncIterator[Conn]:
-        """One read-only transaction that sees a single snapshot across its statements."""
-        async with self._conn() as conn, conn.transaction():
-            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            yield conn
-
-    # -- runs ------------------------------------------------------------------------------
-
-    async def create_run(
-        self,
-        *,
-        run_id: RunId,
-        app: str,
-        params: JSON,
-        max_events: int,
-        token_hash: str,
-        trace: str | None = None,
-    ) -> Event:
-        now = time.time()
-        started = NewEvent(kind=EventKind.RUN_STARTED, data={"app": app})
-        if self._fence is not None:
-            raise UsageError(f"a store view fenced to run {self._fence.run_id} creates no run")
-        try:
-            async with self._tx() as conn:
-                await conn.execute(
-                    "INSERT INTO runs (run_id, app, params, status, verdict, max_events, "
-                    "token_hash, created_at, updated_at, trace) "
-                    "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-                    run_params(run_id, app, params, max_events, token_hash, now, trace),
-                )
-                # A new run has no events, and its row stays locked until we commit.
-                (event,) = await self._append(conn, run_id, 0, [started], now)
-        except UniqueViolation as exc:
-            if exc.diag.constraint_name != "runs_pkey":
-                raise
-            raise UsageError(
-                f"run {run_id} already exists in {self.where}; resume it or pick another id",
-                run_id=run_id,
-            ) from None
-        return event
-
-    def _not_found(self, run_id: RunId) -> RunNotFound:
-        return RunNotFound(f"no run {run_id} in {self.where}", run_id=run_id)
-
-    async def _lock_run(
-        self, conn: Conn, run_id: RunId, *, seq: bool = True, fence: Fence | None = None
-    ) -> tuple[RunStatus, int]:
-        """Lock the run's row until the transaction ends; its status and last seq (0
-        without ``seq``). A fenced view (or ``fence``) compares the lease epoch here.
-
-        Every write that touches a run's journal or graph takes this lock first (one lock
-        order: no deadlocks), so no one else appends until we commit. The MAX must be a
-        statement of its own, after the lock: under READ COMMITTED each statement takes a
-        fresh snapshot, so it sees what the previous holder of the lock committed (a
-        subquery of the locking SELECT would see the snapshot from before the wait).
-        """
-        fence = fence or self._fence
-        if fence is not None:
-            fence.check_run(run_id)
-        lock = await conn.execute(
-            "SELECT status, lease_epoch, owner FROM runs WHERE run_id = %s FOR UPDATE", (run_id,)
-        )
-        last = seq and await conn.execute(
-            "SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = %s", (run_id,)
-        )
-        row, top = await lock.fetchone(), (await last.fetchone() if last else (0,))
-        if row is None or top is None:
-            raise self._not_found(run_id)
-        if fence is not None:
-            fence.check_epoch(row[1], row[2])
-        return RunStatus(row[0]), int(top[0])
-
-    async def get_run(self, run_id: RunId) -> RunInfo:
-        async with self._conn() as conn:
-            row = await fetch_one(conn, f"{_INFO} WHERE r.run_id = %s", (run_id,))
-        if row is None:
-            raise self._not_found(run_id)
-        return _info(row)
-
-    async def list_runs(
-        self,
-        limit: int = 100,
-        *,
-        status: RunStatus | None = None,
-        app: str | None = None,
-        before: tuple[float, str] | None = None,
-    ) -> list[RunInfo]:
-        where, params = run_page_filter(status, app, before, "%s")
-        async with self._conn() as conn:
-            rows = await fetch_rows(
-                conn,
-                f"{_INFO}{where} ORDER BY r.created_at DESC, r.run_id DESC LIMIT %s",
-                (*params, limit),
-            )
-        return [_info(row) for row in rows]
-
-    async def token_hash(self, run_id: RunId) -> str:
-        async with self._conn() as conn:
-            row = await fetch_one(conn, "SELECT token_hash FROM runs WHERE run_id = %s", (run_id,))
-        if row is None:
-            raise self._not_found(run_id)
-        return str(row[0])
-
-    async def load_run(self, run_id: RunId) -> LoadedRun:
-        async with self._snapshot() as conn:
-            queries = [
-                f"{_INFO} WHERE r.run_id = %s",
-                f"SELECT {TASK_COLUMNS} FROM tasks WHERE run_id = %s ORDER BY task_id",
-                _EDGES,
-                "SELECT e.seq, e.kind, e.task_id, e.data FROM events e "
-                "LEFT JOIN patches p ON p.run_id = e.run_id AND p.event_seq = e.seq "
-                "WHERE e.run_id = %s AND p.event_seq IS NULL ORDER BY e.seq",
-            ]
-            run, tasks, edges, unplanned = await fetch_each(conn, queries, (run_id,))
-        if not run:
-            raise self._not_found(run_id)
-        info = _info(run[0])
-        state = GraphState(
-            run_id=run_id,
-            app=info.app,
-            params=info.params,
-            status=info.status,
-            verdict=info.verdict,
-        )
-        for row in tasks:
-            task = task_from_row(row)
-            state.tasks[task.task_id] = task
-        state.link(edges)
-        return LoadedRun(
-            info=info, state=state, unplanned=tuple(event_from_row(run_id, r) for r in unplanned)
-        )
-
-    async def set_status(self, run_id: RunId, status: RunStatus, verdict: JSON = None) -> None:
-        if status in TERMINAL_RUN:
-            raise UsageError("a run ends through a finish patch, not set_status")
-        async with self._tx() as conn:
-            await self._lock_run(conn, run_id)
-            await conn.execute(
-                "UPDATE runs SET status = %s, verdict = %s, updated_at = %s WHERE run_id = %s",
-                (status.value, dumps(verdict), time.time(), run_id),
-            )
-
-    # -- the journal -----------------------------------------------------------------------
-
-    @staticmethod
-    async def _append(
-        conn: Conn, run_id: RunId, seq: int, events: Sequence[NewEvent], now: float
-    ) -> list[Event]:
-        """Append ``events`` after ``seq``, the run's last, read under its row lock."""
-        out: list[Event] = []
-        rows = []
-        for ev in events:
-            seq += 1
-            rows.append((run_id, seq, ev.kind.value, ev.task_id, dumps(ev.data), now))
-            out.append(
-                Event(run_id=run_id, seq=seq, kind=ev.kind, task_id=ev.task_id, data=ev.data)
-            )
-        await execute_many(
-            conn,
-            "INSERT INTO events (run_id, seq, kind, task_id, data, created_at) "
-            "VALUES (%s,%s,%s,%s,%s,%s)",
-            rows,
-        )
-        # Watchers of the journal (the web inspector) hear of it when this commits.
-        await conn.execute("SELECT pg_notify(%s, %s)", (JOURNAL_CHANNEL, run_id))
-        return out
-
-    async def last_seq(self, run_id: RunId) -> int:
-        async with self._conn() as conn:
-            row = await fetch_one(
-                conn, "SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = %s", (run_id,)
-            )
-        return int(row[0]) if row else 0
-
-    async def append_events(
-        self, run_id: RunId, events: Sequence[NewEvent], tasks: Sequence[Task] = ()
-    ) -> list[Event]:
-        now = time.time()
-        async with self._tx(sync=False) as conn:
-            _, seq = await self._lock_run(conn, run_id)
-            out = await self._append(conn, run_id, seq, events, now)
-            rows = [task_params(run_id, t) for t in with_done_seq(tasks, out)]
-            await execute_many(conn, _UPSERT_TASK, rows)
-        return out
-
-    async def commit_patches(
-        self,
-        run_id: RunId,
-        records: Sequence[PatchRecord],
-        delta: Delta,
-        final: NewEvent | None = None,
-    ) -> Event | None:
-        return (await self.commit_step(run_id, (), records, delta, final))[1]
-
-    async def commit_step(
-        self,
-        run_id: RunId,
-        journal: Sequence[Event],
-        records: Sequence[PatchRecord],
-        delta: Delta,
-        final: NewEvent | None = None,
-    ) -> tuple[list[Event], Event | None]:
-        """One statement, one round trip: ``loopkernel_commit_step`` (schema migration 7)
-        locks the run, checks a fenced view's epoch, numbers the events after the last seq
-        (moving the records' and tasks' seqs if another process appended: ``rebase_step``)
-        and writes it all, in the implicit transaction of an autocommit statement."""
-        if self._fence is not None:
-            self._fence.check_run(run_id)
-        epoch = None if self._fence is None else self._fence.epoch
-        step = _step_json(journal, records, delta, final)
-        try:
-            async with self._conn() as conn:
-                row = await fetch_one(conn, _COMMIT_STEP, (run_id, epoch, time.time(), step))
-        except UniqueViolation as exc:
-            if exc.diag.constraint_name != "patches_pkey":
-                raise
-            raise ReplayDivergence(
-                f"run {run_id}: an event in seqs {[r.event_seq for r in records]} already "
-                "has a patch; another executor is planning this run",
-                run_id=run_id,
-            ) from None
-        except psycopg.DatabaseError as exc:
-            if exc.sqlstate == NO_RUN:
-                raise self._not_found(run_id) from None
-            if exc.sqlstate == LEASE_LOST and self._fence is not None:
-                # The detail is {"epoch": <the run's lease_epoch>, "owner": <its owner>}.
-                held = json.loads(exc.diag.message_detail or "{}")
-                self._fence.check_epoch(held.get("epoch"), held.get("owner"))
-            raise
-        assert row is not None
-        top = int(row[0])
-        out = [
-            Event(run_id=run_id, seq=top + i, kind=e.kind, task_id=e.task_id, data=e.data)
-            for i, e in enumerate(journal, 1)
-        ]
-        final_event = None
-        if delta.finish is not None and final is not None:
-            final_event = Event(
-                run_id=run_id,
-                seq=top + len(journal) + 1,
-                kind=final.kind,
-                task_id=final.task_id,
-                data=final.data,
-            )
-        return out, final_event
-
-    async def events(self, run_id: RunId, after: int = 0) -> list[Event]:
-        async with self._conn() as conn:
-            rows = await fetch_rows(
-                conn,
-                "SELECT seq, kind, task_id, data FROM events WHERE run_id = %s AND seq > %s "
-                "ORDER BY seq",
-                (run_id, after),
-            )
-        return [event_from_row(run_id, row) for row in rows]
-
-    async def patches(self, run_id: RunId, after: int = 0) -> list[PatchRecord]:
-        async with self._conn() as conn:
-            rows = await fetch_rows(
-                conn,
-                f"SELECT {PATCH_COLUMNS} FROM patches WHERE run_id = %s AND event_seq > %s "
-                "ORDER BY event_seq",
-                (run_id, after),
-            )
-        return [patch_from_row(row) for row in rows]
-
-    async def add_human_input(
-        self,
-        run_id: RunId,
-        task_id: TaskId,
-        *,
-        decision: Literal["approve", "reject"],
-        payload: JSON,
-    ) -> Event:
-        check_decision(decision)
-        epoch = 0
-        try:
-            async with self._tx() as conn:
-                status, seq = await self._lock_run(conn, run_id)
-                if status in TERMINAL_RUN:
-                    raise ApprovalRefused(f"run {run_id} is already {status}", run_id=run_id)
-                row = await fetch_one(
-                    conn,
-                    "SELECT state, wait_epoch FROM tasks WHERE run_id = %s AND task_id = %s",
-                    (run_id, task_id),
-                )
-                epoch = waiting_epoch(run_id, task_id, row)
-                answer = human_input_event(task_id, decision, payload, epoch)
-                (event,) = await self._append(conn, run_id, seq, [answer], time.time())
-                await conn.execute(
-                    "INSERT INTO approvals (run_id, task_id, wait_epoch, decision, event_seq) "
-                    "VALUES (%s,%s,%s,%s,%s)",
-                    (run_id, task_id, epoch, decision, event.seq),
-                )
-                if status is RunStatus.WAITING:
-                    await _lease.wake(conn, run_id, time.time())
-        except UniqueViolation as exc:
-            if exc.diag.constraint_name != "approvals_pkey":
-                raise
-            raise ApprovalRefused(
-                f"task {task_id!r} wait #{epoch} was already answered; a replayed approval "
-                "is refused",
-                run_id=run_id,
-                task_id=task_id,
-            ) from None
-        return event
-
-    async def request_cancel(self, run_id: RunId, reason: str) -> Event:
-        async with self._tx() as conn:
-            status, seq = await self._lock_run(conn, run_id)
-            if status in TERMINAL_RUN:
-                raise UsageError(f"run {run_id} is already {status}", run_id=run_id)
-            events = [NewEvent(kind=EventKind.CANCEL_REQUESTED, data={"reason": reason})]
-            (event,) = await self._append(conn, run_id, seq, events, time.time())
-            if status is RunStatus.WAITING:
-                await _lease.wake(conn, run_id, time.time())
-        return event
-
-    # -- effects ---------------------------------------------------------------------------
-
-    async def get_effect(self, run_id: RunId, key: str) -> EffectRecord | None:
-        async with self._conn() as conn:
-            row = await fetch_one(conn, _EFFECT, (run_id, key))
-        return None if row is None else effect_from_row(row)
-
-    async def intend_effect(self, record: EffectRecord) -> EffectRecord:
-        now = time.time()
-        # Not flushed on its own, as in SQLite: the key is a function of (run, task,
-        # index), so a lost intent changes nothing a re-send does.
-        async with self._tx(sync=False) as conn:
-            if self._fence is not None:
-                await self._lock_run(conn, record.run_id, seq=False)
-            # ON CONFLICT waits for a concurrent insert of the same key to commit; the
-            # SELECT after it (a new snapshot) then sees whichever row won.
-            await conn.execute(
-                f"INSERT INTO effects ({EFFECT_COLUMNS}, created_at, updated_at) "
-                "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) "
-                "ON CONFLICT (run_id, idem_key) DO NOTHING",
-                effect_params(record, now),
-            )
-            row = await fetch_one(conn, _EFFECT, (record.run_id, record.key))
-        return effect_from_row(row)
-
-    async def finish_effect(
-        self,
-        run_id: RunId,
-        key: str,
-        *,
-        status: Literal["done", "failed"],
-        result: JSON = None,
-        error: JSON = None,
-    ) -> None:
-        async with self._tx() if self._fence else self._conn() as conn:
-            if self._fence is not None:
-                await self._lock_run(conn, run_id, seq=False)
-            cur = await conn.execute(
-                "UPDATE effects SET status = %s, result = %s, error = %s, updated_at = %s "
-                "WHERE run_id = %s AND idem_key = %s AND status = 'intended'",
-                (status, dumps(result), dumps(error), time.time(), run_id, key),
-            )
-            if cur.rowcount != 1:
-                raise ReplayDivergence(
-                    f"effect {key} of run {run_id} is not intended (missing or already finished)",
-                    run_id=run_id,
-                    key=key,
-                )
-
-    async def effects(self, run_id: RunId) -> list[EffectRecord]:
-        async with self._conn() as conn:
-            rows = await fetch_rows(
-                conn,
-                f"SELECT {EFFECT_COLUMNS} FROM effects WHERE run_id = %s "
-                "ORDER BY task_id, call_index",
-                (run_id,),
-            )
-        return [effect_from_row(row) for row in rows]
-
-    # -- evidence --------------------------------------------------------------------------
-
-    async def add_evidence(
-        self, run_id: RunId, item: NewEvidence, *, max_item_chars: int, max_run_chars: int
-    ) -> Evidence:
-        async with self._tx() as conn:
-            # The run's row lock orders concurrent adds: n and the cap are read after it.
-            await self._lock_run(conn, run_id, seq=False)
-            row = await fetch_one(conn, _EVIDENCE_BY_KEY, (run_id, item.key))
-            if row is None:
-                top = await fetch_one(
-                    conn,
-                    "SELECT COALESCE(MAX(n), 0), COALESCE(SUM(LENGTH(content)), 0) "
-                    "FROM evidence WHERE run_id = %s",
-                    (run_id,),
-                )
-                assert top is not None
-                params = evidence_params(
-                    run_id,
-                    int(top[0]) + 1,
-                    item,
-                    item_cap=max_item_chars,
-                    room=max_run_chars - int(top[1]),
-                    now=time.time(),
-                )
-                await conn.execute(
-                    f"INSERT INTO evidence (run_id, ev_key, {EVIDENCE_COLUMNS}, created_at) "
-                    f"VALUES ({','.join(['%s'] * 14)})",
-                    params,
-                )
-                row = await fetch_one(conn, _EVIDENCE_BY_KEY, (run_id, item.key))
-        return evidence_from_row(row)
-
-    async def evidence(self, run_id: RunId) -> list[Evidence]:
-        async with self._conn() as conn:
-            rows = await fetch_rows(
-                conn,
-                f"SELECT {EVIDENCE_COLUMNS} FROM evidence WHERE run_id = %s ORDER BY n",
-                (run_id,),
-            )
-        return [evidence_from_row(row) for row in rows]
-
-    # -- whole-run views -------------------------------------------------------------------
-
-    async def dump(self, run_id: RunId) -> dict[str, JSON]:
-        async with self._snapshot() as conn:
-            queries = [
-                f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = %s",
-                f"SELECT {DUMP_TASK_COLUMNS} FROM tasks WHERE run_id = %s ORDER BY task_id",
-                _EDGES,
-                f"SELECT {DUMP_EFFECT_COLUMNS} FROM effects WHERE run_id = %s "
-                "ORDER BY task_id, call_index",
-            ]
-            run, tasks, edges, effects = await fetch_each(conn, queries, (run_id,))
-        if not run:
-            raise self._not_found(run_id)
-        return dump_of(run[0], tasks, edges, effects)
-
-    # -- forks (docs/fork.md) --------------------------------------------------------------
-
-    async def fork_run(self, fork: Fork) -> RunInfo:
-        if self._fence is not None:
-            raise UsageError(f"a store view fenced to run {self._fence.run_id} creates no run")
-        try:
-            async with self._tx() as conn:
-                await self._lock_run(conn, fork.source.run_id, seq=False)
-                for sql, rows in fork_statements(fork, time.time()):
-                    await execute_many(conn, sql.replace("?", "%s"), rows)
-        except UniqueViolation as exc:
-            if exc.diag.constraint_name != "runs_pkey":
-                raise
-            raise UsageError(
-                f"run {fork.run_id} already exists in {self.where}; pick another id",
-                run_id=fork.run_id,
-            ) from None
-        return await self.get_run(fork.run_id)
-
-    async def origin(self, run_id: RunId) -> tuple[RunId, int] | None:
-        async with self._conn() as conn:
-            row = await fetch_one(
-                conn, "SELECT source_run, source_seq FROM forks WHERE run_id = %s", (run_id,)
-            )
-        return None if row is None else (RunId(row[0]), int(row[1]))
-
-    # -- workers: leases and fencing (docs/workers.md) --------------------------------------
-
-    def fenced(self, run_id: RunId, epoch: int) -> PostgresStore:
-        view = copy.copy(self)
-        view._fence = Fence(run_id=run_id, epoch=epoch)
-        view._listener = Listener(self.url)
-        return view
-
-    async def enqueue(self, run_id: RunId) -> None:
-        async with self._tx() as conn:
-            status, _ = await self._lock_run(conn, run_id)
-            if status in TERMINAL_RUN:
-                raise UsageError(f"run {run_id} is already {status}; nothing is left to run")
-            await _lease.enqueue(conn, run_id, time.time())
-
-    async def claim_run(self, worker_id: str, lease_seconds: float) -> Claim | None:
-        check_lease_seconds(lease_seconds)
-        self._unfenced("claim runs")
-        async with self._conn() as conn:
-            return await _lease.claim(conn, worker_id, lease_seconds)
-
-    async def acquire(
-        self,
-        run_id: RunId,
-        holder: Holder,
-        lease_seconds: float,
-        *,
-        takeover: int | None = None,
-    ) -> Claim:
-        check_lease_seconds(lease_seconds)
-        self._unfenced("acquire leases")
-        async with self._tx() as conn:
-            await self._lock_run(conn, run_id, seq=False)
-            got = await _lease.acquire(conn, run_id, holder, lease_seconds, takeover)
-        if got is None:
-            raise self._not_found(run_id)
-        return got
-
-    async def heartbeat(self, run_id: RunId, epoch: int, lease_seconds: float) -> None:
-        check_lease_seconds(lease_seconds)
-        self._unfenced("heartbeat")
-        # Not waiting for the WAL flush: a heartbeat lost to a server crash only
-        # shortens the lease.
-        async with self._tx(sync=False) as conn:
-            if not await _lease.extend(conn, run_id, epoch, lease_seconds):
-                await self._lock_run(
-                    conn, run_id, seq=False, fence=Fence(run_id=run_id, epoch=epoch)
-                )
-
-    async def release(self, run_id: RunId, epoch: int) -> bool:
-        self._unfenced("release leases")
-        async with self._tx() as conn:
-            return await _lease.release(conn, run_id, epoch, time.time())
-
-    def _unfenced(self, what: str) -> None:
-        if self._fence is not None:
-            raise UsageError(f"a store view fenced to run {self._fence.run_id} cannot {what}")
-
-    async def wait_for_journal(self, seconds: float) -> None:
-        await self._journal.wait(seconds)
-
-    async def wait_for_work(self, seconds: float) -> None:
-        await self._listener.wait(seconds)
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()

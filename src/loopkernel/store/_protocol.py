@@ -1,8 +1,10 @@
 """The store interface: what the executor, the CLI and the tool layer need of a database.
 
-Two implementations, SQLite and PostgreSQL, pass one conformance suite
-(``tests/store/test_conformance.py``, ``tests/store/test_leases.py``). Every method is one
-transaction.
+The protocols are sized to their callers: ``Journal`` (the executor), ``Effects`` (tools
+and models), ``Leases`` (the client and workers), ``Catalog`` (the CLI and the web
+inspector); ``Store`` is all four. Two implementations, SQLite and PostgreSQL, one SQL
+engine (``_engine``), pass one conformance suite (``tests/store/test_conformance.py``,
+``tests/store/test_leases.py``). Every method is one transaction.
 
 One executor per run: a worker claims a run handed to it with ``enqueue`` (``claim_run``),
 any other executor takes the lease of the run it names (``acquire``); either holds it
@@ -38,8 +40,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ArchiveSource",
+    "Catalog",
     "Claim",
     "EffectRecord",
+    "Effects",
+    "Journal",
+    "Leases",
     "LoadedRun",
     "NewEvent",
     "PatchRecord",
@@ -186,6 +192,8 @@ class EffectRecord:
     status: Literal["intended", "done", "failed"]
     result: JSON = None
     error: JSON = None
+    arguments_digest: str | None = None
+    """A hash of the tool call's raw arguments, as the tool layer computed it, or ``None``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -210,18 +218,8 @@ class ArchiveSource(Protocol):
 
 
 @runtime_checkable
-class Store(Protocol):
-    """A durable home for runs. Implementations: ``SQLiteStore``, ``PostgresStore``."""
-
-    url: str
-
-    async def open(self) -> None:
-        """Connect and migrate the schema to the current version."""
-
-    async def close(self) -> None:
-        """Checkpoint (SQLite: fold the WAL into the .db file) and disconnect."""
-
-    # -- runs ------------------------------------------------------------------------------
+class Journal(Protocol):
+    """What the executor needs: a run's state and journal, a step committed at a time."""
 
     async def create_run(
         self,
@@ -240,24 +238,8 @@ class Store(Protocol):
 
     async def get_run(self, run_id: RunId) -> RunInfo: ...
 
-    async def list_runs(
-        self,
-        limit: int = 100,
-        *,
-        status: RunStatus | None = None,
-        app: str | None = None,
-        before: tuple[float, str] | None = None,
-    ) -> list[RunInfo]:
-        """Runs newest first (``created_at``, then ``run_id``, descending), optionally of one
-        status and one app. ``before`` is the ``(created_at, run_id)`` of the last run of the
-        previous page: keyset pagination on an index, as fast on page 2,000 as on page 1."""
-
     async def set_status(self, run_id: RunId, status: RunStatus, verdict: JSON = None) -> None:
         """Set a non-terminal status (``running``, ``waiting``) and checkpoint when quiescent."""
-
-    async def token_hash(self, run_id: RunId) -> str: ...
-
-    # -- the journal -----------------------------------------------------------------------
 
     async def append_events(
         self, run_id: RunId, events: Sequence[NewEvent], tasks: Sequence[Task] = ()
@@ -326,7 +308,18 @@ class Store(Protocol):
         An enqueued run that was ``waiting`` becomes ``running`` again: claimable.
         """
 
-    # -- effects ---------------------------------------------------------------------------
+    async def checkpoint(self) -> None:
+        """Make the main database file complete on its own (SQLite); a no-op elsewhere."""
+
+    async def wait_for_journal(self, seconds: float) -> None:
+        """Return when some run's journal may have changed (any writer, any process), or
+        after ``seconds``. SQLite: ``PRAGMA data_version`` polled on a read connection of
+        its own, holding no lock; PostgreSQL: ``LISTEN loopkernel_journal``."""
+
+
+@runtime_checkable
+class Effects(Protocol):
+    """What tools and models need: the effect journal and the run's evidence."""
 
     async def get_effect(self, run_id: RunId, key: str) -> EffectRecord | None: ...
 
@@ -345,8 +338,6 @@ class Store(Protocol):
 
     async def effects(self, run_id: RunId) -> list[EffectRecord]: ...
 
-    # -- evidence (docs/evidence.md) -------------------------------------------------------
-
     async def add_evidence(
         self, run_id: RunId, item: NewEvidence, *, max_item_chars: int, max_run_chars: int
     ) -> Evidence:
@@ -358,24 +349,10 @@ class Store(Protocol):
     async def evidence(self, run_id: RunId) -> list[Evidence]:
         """The run's evidence in ref order."""
 
-    # -- whole-run views -------------------------------------------------------------------
 
-    async def dump(self, run_id: RunId) -> dict[str, JSON]:
-        """Canonical rows of the run (no timestamps, no attempt counters) for the digest."""
-
-    async def checkpoint(self) -> None:
-        """Make the main database file complete on its own (SQLite); a no-op elsewhere."""
-
-    # -- forks (docs/fork.md) --------------------------------------------------------------
-
-    async def fork_run(self, fork: Fork) -> RunInfo:
-        """Write ``fork`` as a new run, in one transaction; ``UsageError`` if its id is
-        taken, ``RunNotFound`` if the source is gone."""
-
-    async def origin(self, run_id: RunId) -> tuple[RunId, int] | None:
-        """``(source run, seq)`` if ``run_id`` was forked, else ``None``."""
-
-    # -- workers: leases and fencing -------------------------------------------------------
+@runtime_checkable
+class Leases(Protocol):
+    """What the client and workers need: one executor per run (``docs/workers.md``)."""
 
     async def enqueue(self, run_id: RunId) -> None:
         """Hand the run to the workers: from now on ``claim_run`` may give it out whenever
@@ -417,11 +394,54 @@ class Store(Protocol):
         otherwise raises ``LeaseLost`` having written nothing. It writes no other run;
         closing it leaves the connection to this store."""
 
-    async def wait_for_journal(self, seconds: float) -> None:
-        """Return when some run's journal may have changed (any writer, any process), or
-        after ``seconds``. SQLite: ``PRAGMA data_version`` polled on a read connection of
-        its own, holding no lock; PostgreSQL: ``LISTEN loopkernel_journal``."""
-
     async def wait_for_work(self, seconds: float) -> None:
         """Return when a run may have become claimable (enqueued, answered, cancelled,
         released: PostgreSQL's LISTEN/NOTIFY), or after ``seconds`` (polling)."""
+
+@runtime_checkable
+class Catalog(Protocol):
+    """What the CLI and the web inspector need: runs listed, read whole, forked, exported
+    (SQLite's ``export``), deleted."""
+
+    async def list_runs(
+        self,
+        limit: int = 100,
+        *,
+        status: RunStatus | None = None,
+        app: str | None = None,
+        before: tuple[float, str] | None = None,
+    ) -> list[RunInfo]:
+        """Runs newest first (``created_at``, then ``run_id``, descending), optionally of one
+        status and one app. ``before`` is the ``(created_at, run_id)`` of the last run of the
+        previous page: keyset pagination on an index, as fast on page 2,000 as on page 1."""
+
+    async def token_hash(self, run_id: RunId) -> str: ...
+
+    async def dump(self, run_id: RunId) -> dict[str, JSON]:
+        """Canonical rows of the run (no timestamps, no attempt counters) for the digest."""
+
+    async def fork_run(self, fork: Fork) -> RunInfo:
+        """Write ``fork`` as a new run, in one transaction; ``UsageError`` if its id is
+        taken, ``RunNotFound`` if the source is gone."""
+
+    async def origin(self, run_id: RunId) -> tuple[RunId, int] | None:
+        """``(source run, seq)`` if ``run_id`` was forked, else ``None``."""
+
+    async def delete_run(self, run_id: RunId) -> None:
+        """Remove every row of the run (every table of the schema that has a ``run_id``,
+        its fork record included) in one transaction. ``RunHeld`` while a live lease holds
+        it (nothing is removed), ``RunNotFound`` if there is no such run."""
+
+
+@runtime_checkable
+class Store(Journal, Effects, Leases, Catalog, Protocol):
+    """A durable home for runs, every role at once. Implementations: ``SQLiteStore``,
+    ``PostgresStore``, both one engine (``_engine.SQLStore``)."""
+
+    url: str
+
+    async def open(self) -> None:
+        """Connect and migrate the schema to the current version."""
+
+    async def close(self) -> None:
+        """Checkpoint (SQLite: fold the WAL into the .db file) and disconnect."""

@@ -1,6 +1,9 @@
-"""PostgreSQL schema, as numbered migrations; the same tables and keys as SQLite's.
+"""The schema, named once: every table, what a run owns of it, and the migrations.
 
-Differences from ``_sqlite_schema`` and why:
+Export, fork, dump and delete derive from ``TABLES``; a test (``tests/store``) fails when
+a table is created that ``TABLES`` does not name, or that export, fork or delete ignore.
+The two dialects' migrations create the same tables, keys and columns; where PostgreSQL
+differs and why:
 
 - JSON columns are ``json``, not ``jsonb``: ``json`` keeps the exact text it was given,
   so the canonical text ``dumps`` wrote is the text ``loads`` reads back (``jsonb`` would
@@ -10,36 +13,198 @@ Differences from ``_sqlite_schema`` and why:
   ``ORDER BY task_id`` (and the dump) does not depend on the server's locale.
 - Integers are ``bigint`` (SQLite's INTEGER is 64-bit), times ``double precision``
   (seconds since the epoch, as ``RunInfo`` carries them).
-- Version 7 is PostgreSQL's alone: ``loopkernel_commit_step``, the executor's step as one
-  statement (one round trip; ``PostgresStore.commit_step``). SQLite stays at 6.
+- PostgreSQL's version 7 is its own: ``loopkernel_commit_step``, the executor's step as
+  one statement (one round trip; ``PostgresStore.commit_step``). So the same change is
+  SQLite's migration 7 and PostgreSQL's 8.
+
+A released migration is frozen: a change is a new one, so that databases already at the
+old version get it. A database newer than this code is refused.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-import psycopg
-
-from loopkernel.errors import SchemaTooNew
+from dataclasses import dataclass
 
 __all__ = [
     "COMMIT_STEP",
     "LEASE_LOST",
-    "MIGRATIONS",
-    "MIGRATION_LOCK",
     "NO_RUN",
-    "SCHEMA_VERSION",
-    "migrate",
+    "POSTGRES_MIGRATIONS",
+    "POSTGRES_VERSION",
+    "SQLITE_MIGRATIONS",
+    "SQLITE_VERSION",
+    "TABLES",
+    "Table",
 ]
 
-MIGRATION_LOCK = 0x4C4B_5343_4845_4D41
-"""The advisory lock key migrations run under (``LKSCHEMA`` in ASCII), per database."""
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Table:
+    """One table of a run's rows."""
+
+    name: str
+    fork: str
+    """What ``fork_run`` writes of it: ``copied`` (the source's prefix), ``derived``
+    (computed from the journal as of the fork's event), ``new`` (a row of the fork's own),
+    or why it writes nothing."""
+    digest: bool = False
+    """Whether the canonical dump (the state digest) reads it."""
+
+
+TABLES: tuple[Table, ...] = (
+    Table(name="runs", fork="new", digest=True),
+    Table(name="tasks", fork="derived", digest=True),
+    Table(name="edges", fork="derived", digest=True),
+    Table(name="events", fork="copied"),
+    Table(name="patches", fork="copied"),
+    Table(name="approvals", fork="copied"),
+    Table(name="effects", fork="copied", digest=True),
+    Table(name="forks", fork="new"),
+    Table(
+        name="evidence",
+        fork="none: a fork records its own evidence as its tasks run (docs/fork.md)",
+    ),
+)
+"""Every table whose rows belong to one run, by its ``run_id`` column (``meta`` alone is
+the database's). Export keeps, delete removes, each table's rows of one run."""
 
 LEASE_LOST = "LK001"
 """SQLSTATE of ``loopkernel_commit_step`` when a fenced step's lease epoch is not the run's;
 the detail is ``{"epoch": ..., "owner": ...}`` as JSON."""
 NO_RUN = "LK002"
 """SQLSTATE of ``loopkernel_commit_step`` when there is no such run."""
+
+SQLITE_MIGRATIONS: list[list[str]] = [
+    # 1: the journal, the materialized graph, approvals and effects.
+    [
+        """CREATE TABLE runs (
+            run_id      TEXT PRIMARY KEY,
+            app         TEXT NOT NULL,
+            params      TEXT NOT NULL,
+            status      TEXT NOT NULL,
+            verdict     TEXT,
+            max_events  INTEGER NOT NULL,
+            token_hash  TEXT NOT NULL,
+            created_at  REAL NOT NULL,
+            updated_at  REAL NOT NULL
+        )""",
+        """CREATE TABLE tasks (
+            run_id          TEXT NOT NULL,
+            task_id         TEXT NOT NULL,
+            skill           TEXT NOT NULL,
+            input           TEXT NOT NULL,
+            evidence_scope  TEXT NOT NULL,
+            state           TEXT NOT NULL,
+            result          TEXT NOT NULL,
+            error           TEXT NOT NULL,
+            attempts        INTEGER NOT NULL,
+            wait_reason     TEXT,
+            human_input     TEXT NOT NULL,
+            wait_epoch      INTEGER NOT NULL,
+            done_seq        INTEGER,
+            PRIMARY KEY (run_id, task_id)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE edges (
+            run_id  TEXT NOT NULL,
+            src     TEXT NOT NULL,
+            dst     TEXT NOT NULL,
+            PRIMARY KEY (run_id, src, dst)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE events (
+            run_id      TEXT NOT NULL,
+            seq         INTEGER NOT NULL,
+            kind        TEXT NOT NULL,
+            task_id     TEXT,
+            data        TEXT NOT NULL,
+            created_at  REAL NOT NULL,
+            PRIMARY KEY (run_id, seq)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE patches (
+            run_id      TEXT NOT NULL,
+            event_seq   INTEGER NOT NULL,
+            ops         TEXT NOT NULL,
+            outcome     TEXT NOT NULL,
+            reason      TEXT,
+            planner     TEXT NOT NULL,
+            created_at  REAL NOT NULL,
+            PRIMARY KEY (run_id, event_seq)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE approvals (
+            run_id      TEXT NOT NULL,
+            task_id     TEXT NOT NULL,
+            wait_epoch  INTEGER NOT NULL,
+            decision    TEXT NOT NULL,
+            event_seq   INTEGER NOT NULL,
+            PRIMARY KEY (run_id, task_id, wait_epoch)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE effects (
+            run_id      TEXT NOT NULL,
+            idem_key    TEXT NOT NULL,
+            task_id     TEXT NOT NULL,
+            call_index  INTEGER NOT NULL,
+            tool        TEXT NOT NULL,
+            effect      TEXT NOT NULL,
+            arguments   TEXT NOT NULL,
+            status      TEXT NOT NULL,
+            result      TEXT NOT NULL,
+            error       TEXT NOT NULL,
+            created_at  REAL NOT NULL,
+            updated_at  REAL NOT NULL,
+            PRIMARY KEY (run_id, idem_key)
+        ) WITHOUT ROWID""",
+    ],
+    # 2: leases for workers (docs/workers.md). lease_until NULL: not enqueued, no lease.
+    [
+        "ALTER TABLE runs ADD COLUMN owner TEXT",
+        "ALTER TABLE runs ADD COLUMN lease_epoch INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE runs ADD COLUMN lease_until REAL",
+        "CREATE INDEX runs_claimable ON runs (created_at) "
+        "WHERE status = 'running' AND lease_until IS NOT NULL",
+    ],
+    # 3: forks (docs/fork.md): the run and event a run was forked from.
+    [
+        """CREATE TABLE forks (
+            run_id      TEXT PRIMARY KEY,
+            source_run  TEXT NOT NULL,
+            source_seq  INTEGER NOT NULL,
+            created_at  REAL NOT NULL
+        ) WITHOUT ROWID""",
+    ],
+    # 4: the run's trace context (docs/observability.md): a W3C traceparent, or NULL.
+    ["ALTER TABLE runs ADD COLUMN trace TEXT"],
+    # 5: keyset pagination of the run list (the web inspector), newest first, by status
+    # or by app.
+    [
+        "CREATE INDEX runs_by_created ON runs (created_at, run_id)",
+        "CREATE INDEX runs_by_status ON runs (status, created_at, run_id)",
+        "CREATE INDEX runs_by_app ON runs (app, created_at, run_id)",
+    ],
+    # 6: models and evidence (docs/models.md, docs/evidence.md): a proposing planner's
+    # proposal beside the applied patch; typed evidence, E<n> in journal order.
+    [
+        "ALTER TABLE patches ADD COLUMN proposal TEXT",
+        """CREATE TABLE evidence (
+            run_id            TEXT NOT NULL,
+            n                 INTEGER NOT NULL,
+            ev_key            TEXT NOT NULL,
+            kind              TEXT NOT NULL,
+            content           TEXT NOT NULL,
+            source_kind       TEXT NOT NULL,
+            source_uri        TEXT NOT NULL,
+            source_task_id    TEXT,
+            source_event_seq  INTEGER,
+            truncated         INTEGER NOT NULL,
+            note              TEXT,
+            sha256            TEXT NOT NULL,
+            chars             INTEGER NOT NULL,
+            created_at        REAL NOT NULL,
+            PRIMARY KEY (run_id, n),
+            UNIQUE (run_id, ev_key)
+        ) WITHOUT ROWID""",
+    ],
+    # 7: the digest of a tool call's raw arguments, beside its effect (docs/tools.md).
+    ["ALTER TABLE effects ADD COLUMN arguments_digest TEXT"],
+]
 
 # Migration 7's text: as every migration, frozen once released. A later change to the step
 # is a new migration (CREATE OR REPLACE FUNCTION), so that databases already at 7 get it.
@@ -142,7 +307,7 @@ BEGIN
 END
 $fn$"""
 
-MIGRATIONS: list[list[str]] = [
+POSTGRES_MIGRATIONS: list[list[str]] = [
     # 1: the journal, the materialized graph, approvals and effects.
     [
         """CREATE TABLE runs (
@@ -274,39 +439,9 @@ MIGRATIONS: list[list[str]] = [
     ],
     # 7: a durable step in one statement (docs/postgres.md, "A step in one round trip").
     [COMMIT_STEP],
+    # 8: the digest of a tool call's raw arguments, beside its effect (docs/tools.md).
+    ["ALTER TABLE effects ADD COLUMN arguments_digest text"],
 ]
 
-SCHEMA_VERSION = len(MIGRATIONS)
-
-
-async def migrate(conn: psycopg.AsyncConnection[Any], where: str) -> None:
-    """Bring the schema ``conn`` sees (its ``search_path``) to ``SCHEMA_VERSION``.
-
-    Under a transaction-scoped advisory lock: processes starting at once take turns, and
-    the later ones find the schema current. DDL is transactional in PostgreSQL, so a
-    migration that fails leaves the previous version whole. A newer schema is refused.
-    """
-    async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
-        await conn.execute(
-            "CREATE TABLE IF NOT EXISTS meta (key text PRIMARY KEY, value text NOT NULL)"
-        )
-        cur = await conn.execute("SELECT value FROM meta WHERE key = 'schema_version'")
-        row = await cur.fetchone()
-        version = int(row[0]) if row else 0
-        if version > SCHEMA_VERSION:
-            raise SchemaTooNew(
-                f"{where} has schema version {version}; this LoopKernel knows up to "
-                f"{SCHEMA_VERSION}. Upgrade loopkernel to open it.",
-                found=version,
-                known=SCHEMA_VERSION,
-            )
-        for statements in MIGRATIONS[version:]:
-            for sql in statements:
-                await conn.execute(sql)
-        if version < SCHEMA_VERSION:
-            await conn.execute(
-                "INSERT INTO meta (key, value) VALUES ('schema_version', %s) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (str(SCHEMA_VERSION),),
-            )
+SQLITE_VERSION = len(SQLITE_MIGRATIONS)
+POSTGRES_VERSION = len(POSTGRES_MIGRATIONS)
