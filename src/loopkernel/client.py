@@ -79,6 +79,7 @@ from loopkernel.store import (
     dump_of_state,
     open_store,
 )
+from loopkernel.store._engine import lock_wait_at_most
 from loopkernel.store._lease import Holder
 
 if TYPE_CHECKING:
@@ -273,21 +274,26 @@ class Client:
         """
         rid = RunId(run_id)
         check_keep_finished(self.store, keep_finished)
-        deadline = time.monotonic() + store_retry
+        deadline: float | None = None  # set at the store's first failure: the outage's end
         delay = 0.05
         while True:
+            left = store_retry if deadline is None else deadline - time.monotonic()
             try:
-                return await self._execute_once(
-                    rid,
-                    observer,
-                    max_concurrency,
-                    lease_seconds,
-                    apps,
-                    on_tool_server,
-                    tool_servers,
-                    keep_finished,
-                )
+                with lock_wait_at_most(max(0.0, left)):  # a lock wait counts in the total
+                    return await self._execute_once(
+                        rid,
+                        observer,
+                        max_concurrency,
+                        lease_seconds,
+                        apps,
+                        on_tool_server,
+                        tool_servers,
+                        keep_finished,
+                    )
             except StoreUnavailable as exc:
+                if deadline is None:
+                    waited = exc.attrs.get("waited", 0.0)
+                    deadline = time.monotonic() + store_retry - float(waited)
                 left = deadline - time.monotonic()
                 if left <= 0:
                     attrs = {**exc.attrs, "run_id": rid}

@@ -59,11 +59,14 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return {"slow": digest(db, "slow"), "fast": digest(db, "fast")}
 
 
+@pytest.mark.parametrize("busy_timeout", ["0.2", "30"])
 def test_a_write_lock_held_past_the_busy_timeout_leaves_the_run_resumable(
-    tmp_path: Path, reference: dict[str, str]
+    tmp_path: Path, reference: dict[str, str], busy_timeout: str
 ) -> None:
+    # With a 30 s busy timeout, --store-retry 1 still ends the wait: the bound is the
+    # total time of the retries, lock waits included (it was one busy timeout per try).
     db, trace = tmp_path / "runs.db", tmp_path / "trace.txt"
-    env = cli_env(LOOPKERNEL_SQLITE_BUSY_TIMEOUT="0.2", LOOPKERNEL_TRACE=str(trace))
+    env = cli_env(LOOPKERNEL_SQLITE_BUSY_TIMEOUT=busy_timeout, LOOPKERNEL_TRACE=str(trace))
     args = ["run", "speculation", "--run-id", "slow", "--quiet", "--store-retry", "1", *SPEC]
     proc = subprocess.Popen(
         [sys.executable, "-m", "loopkernel", "--db", str(db), *args],
@@ -80,7 +83,9 @@ def test_a_write_lock_held_past_the_busy_timeout_leaves_the_run_resumable(
             time.sleep(0.02)
         locker = sqlite3.connect(db, isolation_level=None, timeout=30)
         locker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        held = time.monotonic()
         _, err = proc.communicate(timeout=60)
+        waited = time.monotonic() - held
     finally:
         if locker is not None:
             locker.execute("ROLLBACK")
@@ -88,6 +93,7 @@ def test_a_write_lock_held_past_the_busy_timeout_leaves_the_run_resumable(
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 8, err
+    assert waited < 20  # not the 30 s busy timeout: --store-retry 1 is the whole wait
     line = one_line(err)
     assert "store unavailable" in line and "the database is locked" in line
     assert f"run slow is left resumable: loopkernel --db {db} resume slow" in line

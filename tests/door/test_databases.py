@@ -172,3 +172,74 @@ def test_a_store_error_never_exits_1(tmp_path: Path) -> None:
     one_line(cli("--db", str(db), "runs"), 9, "Upgrade loopkernel")
     out = cli("--db", str(db), "inspect", "r1", "--json")
     assert out.returncode == 9 and json.dumps({}) not in out.stdout
+
+
+def _corrupt_one_page(db: Path, table: str) -> None:
+    """Overwrite the page holding ``table``'s rows (its B-tree root, the only page of a
+    small table) with garbage: the header, the schema and every other page stay whole."""
+    with sqlite3.connect(db) as conn:
+        (page,) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,))
+        (size,) = conn.execute("PRAGMA page_size").fetchone()
+    conn.close()
+    with open(db, "r+b") as f:
+        f.seek((page[0] - 1) * size)
+        f.write(bytes(range(256)) * (size // 256))
+
+
+def test_a_database_with_one_corrupt_page_gives_one_line_and_exit_9(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    out = cli("--db", str(db), "run", "speculation", "--scenario", "fast", "--run-id", "r1")
+    assert out.returncode == 0, out.stderr
+    assert (
+        not db.with_name("runs.db-wal").exists() or db.with_name("runs.db-wal").stat().st_size == 0
+    )
+    _corrupt_one_page(db, "tasks")
+    commands = [
+        ["runs"],
+        ["inspect", "r1"],
+        ["resume", "r1"],
+        ["export", "r1", "--to", str(tmp_path / "out.db")],
+        ["run", "speculation", "--scenario", "fast"],
+    ]
+    for args in commands:
+        one_line(cli("--db", str(db), *args), 9, "corrupt")
+    assert not (tmp_path / "out.db").exists()
+
+
+def test_an_existing_empty_file_becomes_a_private_database(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    db.touch()
+    db.chmod(0o644)
+    out = cli("--db", str(db), "run", "speculation", "--scenario", "fast", "--run-id", "r1")
+    assert out.returncode == 0, out.stderr
+    assert db.stat().st_mode & 0o777 == 0o600  # results and tool outputs: not for everyone
+    assert cli("--db", str(db), "inspect", "r1").returncode == 0
+
+
+@pytest.mark.postgres
+def test_postgresql_reading_commands_create_no_tables(pg_database: str) -> None:
+    from lk_stores import Backend, fresh_pg_schema
+
+    url = fresh_pg_schema(pg_database)
+    for args in [["runs"], ["inspect", "r1"], ["resume", "r1"]]:
+        one_line(cli("--db", url, *args), 9, "no LoopKernel database at postgresql://")
+    listed = "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema()"
+    assert Backend(kind="postgres", url=url).sql(listed) == [(0,)]
+    out = cli("--db", url, "run", "speculation", "--scenario", "fast", "--run-id", "r1")
+    assert out.returncode == 0, out.stderr  # a command that runs work creates them
+    assert cli("--db", url, "runs").returncode == 0
+
+
+@pytest.mark.postgres
+def test_postgresql_with_another_applications_events_table_is_refused(pg_database: str) -> None:
+    from lk_stores import Backend, fresh_pg_schema
+
+    url = fresh_pg_schema(pg_database)
+    theirs = Backend(kind="postgres", url=url)
+    theirs.sql("CREATE TABLE events (id serial PRIMARY KEY, what text)")
+    for args in [["runs"], ["run", "speculation", "--scenario", "fast"]]:
+        one_line(cli("--db", url, *args), 9, "already has tables LoopKernel did not make (events)")
+    listed = (
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+    )
+    assert theirs.sql(listed) == [("events",)]  # untouched

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import sys
 import time
@@ -47,7 +48,10 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         task_concurrency=args.tasks,
         apps=frozenset(args.app or ()),
     )
-    store = open_store(args.db, create=False)
+    # A worker may be the first to reach an empty PostgreSQL database: it makes the tables
+    # (as `submit` would); a SQLite path must hold a database already.
+    url = args.db or os.environ.get("LOOPKERNEL_DB") or ""
+    store = open_store(args.db, create=url.startswith(("postgresql://", "postgres://")))
     await store.open()
     try:
         worker = RunWorker(store, config)

@@ -25,8 +25,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from contextlib import suppress
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from contextvars import ContextVar
 from functools import lru_cache
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -100,7 +101,16 @@ from loopkernel.store._protocol import (
 )
 from loopkernel.store._schema import TABLES
 
-__all__ = ["JOURNAL_CHANNEL", "Cursor", "Dialect", "DuplicateKey", "LockHeld", "SQLStore"]
+__all__ = [
+    "JOURNAL_CHANNEL",
+    "LOCK_WAIT",
+    "Cursor",
+    "Dialect",
+    "DuplicateKey",
+    "LockHeld",
+    "SQLStore",
+    "lock_wait_at_most",
+]
 
 T = TypeVar("T")
 How = Literal["write", "snapshot", "statement"]
@@ -108,6 +118,21 @@ How = Literal["write", "snapshot", "statement"]
 
 JOURNAL_CHANNEL = "loopkernel_journal"
 """Notified (PostgreSQL) with the run id by every commit that appends to a run's journal."""
+
+
+LOCK_WAIT: ContextVar[float | None] = ContextVar("loopkernel_lock_wait", default=None)
+"""An upper bound on ``lock_wait`` for the store calls made in this context (``Client.execute``
+sets its ``store_retry``: the retries' bound is a total time, not attempts x lock waits)."""
+
+
+@contextmanager
+def lock_wait_at_most(seconds: float) -> Iterator[None]:
+    """Within the block, no store call waits longer than ``seconds`` for a held lock."""
+    token = LOCK_WAIT.set(seconds)
+    try:
+        yield
+    finally:
+        LOCK_WAIT.reset(token)
 
 
 class DuplicateKey(Exception):
@@ -303,18 +328,21 @@ class SQLStore:
         write lock, for ``lock_wait`` seconds in all; then ``StoreUnavailable``."""
         deadline: float | None = None
         pause = 0.002
+        bound = LOCK_WAIT.get()
+        wait = self.lock_wait if bound is None else max(0.0, min(self.lock_wait, bound))
         while True:
             try:
                 return await attempt()
             except LockHeld as exc:
                 now = time.monotonic()
-                deadline = now + self.lock_wait if deadline is None else deadline
+                deadline = now + wait if deadline is None else deadline
                 if now >= deadline:
                     raise StoreUnavailable(
                         f"{self.where}: the database is locked by another process "
-                        f"({exc.detail}; waited {self.lock_wait:g} s)",
+                        f"({exc.detail}; waited {wait:g} s)",
                         url=self.url,
                         reason="the database is locked by another process",
+                        waited=wait,
                     ) from None
                 await asyncio.sleep(min(pause, deadline - now))
                 pause = min(pause * 2, 0.05)
