@@ -63,17 +63,18 @@ MUTATIONS = [
     Mutation(
         name="patch-key-sqlite",
         guards="exactly-once planning: the unique (run_id, event_seq) key of patches (SQLite)",
-        file="loopkernel/store/_sqlite_schema.py",
-        old="PRIMARY KEY (run_id, event_seq)",
-        new="PRIMARY KEY (run_id, event_seq, created_at)",
+        file="loopkernel/store/_schema.py",
+        old="created_at  REAL NOT NULL,\n            PRIMARY KEY (run_id, event_seq)",
+        new="created_at  REAL NOT NULL,\n            PRIMARY KEY (run_id, event_seq, created_at)",
         tests=("tests/store/test_conformance.py", "-k", "sqlite"),
     ),
     Mutation(
         name="patch-key-postgres",
         guards="exactly-once planning: the unique (run_id, event_seq) key of patches (PostgreSQL)",
-        file="loopkernel/store/_postgres_schema.py",
-        old="PRIMARY KEY (run_id, event_seq)",
-        new="PRIMARY KEY (run_id, event_seq, created_at)",
+        file="loopkernel/store/_schema.py",
+        old="created_at  double precision NOT NULL,\n            PRIMARY KEY (run_id, event_seq)",
+        new="created_at  double precision NOT NULL,\n"
+        "            PRIMARY KEY (run_id, event_seq, created_at)",
         tests=("tests/store/test_conformance.py", "-k", "postgres"),
     ),
     Mutation(
@@ -103,15 +104,15 @@ MUTATIONS = [
     Mutation(
         name="fence-sqlite-unchecked",
         guards="fenced writes: every write of a fenced SQLite view checks the epoch",
-        file="loopkernel/store/_sqlite.py",
-        old="                self._check_fence(db, self._fence, run_id)\n",
-        new="                pass\n",
+        file="loopkernel/store/_engine.py",
+        old="fence.check_epoch(row[1], row[2])",
+        new="pass",
         tests=("tests/store/test_leases.py", "-k", "sqlite"),
     ),
     Mutation(
         name="fence-postgres-unchecked",
         guards="fenced writes: every write of a fenced PostgreSQL view checks the epoch",
-        file="loopkernel/store/_postgres.py",
+        file="loopkernel/store/_engine.py",
         old="fence.check_epoch(row[1], row[2])",
         new="pass",
         tests=("tests/store/test_leases.py", "-k", "postgres"),
@@ -119,7 +120,7 @@ MUTATIONS = [
     Mutation(
         name="fence-postgres-step",
         guards="fenced writes: the PostgreSQL step function checks the lease epoch",
-        file="loopkernel/store/_postgres_schema.py",
+        file="loopkernel/store/_schema.py",
         old="IF p_epoch IS NOT NULL AND v_epoch IS DISTINCT FROM p_epoch THEN",
         new="IF false THEN",
         tests=("tests/store/test_step.py", "tests/store/test_leases.py", "-k", "postgres"),
@@ -128,7 +129,7 @@ MUTATIONS = [
         name="step-rebase-postgres",
         guards="exactly-once planning: a PostgreSQL step after another process's events "
         "moves its patches and done_seqs with its events",
-        file="loopkernel/store/_postgres_schema.py",
+        file="loopkernel/store/_schema.py",
         old="v_moved := (v_events -> 0 ->> 'seq')::bigint <> v_top + 1;",
         new="v_moved := false;",
         tests=("tests/store/test_step.py", "-k", "postgres"),
@@ -176,16 +177,16 @@ MUTATIONS = [
     Mutation(
         name="checkpoint-at-waiting",
         guards="quiet-point checkpoint: a waiting run is whole in the .db file alone",
-        file="loopkernel/store/_sqlite.py",
-        old="        if status is RunStatus.WAITING:\n            self._checkpoint_quietly()",
+        file="loopkernel/store/_engine.py",
+        old="        if status is RunStatus.WAITING:\n            await self._call_quiet()",
         new="        if status is RunStatus.WAITING:\n            pass",
         tests=(CRASH, "-k", "db_file"),
     ),
     Mutation(
         name="checkpoint-at-finish",
         guards="quiet-point checkpoint: a finished run is whole in the .db file alone",
-        file="loopkernel/store/_sqlite.py",
-        old="        if delta.finish is not None:\n            self._checkpoint_quietly()",
+        file="loopkernel/store/_engine.py",
+        old="        if delta.finish is not None:\n            await self._call_quiet()",
         new="        if delta.finish is not None:\n            pass",
         tests=(CRASH, "-k", "db_file"),
     ),
@@ -213,6 +214,32 @@ MUTATIONS = [
         new="if False:",
         # Without the guard the test's run never ends: a short per-test timeout kills it.
         tests=("tests/executor/test_kernel.py", "-k", "runaway", "--timeout", "20"),
+    ),
+    # The one engine (issue 20): export and delete derive from the schema's table list, a
+    # held lock is a fault that passes, never a raw driver error.
+    Mutation(
+        name="export-skips-a-table",
+        guards="export keeps its run's rows alone in every table (evidence included)",
+        file="loopkernel/store/_sqlite.py",
+        old="for table in TABLES:\n                    dest.execute",
+        new="for table in TABLES[:-1]:\n                    dest.execute",
+        tests=("tests/store/test_engine.py",),
+    ),
+    Mutation(
+        name="delete-skips-a-table",
+        guards="delete_run removes every row of the run, in every table",
+        file="loopkernel/store/_engine.py",
+        old="for table in TABLES:\n                cur.run(f\"DELETE",
+        new="for table in TABLES[:-1]:\n                cur.run(f\"DELETE",
+        tests=("tests/store/test_engine.py", "-k", "sqlite"),
+    ),
+    Mutation(
+        name="lock-held-untranslated",
+        guards="a held SQLite write lock is StoreUnavailable after an async wait, not a raw error",
+        file="loopkernel/store/_sqlite.py",
+        old="            return LockHeld(text)",
+        new="            return exc",
+        tests=("tests/store/test_engine.py", "-k", "stall"),
     ),
     # Kernel(keep_finished=N): what a planner or a worker reads of an evicted task must be
     # what it would read in memory (a wrong snapshot is a wrong plan, journaled for good).
