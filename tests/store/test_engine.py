@@ -251,7 +251,7 @@ def test_a_held_write_lock_never_stalls_the_loop_and_every_write_says_unavailabl
     gaps: list[float] = []
 
     async def body() -> None:
-        store = SQLiteStore(db, busy_timeout=1.0)
+        store = SQLiteStore(db, busy_timeout=2.0)
         await store.open()
         stop = asyncio.Event()
         tick = asyncio.create_task(ticker(gaps, stop))
@@ -265,10 +265,12 @@ def test_a_held_write_lock_never_stalls_the_loop_and_every_write_says_unavailabl
             "commit_patches": store.commit_patches(R1, [PatchRecord(event_seq=9, ops=[])], Delta()),
             "finish_effect": store.finish_effect(R1, "nope", status="done"),
         }
-        for name, write in writes.items():
-            with pytest.raises(StoreUnavailable, match="locked"):  # never a raw sqlite3 error
-                await write
-            assert name
+        # All at once: each waits (asynchronously) its whole lock_wait, then gives up.
+        outcomes = await asyncio.gather(*writes.values(), return_exceptions=True)
+        for name, outcome in zip(writes, outcomes, strict=True):
+            # Never a raw sqlite3 error (add_evidence's was), never a blocked loop.
+            assert isinstance(outcome, StoreUnavailable), (name, outcome)
+            assert "locked" in str(outcome)
         # Reads go on while the lock is held (WAL), through the same engine.
         assert [e.ref for e in await store.evidence(R1)] == ["E1"]
         stop.set()
@@ -291,7 +293,8 @@ def test_a_held_write_lock_never_stalls_the_loop_and_every_write_says_unavailabl
         holder.stdin.close()
         holder.wait(timeout=30)
         holder.stdout.close()
-    # Four writes each waited its whole second for the lock: the loop ticked on. A
-    # blocking wait would show a gap of about a second; the slack is the machine's.
+    # The writes waited two seconds for the lock and the loop ticked on: a wait that blocked
+    # it would show a gap of two seconds (1.9 s was seen). The slack is the loaded
+    # machine's scheduling, not the store's.
     assert len(gaps) >= 20
-    assert max(gaps) < period + 0.25, max(gaps)
+    assert max(gaps) < period + 0.45, sorted(gaps)[-5:]

@@ -164,7 +164,8 @@ class Dialect:
     """The aggregate of ``(key, value)`` rows into a JSON object."""
 
     def sql(self, text: str) -> str:
-        """``text`` (written with ``?`` placeholders) as the driver wants it."""
+        """``text`` (written with ``?`` placeholders, so never a ``?`` of its own) as the
+        driver wants it."""
         return text
 
     def begin(self, how: Literal["write", "snapshot"], sync: bool) -> list[str]:
@@ -196,9 +197,12 @@ class Cursor:
         d = self._dialect
         try:
             if many:
-                with_rows = self._conn.cursor()
-                with_rows.executemany(d.sql(sql), params)
-                return with_rows
+                cur = self._conn.cursor()
+                try:
+                    cur.executemany(d.sql(sql), params)
+                finally:
+                    cur.close()
+                return None
             return self._conn.execute(d.sql(sql), params)
         except Exception as exc:
             meant = d.classify(exc)

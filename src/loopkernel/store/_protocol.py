@@ -398,6 +398,7 @@ class Leases(Protocol):
         """Return when a run may have become claimable (enqueued, answered, cancelled,
         released: PostgreSQL's LISTEN/NOTIFY), or after ``seconds`` (polling)."""
 
+
 @runtime_checkable
 class Catalog(Protocol):
     """What the CLI and the web inspector need: runs listed, read whole, forked, exported
