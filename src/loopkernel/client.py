@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from loopkernel._app import App, load_app, registered
+from loopkernel._hooks import crashpoint
 from loopkernel.errors import (
     ApprovalRefused,
     LeaseLost,
@@ -43,13 +44,12 @@ from loopkernel.executor import (
     DEFAULT_MAX_EVENTS,
     TOKEN_REQUIRED,
     Kernel,
+    Observer,
     RunOutcome,
     StartedRun,
     check_keep_finished,
     hash_token,
 )
-from loopkernel.executor._crash import crashpoint
-from loopkernel.executor._kernel import Observer
 from loopkernel.graph import (
     JSON,
     TERMINAL_RUN,

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from loopkernel import telemetry
+from loopkernel._hooks import crashpoint
 from loopkernel.errors import (
     BudgetExceeded,
     LeaseLost,
@@ -48,7 +49,6 @@ from loopkernel.executor._context import (
     ToolCaller,
     Worker,
 )
-from loopkernel.executor._crash import crashpoint
 from loopkernel.executor._evidence import EvidenceBook
 from loopkernel.executor._outcomes import (
     event_data,

@@ -265,7 +265,8 @@ def evidence_params(
 
 
 EFFECT_COLUMNS = (
-    "run_id, idem_key, task_id, call_index, tool, effect, arguments, status, result, error"
+    "run_id, idem_key, task_id, call_index, tool, effect, arguments, status, result, error, "
+    "arguments_digest"
 )
 
 
@@ -273,7 +274,8 @@ def effect_params(record: EffectRecord, now: float) -> tuple[Any, ...]:
     """A new ``intended`` effect: ``EFFECT_COLUMNS``, then created_at, updated_at."""
     args = dumps(record.arguments)
     head = (record.run_id, record.key, record.task_id, record.call_index, record.tool)
-    return (*head, record.effect, args, "intended", dumps(None), dumps(None), now, now)
+    tail = (dumps(None), dumps(None), record.arguments_digest, now, now)
+    return (*head, record.effect, args, "intended", *tail)
 
 
 def effect_from_row(row: Any) -> EffectRecord:
@@ -289,6 +291,7 @@ def effect_from_row(row: Any) -> EffectRecord:
         status=row[7],
         result=loads(row[8]),
         error=loads(row[9]),
+        arguments_digest=row[10],
     )
 
 

@@ -104,7 +104,7 @@ def fork_statements(fork: Fork, now: float) -> list[Statement]:
         ),
         (
             f"INSERT INTO effects ({EFFECT_COLUMNS}, created_at, updated_at) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
             [
                 (
                     new,
@@ -117,6 +117,7 @@ def fork_statements(fork: Fork, now: float) -> list[Statement]:
                     e.status,
                     dumps(e.result),
                     dumps(e.error),
+                    e.arguments_digest,
                     now,
                     now,
                 )

@@ -619,7 +619,7 @@ class PostgresStore:
             # SELECT after it (a new snapshot) then sees whichever row won.
             await conn.execute(
                 f"INSERT INTO effects ({EFFECT_COLUMNS}, created_at, updated_at) "
-                "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) "
+                "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) "
                 "ON CONFLICT (run_id, idem_key) DO NOTHING",
                 effect_params(record, now),
             )

@@ -274,6 +274,9 @@ MIGRATIONS: list[list[str]] = [
     ],
     # 7: a durable step in one statement (docs/postgres.md, "A step in one round trip").
     [COMMIT_STEP],
+    # 8: the sha256 of a call's raw arguments (docs/durability.md, "Secrets"): arguments
+    # are stored redacted, a replay is compared by this digest. NULL in older rows.
+    ["ALTER TABLE effects ADD COLUMN arguments_digest text"],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

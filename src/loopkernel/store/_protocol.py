@@ -186,6 +186,9 @@ class EffectRecord:
     status: Literal["intended", "done", "failed"]
     result: JSON = None
     error: JSON = None
+    arguments_digest: str | None = None
+    """sha256 of the canonical JSON of the raw arguments (``arguments`` is stored
+    redacted); a replay is compared by it. ``None`` in rows written before schema 8."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

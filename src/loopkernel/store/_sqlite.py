@@ -747,7 +747,7 @@ class SQLiteStore:
         with self._tx(record.run_id, sync=False) as db:
             db.execute(
                 f"INSERT INTO effects ({EFFECT_COLUMNS}, created_at, updated_at) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (run_id, idem_key) DO NOTHING",
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (run_id, idem_key) DO NOTHING",
                 effect_params(record, now),
             )
             row = db.execute(

@@ -130,6 +130,9 @@ MIGRATIONS: list[list[str]] = [
             UNIQUE (run_id, ev_key)
         ) WITHOUT ROWID""",
     ],
+    # 7: the sha256 of a call's raw arguments (docs/durability.md, "Secrets"): arguments
+    # are stored redacted, a replay is compared by this digest. NULL in older rows.
+    ["ALTER TABLE effects ADD COLUMN arguments_digest TEXT"],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
