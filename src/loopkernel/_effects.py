@@ -12,7 +12,8 @@ One call, in order::
                          resent  -> follow the decision to the key it was resent under
                          intended-> in flight when the last execution ended: see below
     prepare              the caller resolves the call (a tool's definition, its schema
-                         check); first send only, it may police it (``NeedsApproval``)
+                         check) into a Plan
+    plan.before          first send only: a policy hook (``NeedsApproval``), a server
     journal intended     Effects.intend_effect: arguments redacted, their digest kept
     crashpoint(sent)
     send                 plan.send(key)
@@ -152,6 +153,9 @@ class Plan(Generic[T]):
     answer: Callable[[BaseException], LoopKernelError | None]
     """An error that answers the call, as it is journaled and raised (redacted), or
     ``None``: the error says nothing of the call and the row stays ``intended``."""
+    before: Callable[[], Awaitable[None]] | None = None
+    """Awaited before the first send only, before anything is journaled: a policy hook
+    (``NeedsApproval`` parks the task), a server that must start."""
     resendable: bool = True
     """Whether a call in flight without an answer may go out again under its key."""
     keep_arguments: Collection[str] = field(default=())
@@ -217,7 +221,7 @@ class EffectJournal:
         """Run ``call`` through the journal (see the module doc).
 
         ``prepare(prior)`` resolves the call and is awaited unless a journaled answer is
-        replayed; ``prior`` is ``None`` on the first send (the caller polices it then).
+        replayed; ``prior`` is ``None`` on the first send.
         ``revive`` and ``revive_error`` rebuild a journaled result and error; ``seen`` is
         shown every journaled row found. ``describe`` adds a value's facts to the span.
         """
@@ -269,6 +273,8 @@ class EffectJournal:
                 return decided.value
             key = decided
         elif prior is None:
+            if plan.before is not None:
+                await plan.before()
             record = await self.store.intend_effect(self._record(call, key, plan, digest))
             if record.status == "done":  # another executor got there first
                 return revive(record.result)

@@ -40,6 +40,7 @@ from loopkernel.errors import (
     StoreUnavailable,
     UsageError,
 )
+from loopkernel.evidence import redact, redact_text
 from loopkernel.executor import (
     DEFAULT_MAX_EVENTS,
     TOKEN_REQUIRED,
@@ -467,7 +468,8 @@ class Client:
 
         async def on_restart(source: str, reason: str) -> None:
             event = NewEvent(
-                kind=EventKind.TOOL_RESTARTED, data={"source": source, "reason": reason}
+                kind=EventKind.TOOL_RESTARTED,
+                data={"source": source, "reason": redact_text(reason)},
             )
             await self.store.append_events(run_id, [event])
 
@@ -643,6 +645,8 @@ class Client:
                 )
             if not await self.check_token(run_id, token):
                 raise ApprovalRefused(f"the approval token does not match run {rid}", run_id=rid)
+        # secrets nowhere: the payload is journaled (and shown to the task) redacted
+        payload = redact(payload)
         return await self.store.add_human_input(rid, tid, decision=decision, payload=payload)
 
     async def cancel(

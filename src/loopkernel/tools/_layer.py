@@ -360,11 +360,13 @@ class ToolLayer:
         async def prepare(prior: EffectRecord | None) -> Plan[JSON]:
             slot, tool = await self._resolve(name)
             check_arguments(self._schemas, tool, args)
-            if prior is None:  # the first send: policed, and its server must start
+
+            async def before() -> None:  # the first send: policed, its server started
                 seq = self._count(ctx, tool.effect)
                 await self._police(ctx, index, key, slot, tool, args, seq)
                 await self._session(slot, tool=name)  # cannot start: nothing journaled
-            return self._plan(ctx, slot, tool, args, timeout)
+
+            return self._plan(ctx, slot, tool, args, timeout, before)
 
         return await self._journal.call(
             ctx,
@@ -383,6 +385,7 @@ class ToolLayer:
         tool: ToolDef,
         args: dict[str, JSON],
         timeout: float | None,
+        before: Callable[[], Awaitable[None]],
     ) -> Plan[JSON]:
         """How the journal sends ``tool``: retries of faults that may pass, a restart of a
         dead server, and what is journaled of an answer."""
@@ -425,6 +428,7 @@ class ToolLayer:
             send=send,
             settle=settle,
             answer=answer,
+            before=before,
             resendable=resendable,
             keep_arguments=tool.keep_arguments,
         )
