@@ -317,8 +317,10 @@ def test_a_step_waiting_for_the_run_lock_numbers_after_what_its_holder_appended(
 
 
 def _v6(pg_backend: Backend) -> None:
-    """Make ``pg_backend``'s store what schema 6 was: the same tables, no step function."""
+    """Make ``pg_backend``'s store what schema 6 was: the same tables, no step function
+    (nor schema 8's effects.arguments_digest)."""
     pg_backend.sql("DROP FUNCTION loopkernel_commit_step")
+    pg_backend.sql("ALTER TABLE effects DROP COLUMN arguments_digest")
     pg_backend.sql("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
 
 
