@@ -17,6 +17,7 @@ from loopkernel import (
     TaskContext,
     TaskSpec,
 )
+from loopkernel.evidence import keep_secrets
 
 SECRET = "hunter2-Zq8v1xT5"
 AWS_KEY = "AKIAZ7QW3ERT5YUI9OPL"
@@ -89,6 +90,7 @@ class _Planner(BasePlanner):
         return GraphPatch()
 
 
+@keep_secrets("shown.api_key")  # the task result's own opt-out, as the tool's is for its result
 async def _call(ctx: TaskContext) -> Any:
     return await ctx.call_tool("whoami" if ctx.task_id == "who" else "login", {})
 

@@ -167,3 +167,33 @@ def _awaiting_app() -> App:
 
 
 speculation_awaiting = _awaiting_app()
+
+
+class ChargeCall(OneCall):
+    """One task that calls the irreversible ``charge`` (keys ignored) once; finish with it."""
+
+
+async def call_charge(ctx: TaskContext) -> Any:
+    args = {"ledger": str(ctx.params["ledger"])}
+    if ctx.params["hold"]:
+        args["hold"] = str(ctx.params["hold"])
+    return await ctx.call_tool(str(ctx.params["tool"]), args)
+
+
+def _charge(params: Mapping[str, Any]) -> AppParts:
+    from loopkernel.tools import ToolLayer, allow_all
+    from loopkernel.tools.testkit import faults_source
+
+    return AppParts(
+        planner=ChargeCall(),
+        workers={"call": call_charge},
+        tool_layer=lambda store: ToolLayer(store, [faults_source()], policy_hook=allow_all),
+    )
+
+
+charge = App(
+    name="lk_testapps:charge",
+    description="one irreversible call to a tool that ignores idempotency keys",
+    build=_charge,
+    defaults={"ledger": "", "hold": "", "tool": "charge"},
+)

@@ -74,6 +74,93 @@ def test_layers_import_downward_only() -> None:
                     )
 
 
+BASE = {"loopkernel.errors", "loopkernel.ids", "loopkernel.graph"}
+"""The bottom: what every room may import."""
+# Each room and what it may import: the ground floor (hooks, the effect journal) sits
+# above the store and below every room that makes calls; nothing in it imports a room.
+ROOMS: dict[str, set[str]] = {
+    "_hooks.py": BASE,
+    "_jsonl.py": BASE,
+    "telemetry": BASE | {"loopkernel.telemetry"},
+    "_effects.py": BASE
+    | {"loopkernel._hooks", "loopkernel.evidence", "loopkernel.store", "loopkernel.telemetry"},
+    "tools": BASE
+    | {
+        "loopkernel._hooks",
+        "loopkernel._effects",
+        "loopkernel._jsonl",
+        "loopkernel.evidence",
+        "loopkernel.policy",
+        "loopkernel.store",
+        "loopkernel.telemetry",
+        "loopkernel.tools",
+    },
+    "models": BASE
+    | {
+        "loopkernel._hooks",
+        "loopkernel._effects",
+        "loopkernel.evidence",
+        "loopkernel.store",
+        "loopkernel.telemetry",
+        "loopkernel.models",
+    },
+}
+
+
+def _module_of(path: Path) -> str:
+    rel = path.relative_to(SRC.parent).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def _may(module: str, ok: set[str]) -> bool:
+    if module == "loopkernel":  # `from loopkernel import telemetry` names a submodule
+        return "loopkernel.telemetry" in ok
+    return any(module == a or module.startswith(a + ".") for a in ok)
+
+
+def test_the_ground_floor_tools_and_models_import_nothing_above_them() -> None:
+    for room, ok in ROOMS.items():
+        where = SRC / room
+        paths = [where] if where.is_file() else sorted(where.rglob("*.py"))
+        assert paths, room
+        for path in paths:
+            for module in _imports(path):
+                if module == "loopkernel" or module.startswith("loopkernel."):
+                    assert _may(module, ok), f"{path.relative_to(SRC)} imports {module}"
+
+
+def _private_imports(path: Path) -> list[tuple[str, str]]:
+    """``(module, owner)`` for each import of a private module of another package."""
+    here = _module_of(path)
+    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    found = []
+    for module in _imports(path):
+        parts = module.split(".")
+        if parts[0] != "loopkernel":
+            continue
+        private = next((i for i, p in enumerate(parts[1:], 1) if p.startswith("_")), None)
+        if private is None or private == 1:  # loopkernel._hooks: the ground floor
+            continue
+        owner = ".".join(parts[:private])
+        if not (package == owner or package.startswith(owner + ".")):
+            found.append((module, owner))
+    return found
+
+
+def test_nothing_outside_the_executor_imports_its_private_modules() -> None:
+    # `loopkernel.executor._context` from tools/ and models/ was the arrow back up and an
+    # import circle (issue 20); the crash points and the context protocol are now on the
+    # ground floor (loopkernel._hooks), the effect journal too (loopkernel._effects).
+    for path in SRC.rglob("*.py"):
+        for module, owner in _private_imports(path):
+            assert owner != "loopkernel.executor", f"{path.relative_to(SRC)} imports {module}"
+    for room in ("tools", "models", "_effects.py", "_hooks.py"):
+        where = SRC / room
+        for path in [where] if where.is_file() else where.rglob("*.py"):
+            assert _private_imports(path) == [], path.relative_to(SRC)
+
+
 def test_apps_use_the_public_api_only() -> None:
     apps = SRC.parent / "loopkernel_apps"
     # loopkernel.client and loopkernel.cli: for the commands an app contributes

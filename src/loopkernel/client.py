@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from loopkernel._app import App, load_app, registered
+from loopkernel._hooks import crashpoint
 from loopkernel.errors import (
     ApprovalRefused,
     LeaseLost,
@@ -39,17 +40,17 @@ from loopkernel.errors import (
     StoreUnavailable,
     UsageError,
 )
+from loopkernel.evidence import redact, redact_text
 from loopkernel.executor import (
     DEFAULT_MAX_EVENTS,
     TOKEN_REQUIRED,
     Kernel,
+    Observer,
     RunOutcome,
     StartedRun,
     check_keep_finished,
     hash_token,
 )
-from loopkernel.executor._crash import crashpoint
-from loopkernel.executor._kernel import Observer
 from loopkernel.graph import (
     JSON,
     TERMINAL_RUN,
@@ -473,7 +474,8 @@ class Client:
 
         async def on_restart(source: str, reason: str) -> None:
             event = NewEvent(
-                kind=EventKind.TOOL_RESTARTED, data={"source": source, "reason": reason}
+                kind=EventKind.TOOL_RESTARTED,
+                data={"source": source, "reason": redact_text(reason)},
             )
             await self.store.append_events(run_id, [event])
 
@@ -649,6 +651,8 @@ class Client:
                 )
             if not await self.check_token(run_id, token):
                 raise ApprovalRefused(f"the approval token does not match run {rid}", run_id=rid)
+        # secrets nowhere: the payload is journaled (and shown to the task) redacted
+        payload = redact(payload)
         return await self.store.add_human_input(rid, tid, decision=decision, payload=payload)
 
     async def cancel(

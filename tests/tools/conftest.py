@@ -49,9 +49,16 @@ def make_ctx() -> Callable[..., TaskContext]:
         attempt: int = 1,
         wait_epoch: int = 0,
         human_input: JSON = None,
+        wait_reason: str | None = None,
     ) -> TaskContext:
         tid = TaskId(task_id)
-        task = Task(task_id=tid, skill="work", wait_epoch=wait_epoch, human_input=human_input)
+        task = Task(
+            task_id=tid,
+            skill="work",
+            wait_epoch=wait_epoch,
+            human_input=human_input,
+            wait_reason=wait_reason,
+        )
         state = GraphState(run_id=RunId(run_id), app="test", params=None, tasks={tid: task})
         return TaskContext(state=state, task_id=tid, attempt=attempt, upto_seq=0, tools=tools)
 

@@ -1,9 +1,11 @@
 """Tool faults that may pass vs final ones, with real MCP servers in real processes.
 
 A handler out of disk (ENOSPC), a timeout, a dead server: re-sent under the same key by
-the tool's retry policy; when the policy is spent (at once for an irreversible tool) the
-run is left ``running`` and ``resume`` re-sends the call under the same key. A final error
-(the handler raised anything else, bad output) fails the task, and is not re-sent.
+the tool's retry policy; when the policy is spent the run is left ``running`` and
+``resume`` re-sends the call under the same key. An irreversible tool is sent once: a
+handler out of disk closes its key and ``resume`` sends it anew under the next one (a dead
+server or a timeout is an unknown outcome: tests/tools/test_unknown_outcome.py). A final
+error (the handler raised anything else, bad output) fails the task, and is not re-sent.
 """
 
 from __future__ import annotations
@@ -81,11 +83,18 @@ def test_an_irreversible_tool_is_never_re_sent_by_the_layer(
     assert isinstance(err, ToolError) and err.attrs["transient"] is True, err
     assert err.attrs["sent"] == 1 and err.attrs["effect"] == "irreversible"
     assert marker.read_text() == "1"
-    # Resumed, the task sends it again under the same key (the tool's check decides).
+    # The handler answered that it did nothing: the journal closes the key, and the
+    # resumed task sends the call anew under the next one (never the same key twice).
+    assert effects(store) == [("run-1/t1/0", "failed")]
     assert call(store, make_ctx, "flaky_send", {"marker": str(marker), "failures": 1}) == {
         "tries": 2
     }
-    assert effects(store) == [("run-1/t1/0", "done")]
+    assert effects(store) == [("run-1/t1/0", "failed"), ("run-1/t1/0/resend/1", "done")]
+    # Replayed again, the decision is followed: nothing is sent.
+    assert call(store, make_ctx, "flaky_send", {"marker": str(marker), "failures": 1}) == {
+        "tries": 2
+    }
+    assert marker.read_text() == "2"
 
 
 def test_a_final_error_is_journaled_and_not_re_sent(store: SQLiteStore, make_ctx: MakeCtx) -> None:

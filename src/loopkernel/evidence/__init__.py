@@ -13,11 +13,20 @@ from loopkernel.evidence._model import (
     render_evidence,
     sha256_text,
 )
-from loopkernel.evidence._redact import MARKER, is_secret_key, marker, redact, redact_text
+from loopkernel.evidence._redact import (
+    KEEP_SECRETS,
+    MARKER,
+    is_secret_key,
+    keep_secrets,
+    marker,
+    redact,
+    redact_text,
+)
 
 __all__ = [
     "DEFAULT_MAX_ITEM_CHARS",
     "DEFAULT_MAX_RUN_CHARS",
+    "KEEP_SECRETS",
     "MARKER",
     "Evidence",
     "EvidenceKind",
@@ -26,6 +35,7 @@ __all__ = [
     "SourceRef",
     "bound",
     "is_secret_key",
+    "keep_secrets",
     "marker",
     "redact",
     "redact_text",

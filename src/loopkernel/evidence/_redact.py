@@ -1,4 +1,6 @@
-"""Redaction of secrets, applied to what a tool returns before anything is journaled.
+"""Redaction of secrets, applied at the journal's boundary to every value that is stored:
+tool arguments, results and errors; a worker's result and error; patches (task inputs,
+verdicts), run parameters, approval payloads and evidence.
 
 Two rules, both on by default:
 
@@ -7,8 +9,13 @@ Two rules, both on by default:
   ``cookie`` (any case, ``-``/``_`` ignored) is replaced whole; inside a list or object
   under such a key, every string is. Numbers and booleans stay (``input_tokens: 12``).
 * **Credentials in text.** Every string is scanned for common credential shapes: AWS
-  access key ids, ``Bearer``/``Basic`` credentials, PEM blocks, JSON Web Tokens, GitHub,
-  Slack and ``sk-`` API keys, and ``password=...`` / ``token: ...`` pairs.
+  access key ids, ``Bearer``/``Basic`` credentials, PEM blocks (a private key without its
+  END line too), JSON Web Tokens, GitHub, GitLab, Slack, Stripe, Google, Hugging Face and
+  ``sk-`` (OpenAI, Anthropic) API keys, and ``password=...`` / ``token: ...`` pairs.
+
+**Opting out, per field.** A tool lists result paths in its defs (``keepSecrets``) and
+argument paths (``keepArguments``); a worker is marked with ``@keep_secrets("a", "a.b")``
+(the paths of its result that are journaled as they are). Nothing else opts out.
 
 A secret becomes ``[redacted:HASH]``, HASH the first 12 hex digits of its SHA-256: equal
 secrets stay comparable across runs and stores (a test can still say "the same key was
@@ -21,11 +28,44 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from typing import TypeVar
 
 from loopkernel.graph import JSON
 
-__all__ = ["MARKER", "is_secret_key", "marker", "redact", "redact_text"]
+__all__ = [
+    "KEEP_SECRETS",
+    "MARKER",
+    "is_secret_key",
+    "keep_secrets",
+    "marker",
+    "redact",
+    "redact_text",
+]
+
+F = TypeVar("F", bound=Callable[..., object])
+
+KEEP_SECRETS = "__loopkernel_keep_secrets__"
+"""The attribute ``keep_secrets`` sets on a worker."""
+
+
+def keep_secrets(*paths: str) -> Callable[[F], F]:
+    """Mark a worker: the paths of its result (``"token"``, ``"auth.header"``; list items
+    share their list's path) are journaled as they are, not redacted::
+
+        @keep_secrets("session.id")
+        async def login(ctx: TaskContext) -> dict: ...
+    """
+    for path in paths:
+        if not isinstance(path, str) or not path:
+            raise TypeError(f"keep_secrets takes result paths like 'a.b', not {path!r}")
+
+    def mark(worker: F) -> F:
+        setattr(worker, KEEP_SECRETS, tuple(paths))
+        return worker
+
+    return mark
+
 
 MARKER = "[redacted:"
 """How every redacted value begins."""
@@ -50,7 +90,15 @@ _NOT_SECRET = re.compile(r"tokens$|tokenizer|tokencount|^(max|input|output|total
 _PATTERNS: tuple[tuple[re.Pattern[str], int], ...] = (
     # (pattern, group to replace; 0 = the whole match)
     (re.compile(r"-----BEGIN [A-Z0-9 ]+-----.*?-----END [A-Z0-9 ]+-----", re.S), 0),
-    (re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b"), 0),
+    # a private key cut short (no END line): the body up to the end of the text
+    (re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:(?!-----END).)*\Z", re.S), 0),
+    (re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|APKA)[0-9A-Z]{16}\b"), 0),
+    (re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"), 0),
+    (re.compile(r"\b(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{16,}\b"), 0),
+    (re.compile(r"\bglpat-[0-9A-Za-z_-]{20,}"), 0),
+    (re.compile(r"\bgithub_pat_[0-9A-Za-z_]{30,}"), 0),
+    (re.compile(r"\bhf_[A-Za-z0-9]{30,}\b"), 0),
+    (re.compile(r"\bnpm_[A-Za-z0-9]{36}\b"), 0),
     (re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]+"), 0),
     (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b"), 0),
     (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"), 0),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from loopkernel._hooks import NeedsApproval
 from loopkernel.evidence import Evidence, SourceRef
 from loopkernel.graph import JSON, GraphState, TaskState
 from loopkernel.ids import RunId, TaskId
@@ -14,20 +15,6 @@ if TYPE_CHECKING:  # the model face lives above the executor; only its types are
     from loopkernel.models import Completion, Message
 
 __all__ = ["ModelCaller", "NeedsApproval", "TaskContext", "ToolCaller", "Worker"]
-
-
-class NeedsApproval(Exception):
-    """Raised inside a worker (usually by the tool layer's policy hook) to park its task.
-
-    The task goes ``waiting`` with ``reason``; an approval resumes it and the worker runs
-    again from its top. Tool calls it made before are replayed from the effect journal,
-    so nothing above the pause happens twice.
-    """
-
-    def __init__(self, reason: str, *, tool: str | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.tool = tool
 
 
 class ToolCaller(Protocol):
@@ -118,6 +105,8 @@ class TaskContext:
         self.attempt: int = attempt
         self.human_input: JSON = task.human_input
         self.wait_epoch: int = task.wait_epoch
+        self.wait_reason: str | None = task.wait_reason
+        """Why the task was last parked (it stays after the approval that resumed it)."""
         preds = frozenset(state.predecessors(task_id))
         self.predecessors: Mapping[TaskId, JSON] = _Visible(state, preds.__contains__, upto_seq)
         allowed: Callable[[TaskId], bool] = _everything

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from loopkernel import telemetry
+from loopkernel._hooks import crashpoint
 from loopkernel.errors import (
     BudgetExceeded,
     LeaseLost,
@@ -48,10 +49,13 @@ from loopkernel.executor._context import (
     ToolCaller,
     Worker,
 )
-from loopkernel.executor._crash import crashpoint
 from loopkernel.executor._evidence import EvidenceBook
 from loopkernel.executor._outcomes import (
+    clean,
+    clean_patch,
+    clean_proposal,
     event_data,
+    kept_by,
     late_result,
     latest,
     merge_deltas,
@@ -223,6 +227,7 @@ class Kernel:
             json.dumps(params, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise UsageError(f"run params must be JSON: {exc}") from None
+        params = clean(params)  # secrets nowhere: a worker sees what the journal keeps
         rid = new_run_id() if run_id is None else RunId(check_id(run_id))
         token = "lk_" + secrets.token_urlsafe(24)  # never "-...": it follows --token
         tracer, trace = telemetry.tracer(), None
@@ -459,7 +464,8 @@ class _RunLoop:
             crashpoint("task_returned")
             # One step numbers its events itself: the task learns its done_seq here.
             seq = self.known_seq + len(new_events) + 1 if self.one_step else None
-            kind, task = outcome_of(fut, task, seq)
+            worker = self.k.workers.get(task.skill)
+            kind, task = outcome_of(fut, task, seq, keep=kept_by(worker))
             changed[tid] = task
             new_events.append(NewEvent(kind=kind, task_id=tid, data=event_data(kind, task)))
         if not new_events:
@@ -671,8 +677,8 @@ class _RunLoop:
             verdict = {"kind": "planner_error", "type": type(exc).__name__, "message": str(exc)}
             return self._kernel_finish(event, "failed", verdict, "the planner raised")
         if isinstance(patch, Proposal):
-            return self._judge(event, patch)
-        return self._settle(event, patch)
+            return self._judge(event, clean_proposal(patch))
+        return self._settle(event, clean_patch(patch))
 
     def _judge(self, event: Event, proposal: Proposal) -> tuple[PatchRecord, Delta]:
         """A proposal: applied if the guard and ``validate`` pass it, else its fallback."""
@@ -732,7 +738,7 @@ class _RunLoop:
     def _kernel_finish(
         self, event: Event, status: str, verdict: JSON, reason: str
     ) -> tuple[PatchRecord, Delta]:
-        patch = GraphPatch().finish(status, verdict)  # type: ignore[arg-type]
+        patch = GraphPatch().finish(status, clean(verdict))  # type: ignore[arg-type]
         delta = validate(self.state, patch, self.k.workers.keys())
         return PatchRecord(
             event_seq=event.seq, ops=patch.to_json(), planner="kernel", reason=reason
@@ -797,7 +803,9 @@ class _RunLoop:
             return
         if not isinstance(exc, Exception):  # SystemExit, GeneratorExit: not a verdict
             return
-        verdict = {"kind": "executor_error", "type": type(exc).__name__, "message": str(exc)}
+        verdict = clean(
+            {"kind": "executor_error", "type": type(exc).__name__, "message": str(exc)}
+        )
         try:
             # What the store holds, not our memory: the bug may have struck between a
             # patch applied here and its commit.

@@ -1,25 +1,74 @@
-"""What a finished worker means for its task, and how deltas combine: pure helpers."""
+"""What a finished worker means for its task, and how deltas combine: pure helpers.
+
+Every value that leaves here for the journal is redacted first (``loopkernel.evidence.
+redact``: secret-looking keys and credential-shaped text become ``[redacted:HASH]``): a
+worker's result (minus the paths its ``keep_secrets`` marker lists), its error, a park's
+reason, and (``clean_patch``, ``clean``) a planner's patches and the kernel's verdicts.
+Redaction is a pure function of the value, so a resumed run computes what an
+uninterrupted one did, and digests the same.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any
 
 from loopkernel.errors import BudgetExceeded, LoopKernelError, TripwireFired
+from loopkernel.evidence import KEEP_SECRETS, redact, redact_text
 from loopkernel.executor._context import NeedsApproval
-from loopkernel.graph import JSON, Delta, EventKind, Task, TaskState
+from loopkernel.graph import JSON, Delta, EventKind, GraphPatch, Task, TaskState
 from loopkernel.graph._model import check_json
 from loopkernel.ids import TaskId
 
-__all__ = ["event_data", "late_result", "latest", "merge_deltas", "outcome_of"]
+__all__ = [
+    "clean",
+    "clean_patch",
+    "event_data",
+    "kept_by",
+    "late_result",
+    "latest",
+    "merge_deltas",
+    "outcome_of",
+]
+
+
+def clean(value: JSON, keep: Collection[str] = ()) -> JSON:
+    """``value`` as the journal keeps it: redacted, minus the paths in ``keep``."""
+    return redact(value, keep=keep)
+
+
+def kept_by(worker: Any) -> tuple[str, ...]:
+    """The result paths a worker's ``keep_secrets`` marker lists (none without one)."""
+    return tuple(getattr(worker, KEEP_SECRETS, ()))
+
+
+def clean_patch(patch: GraphPatch) -> GraphPatch:
+    """A planner's patch as the journal keeps it: task inputs, wait reasons, resume
+    payloads and verdicts redacted (the same patch when there was nothing to redact)."""
+    ops = patch.to_json()
+    kept = redact(ops)
+    return patch if kept == ops else GraphPatch.from_json(kept)
+
+
+def clean_proposal(proposal: Any) -> Any:
+    """``clean_patch`` on a proposal's patch and its fallback."""
+    inner = None if proposal.patch is None else clean_patch(proposal.patch)
+    return dataclasses.replace(proposal, patch=inner, fallback=clean_patch(proposal.fallback))
 
 
 def outcome_of(
-    fut: asyncio.Task[JSON], task: Task, done_seq: int | None = None
+    fut: asyncio.Task[JSON],
+    task: Task,
+    done_seq: int | None = None,
+    *,
+    keep: Collection[str] = (),
 ) -> tuple[EventKind, Task]:
-    """The task's new value after its worker ended: results and errors come back as values.
+    """The task's new value after its worker ended: results and errors come back as values,
+    redacted (``keep``: the result paths the worker opted out for).
 
     ``done_seq``: the seq its event will have, when already known; a terminal task keeps it.
     """
@@ -30,17 +79,20 @@ def outcome_of(
     exc = fut.exception()
     if isinstance(exc, NeedsApproval):
         return EventKind.APPROVAL_REQUIRED, task.evolve(
-            state=TaskState.WAITING, wait_reason=exc.reason, wait_epoch=task.wait_epoch + 1
+            state=TaskState.WAITING,
+            wait_reason=redact_text(exc.reason),
+            wait_epoch=task.wait_epoch + 1,
         )
     if isinstance(exc, TripwireFired | BudgetExceeded):
         # A policy stopped the work inside the task: the run escalates, not the planner's call.
-        error = exc.verdict()
+        error = clean(exc.verdict())
         return EventKind.TRIPWIRE, task.evolve(state=failed, error=error, done_seq=done_seq)
     if exc is not None:
         if isinstance(exc, LoopKernelError):
             error = exc.verdict()
         else:
             error = {"type": type(exc).__name__, "message": str(exc)}
+        error = clean(error)
         return EventKind.TASK_FAILED, task.evolve(state=failed, error=error, done_seq=done_seq)
     result = fut.result()
     try:
@@ -48,6 +100,7 @@ def outcome_of(
     except (TypeError, ValueError) as err:
         error = {"type": "TypeError", "message": f"worker returned a non-JSON value: {err}"}
         return EventKind.TASK_FAILED, task.evolve(state=failed, error=error, done_seq=done_seq)
+    result = clean(result, keep)
     succeeded = task.evolve(state=TaskState.SUCCEEDED, result=result, done_seq=done_seq)
     return EventKind.TASK_COMPLETED, succeeded
 

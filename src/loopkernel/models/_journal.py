@@ -1,6 +1,8 @@
-"""``ModelLayer``: ``ctx.complete`` through the run's effect journal.
+"""``ModelLayer``: ``ctx.complete`` through the run's effect journal
+(``loopkernel._effects``, the one the tool layer uses too), with a plan that sends it to
+the gateway.
 
-One call, in order (the tool layer's shape, ``loopkernel.tools._layer``)::
+One call, in order::
 
     key = run_id/task_id/model/call_index
     journaled already?   done -> the journaled Completion, replayed=True (no call, no charge)
@@ -16,24 +18,23 @@ One call, in order (the tool layer's shape, ``loopkernel.tools._layer``)::
                          call (an invalid reply, a provider's 4xx: ``ANSWERS``)
 
 ``ModelTimeout`` and ``ModelUnavailable`` leave the effect ``intended``: a resumed run
-re-sends the call with the same key and the gateway's ledger decides.
+re-sends the call with the same key and the gateway's ledger decides (a model call is
+``resendable``: the ledger answers a key once).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import loopkernel.telemetry as telemetry
-from loopkernel.errors import BudgetExceeded, ModelError, ReplayDivergence
-from loopkernel.executor._context import TaskContext
-from loopkernel.executor._crash import crashpoint
+from loopkernel._effects import Call, EffectJournal, Plan
+from loopkernel._hooks import CallContext
+from loopkernel.errors import BudgetExceeded, LoopKernelError, ModelError
 from loopkernel.graph import JSON
 from loopkernel.ids import RunId
 from loopkernel.models._client import ModelClient
 from loopkernel.models._types import Completion, Message, messages_to_json
-from loopkernel.store import EffectRecord, Store
+from loopkernel.store import Store
 
 __all__ = ["MODEL_TOOL", "ModelLayer", "model_key"]
 
@@ -65,47 +66,14 @@ class ModelLayer:
         self.client = client
         self.sent = 0
         """Requests sent to the gateway so far (a journal replay sends none)."""
+        self._journal = EffectJournal(store, points=("model_sent", "model_returned"), span="model")
 
     async def complete(
         self,
-        ctx: TaskContext,
+        ctx: CallContext,
         index: int,
         messages: Sequence[Message],
         *,
-        max_tokens: int,
-        response_schema: dict[str, Any] | None,
-        timeout: float,  # noqa: ASYNC109 - a per-call deadline handed on
-    ) -> Completion:
-        tracer = telemetry.tracer()
-        if not tracer:
-            return await self._complete(ctx, index, messages, max_tokens, response_schema, timeout)
-        key = model_key(ctx.run_id, ctx.task_id, index)
-        span = tracer.start("model", {"loopkernel.key": key, "loopkernel.max_tokens": max_tokens})
-        with tracer.current(span):  # the client sends this span's traceparent to the gateway
-            try:
-                reply = await self._complete(
-                    ctx, index, messages, max_tokens, response_schema, timeout
-                )
-            except BaseException as exc:
-                tracer.end(span, error=exc)
-                raise
-        tracer.end(
-            span,
-            {
-                "loopkernel.model": reply.model,
-                "loopkernel.replayed": reply.replayed,
-                "loopkernel.input_tokens": reply.input_tokens,
-                "loopkernel.output_tokens": reply.output_tokens,
-                "loopkernel.cost_usd": reply.cost_usd,
-            },
-        )
-        return reply
-
-    async def _complete(
-        self,
-        ctx: TaskContext,
-        index: int,
-        messages: Sequence[Message],
         max_tokens: int,
         response_schema: dict[str, Any] | None,
         timeout: float,  # noqa: ASYNC109 - a per-call deadline handed on
@@ -117,30 +85,18 @@ class ModelLayer:
             "max_tokens": max_tokens,
             "response_schema": response_schema,
         }
-        prior = await self.store.get_effect(run_id, key)
-        if prior is None:
-            prior = await self.store.intend_effect(
-                EffectRecord(
-                    run_id=run_id,
-                    key=key,
-                    task_id=ctx.task_id,
-                    call_index=index,
-                    tool=MODEL_TOOL,
-                    effect=MODEL_TOOL,
-                    arguments=arguments,
-                    status="intended",
-                )
-            )
-        _check_same(prior, arguments)
-        if prior.status == "done":
-            assert isinstance(prior.result, Mapping)
-            return Completion.from_json(prior.result, replayed=True)
-        if prior.status == "failed":
-            raise _error_from_journal(prior.error)
-        crashpoint("model_sent")
-        self.sent += 1
-        try:
-            completion = await self.client.complete(
+        call = Call(
+            run_id=run_id,
+            task_id=ctx.task_id,
+            call_index=index,
+            key=key,
+            tool=MODEL_TOOL,
+            arguments=arguments,
+        )
+
+        async def send(key: str) -> Completion:
+            self.sent += 1
+            return await self.client.complete(
                 messages,
                 key=key,
                 run_id=run_id,
@@ -149,19 +105,22 @@ class ModelLayer:
                 response_schema=response_schema,
                 timeout=timeout,
             )
-        except (ModelError, BudgetExceeded) as err:
-            crashpoint("model_returned")
-            if isinstance(err, BudgetExceeded) or err.attrs.get("kind") in ANSWERS:
-                await self.store.finish_effect(run_id, key, status="failed", error=err.verdict())
-            raise
-        crashpoint("model_returned")
-        await self.store.finish_effect(
-            run_id,
-            key,
-            status="done",
-            result=completion.to_json(),
+
+        plan = Plan(effect=MODEL_TOOL, send=send, settle=_settle, answer=_answer)
+
+        async def prepare(prior: Any) -> Plan[Completion]:
+            return plan
+
+        return await self._journal.call(
+            ctx,
+            call,
+            prepare=prepare,
+            revive=_replayed,
+            revive_error=_error_from_journal,
+            span_name="model",
+            span_attributes={"loopkernel.max_tokens": max_tokens},
+            describe=_facts,
         )
-        return completion
 
     async def spent(self, run_id: RunId) -> tuple[float, int]:
         """``(usd, tokens)`` the run's journaled model answers cost."""
@@ -174,23 +133,32 @@ class ModelLayer:
         return usd, tokens
 
 
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+def _settle(completion: Completion) -> tuple[JSON, Completion]:
+    return completion.to_json(), completion
 
 
-def _check_same(prior: EffectRecord, arguments: Mapping[str, Any]) -> None:
-    if prior.tool != MODEL_TOOL:
-        raise ReplayDivergence(
-            f"call {prior.key} was journaled as tool {prior.tool!r}, now it is a model call",
-            key=prior.key,
-        )
-    if _canonical(prior.arguments) != _canonical(arguments):
-        raise ReplayDivergence(
-            f"model call {prior.key} was journaled with other messages or options than it "
-            "asks for now: the task does not ask the same things in the same order on every "
-            "execution (build prompts only from the task's input and what it may see)",
-            key=prior.key,
-        )
+def _replayed(data: JSON) -> Completion:
+    assert isinstance(data, Mapping)
+    return Completion.from_json(data, replayed=True)
+
+
+def _answer(err: BaseException) -> LoopKernelError | None:
+    """A model error that answers the call is journaled; any other leaves it intended."""
+    if isinstance(err, BudgetExceeded):
+        return err
+    if isinstance(err, ModelError) and err.attrs.get("kind") in ANSWERS:
+        return err
+    return None
+
+
+def _facts(reply: Completion) -> dict[str, JSON]:
+    return {
+        "loopkernel.model": reply.model,
+        "loopkernel.replayed": reply.replayed,
+        "loopkernel.input_tokens": reply.input_tokens,
+        "loopkernel.output_tokens": reply.output_tokens,
+        "loopkernel.cost_usd": reply.cost_usd,
+    }
 
 
 def _error_from_journal(error: JSON) -> ModelError | BudgetExceeded:

@@ -13,6 +13,8 @@
           "outputSchema": {"type": "object", ...},
           "retry": {"attempts": 3, "backoff": 0.5, "maxBackoff": 5}     optional
           "keepSecrets": ["token_count"]     optional: result paths never redacted
+          "keepArguments": ["query"]         optional: argument paths never redacted
+          "dedupesByKey": true               optional: the server refuses a duplicate key
         }
       ]
     }
@@ -29,7 +31,15 @@ may not declare more.
 
 A tool's result is redacted before it is journaled (``loopkernel.evidence.redact``:
 secret-looking keys and credential-shaped text become ``[redacted:HASH]``);
-``keepSecrets`` lists the result paths (``"a"``, ``"a.b"``) this tool opts out for.
+``keepSecrets`` lists the result paths (``"a"``, ``"a.b"``) this tool opts out for. Its
+arguments are redacted the same way before the intent is journaled (the journal compares
+a replay by the sha256 of the raw arguments); ``keepArguments`` lists the argument paths
+it opts out for.
+
+``dedupesByKey`` (default false) declares that the server keeps its own record of the
+idempotency key it is sent (``_meta["loopkernel/idempotency_key"]``) and answers a
+duplicate without acting again. Only then is an ``irreversible`` call whose server died in
+flight sent again; otherwise it is an unknown outcome for a human (``docs/tools.md``).
 """
 
 from __future__ import annotations
@@ -65,7 +75,7 @@ EFFECTS: frozenset[str] = frozenset(get_args(Effect))
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 _TOOL_KEYS = frozenset({"name", "description", "effect", "inputSchema", "outputSchema"})
-_OPTIONAL_KEYS = frozenset({"retry", "keepSecrets"})
+_OPTIONAL_KEYS = frozenset({"retry", "keepSecrets", "keepArguments", "dedupesByKey"})
 _RETRY_KEYS = frozenset({"attempts", "backoff", "maxBackoff"})
 
 
@@ -122,6 +132,11 @@ class ToolDef:
     """The declared retry policy; ``None``: the default for the effect (``retry_policy``)."""
     keep_secrets: tuple[str, ...] = ()
     """Result paths (``"a"``, ``"a.b"``) left out of redaction: the tool's opt-out."""
+    keep_arguments: tuple[str, ...] = ()
+    """Argument paths left out of redaction when the intent is journaled."""
+    dedupes_by_key: bool = False
+    """The server answers a duplicate idempotency key without acting again, so a call in
+    flight when its server died may be sent again even when it is irreversible."""
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -144,6 +159,10 @@ class ToolDef:
             out["retry"] = self.retry.to_json()
         if self.keep_secrets:
             out["keepSecrets"] = list(self.keep_secrets)
+        if self.keep_arguments:
+            out["keepArguments"] = list(self.keep_arguments)
+        if self.dedupes_by_key:
+            out["dedupesByKey"] = True
         return out
 
 
@@ -246,6 +265,12 @@ def _parse_tool(raw: JSON, bad: Callable[[str], UsageError]) -> ToolDef:
     keep = raw.get("keepSecrets", [])
     if not isinstance(keep, list) or not all(isinstance(k, str) and k for k in keep):
         raise bad(f'{name}: keepSecrets must be a list of result paths like "a.b"')
+    keep_args = raw.get("keepArguments", [])
+    if not isinstance(keep_args, list) or not all(isinstance(k, str) and k for k in keep_args):
+        raise bad(f'{name}: keepArguments must be a list of argument paths like "a.b"')
+    dedupes = raw.get("dedupesByKey", False)
+    if not isinstance(dedupes, bool):
+        raise bad(f"{name}: dedupesByKey must be true or false")
     return ToolDef(
         name=name,
         description=description,
@@ -254,6 +279,8 @@ def _parse_tool(raw: JSON, bad: Callable[[str], UsageError]) -> ToolDef:
         output_schema=schemas[1],
         retry=_parse_retry(name, effect, raw.get("retry"), bad),
         keep_secrets=tuple(keep),
+        keep_arguments=tuple(keep_args),
+        dedupes_by_key=dedupes,
     )
 
 

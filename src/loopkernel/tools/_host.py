@@ -77,6 +77,9 @@ EFFECT_META_KEY = "loopkernel/effect"
 """The tool ``_meta`` key that publishes the effect class in ``tools/list``."""
 RETRY_META_KEY = "loopkernel/retry"
 """The tool ``_meta`` key that publishes a declared retry policy in ``tools/list``."""
+DEDUPES_META_KEY = "loopkernel/dedupesByKey"
+"""The tool ``_meta`` key that declares, in ``tools/list``, that the server answers a
+duplicate idempotency key without acting again (``true``); any MCP server may set it."""
 
 Duplicate: TypeAlias = Literal["replay", "refuse"]
 
@@ -403,7 +406,8 @@ def _advertise(tool: ToolDef) -> mcp_types.Tool:
             destructive_hint=tool.effect == "irreversible",
         ),
         _meta={EFFECT_META_KEY: tool.effect}
-        | ({} if tool.retry is None else {RETRY_META_KEY: tool.retry.to_json()}),
+        | ({} if tool.retry is None else {RETRY_META_KEY: tool.retry.to_json()})
+        | ({DEDUPES_META_KEY: True} if tool.dedupes_by_key else {}),
     )
 
 

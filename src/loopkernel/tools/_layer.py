@@ -1,29 +1,41 @@
-"""The tool layer: every tool call of a run goes through ``ToolLayer.call``.
+"""The tool layer: every tool call of a run goes through ``ToolLayer.call``, which runs it
+through the run's effect journal (``loopkernel._effects``: key, replay, divergence check,
+redaction, the unknown outcome) with this layer's plan for sending it.
 
 One call, in order::
 
     key = run_id/task_id/call_index
     journaled already?   done -> return its result      failed -> raise its error again
-                         intended -> re-send below with the same key (in flight at a crash)
+                         intended -> in flight at a crash: re-sent below with the same key
+                         if the tool may be re-sent, else an unknown outcome (below)
     resolve the tool     (frozen defs first: no server is spawned to learn a schema)
     check arguments      against inputSchema                   -> ToolError invalid_arguments
     policy hook          first send only; may raise NeedsApproval (the task parks)
-    journal intended     store.intend_effect
+    journal intended     store.intend_effect (arguments redacted, their sha256 kept)
     crashpoint("tool_sent")
     send                 one long-lived session per source; key in _meta; deadline
                          the server died? restart it once (on_restart), re-send, same key
+                         (only a tool that may be re-sent, below)
     crashpoint("tool_returned")
-    journal the outcome  done + result, or failed + error for a ToolError
+    journal the outcome  done + result (redacted), or failed + error for a ToolError
 
 A fault that may pass (``is_transient``: a timeout, a server that died, a handler out of
 disk) leaves the effect ``intended``: nobody knows whether the call had its effect. The
-call is re-sent under the same key by the tool's ``RetryPolicy`` (never for an
-irreversible tool); when that is spent, ``TransientFault`` stops the executor and leaves
-the run ``running``, and ``resume`` re-sends the call with the same key, where the
-server's duplicate check decides. Any other ``ToolError`` is an answer, journaled as
-``failed`` and raised again on replay, so a resumed run fails the same way without
-calling again. A ``ToolUnavailable`` that is not transient (a server that cannot start,
-or speaks no MCP) fails the task and leaves the effect ``intended``.
+call is re-sent under the same key by the tool's ``RetryPolicy``; when that is spent,
+``TransientFault`` stops the executor and leaves the run ``running``, and ``resume``
+re-sends the call with the same key, where the server's duplicate check decides. Any
+other ``ToolError`` is an answer, journaled as ``failed`` and raised again on replay, so a
+resumed run fails the same way without calling again. A ``ToolUnavailable`` that is not
+transient (a server that cannot start, or speaks no MCP) fails the task and leaves the
+effect ``intended``.
+
+**An irreversible tool is never sent twice by the layer** unless it declares that it
+deduplicates by key (``dedupesByKey`` in its defs). A server that died or a deadline that
+passed with such a call in flight, or a process that died with it in flight, is an
+unknown outcome: the task parks ``waiting`` with a reason that begins "outcome unknown",
+and a human's approval decides whether it is sent again (journaled once; see
+``loopkernel._effects``). A handler that answered with a fault that may pass (out of
+disk) did nothing: the journal closes the call and the resumed run sends it anew.
 """
 
 from __future__ import annotations
@@ -37,24 +49,22 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeAlias
 
-from loopkernel import telemetry
+from loopkernel._effects import Call, EffectJournal, NoEffect, OutcomeUnknown, Plan
+from loopkernel._hooks import CallContext, NeedsApproval
 from loopkernel.errors import (
     LoopKernelError,
-    ReplayDivergence,
     ToolError,
     ToolTimeout,
     ToolUnavailable,
     UsageError,
 )
 from loopkernel.evidence import redact, redact_text
-from loopkernel.executor._context import NeedsApproval, TaskContext
-from loopkernel.executor._crash import crashpoint
 from loopkernel.graph import JSON
 from loopkernel.ids import RunId, TaskId
 from loopkernel.store import EffectRecord, Store
 from loopkernel.tools._defs import NO_RETRY, Effect, RetryPolicy, ToolDef
 from loopkernel.tools._extra import require_mcp
-from loopkernel.tools._schema import SchemaCache, canonical_json, json_problem
+from loopkernel.tools._schema import SchemaCache, json_problem
 from loopkernel.tools._source import SourceSession, ToolSource, check_arguments
 from loopkernel.tools._started import StartedServers
 
@@ -118,6 +128,10 @@ PolicyHook: TypeAlias = Callable[[ToolCallRequest], Awaitable[None] | None]
 
 RestartHook: TypeAlias = Callable[[str, str], Awaitable[None] | None]
 """``on_restart(source_name, reason)``, awaited before the dead server is restarted."""
+
+
+def _same(value: JSON) -> JSON:
+    return value
 
 
 def _redacted_error(err: ToolError) -> ToolError:
@@ -191,8 +205,9 @@ class ToolLayer:
     ) -> None:
         require_mcp()
         self.redact_secrets = redact_secrets
-        """Redact secrets in results and errors before they are journaled
-        (``loopkernel.evidence.redact``; a tool opts out per field with ``keepSecrets``)."""
+        """Redact secrets in arguments, results and errors before they are journaled
+        (``loopkernel.evidence.redact``; a tool opts out per field with ``keepSecrets``
+        for results and ``keepArguments`` for arguments)."""
         names = [s.name for s in sources]
         if len(set(names)) != len(names):
             raise UsageError(f"tool source names must be unique: {names}")
@@ -218,8 +233,11 @@ class ToolLayer:
         self._where: dict[str, tuple[_Slot, ToolDef]] = {}
         self._schemas = SchemaCache()
         self._restart_log: list[ServerRestart] = []
-        self._irreversible: weakref.WeakKeyDictionary[TaskContext, int] = (
+        self._irreversible: weakref.WeakKeyDictionary[CallContext, int] = (
             weakref.WeakKeyDictionary()
+        )
+        self._journal = EffectJournal(
+            store, points=("tool_sent", "tool_returned"), span="tool", redact_secrets=redact_secrets
         )
         self._started: StartedServers | None = None
         self._open = False
@@ -310,7 +328,7 @@ class ToolLayer:
 
     async def call(
         self,
-        ctx: TaskContext,
+        ctx: CallContext,
         index: int,
         name: str,
         arguments: Mapping[str, JSON],
@@ -322,31 +340,6 @@ class ToolLayer:
         ``timeout`` overrides the tool's deadline (``ToolSource.timeouts``, else the
         layer's ``default_timeout``) for this call.
         """
-        tracer = telemetry.tracer()
-        if not tracer:
-            return await self._call(ctx, index, name, arguments, timeout, {})
-        key = idempotency_key(ctx.run_id, ctx.task_id, index)
-        span = tracer.start(f"tool {name}", {"loopkernel.tool": name, "loopkernel.key": key})
-        facts: dict[str, JSON] = {}
-        with tracer.current(span):
-            try:
-                value = await self._call(ctx, index, name, arguments, timeout, facts)
-            except BaseException as exc:
-                tracer.end(span, facts, error=exc)
-                raise
-        tracer.end(span, facts)
-        return value
-
-    async def _call(
-        self,
-        ctx: TaskContext,
-        index: int,
-        name: str,
-        arguments: Mapping[str, JSON],
-        timeout: float | None,  # noqa: ASYNC109 - a per-call deadline handed on
-        facts: dict[str, JSON],
-    ) -> JSON:
-        """``call``; what it learns for the trace goes into ``facts``."""
         if not self._open:
             raise UsageError("the tool layer is not open; use `async with ToolLayer(...)`")
         args = dict(arguments)
@@ -354,70 +347,97 @@ class ToolLayer:
             raise ToolError(
                 f"{name}: arguments are not JSON: {problem}", tool=name, kind="invalid_arguments"
             )
-        run_id, key = ctx.run_id, idempotency_key(ctx.run_id, ctx.task_id, index)
-        prior = await self.store.get_effect(run_id, key)
-        facts["loopkernel.replayed"] = prior is not None and prior.status != "intended"
-        if prior is not None:
-            facts["loopkernel.effect"] = prior.effect
-            _check_same(prior, name, args)
-            self._count(ctx, prior.effect)
-            if prior.status == "done":
-                return prior.result
-            if prior.status == "failed":
-                raise _error_from_journal(prior.error, name)
-        slot, tool = await self._resolve(name)
-        facts["loopkernel.effect"] = tool.effect
-        check_arguments(self._schemas, tool, args)
-        if prior is None:
-            seq = self._count(ctx, tool.effect)
-            await self._police(ctx, index, key, slot, tool, args, seq)
-            await self._session(slot, tool=name)  # a server that cannot start: nothing journaled
-            record = await self.store.intend_effect(
-                EffectRecord(
-                    run_id=run_id,
-                    key=key,
-                    task_id=ctx.task_id,
-                    call_index=index,
-                    tool=name,
-                    effect=tool.effect,
-                    arguments=args,
-                    status="intended",
-                )
-            )
-            if record.status == "done":  # another executor got there first
-                return record.result
-            if record.status == "failed":
-                raise _error_from_journal(record.error, name)
-        crashpoint("tool_sent")
-        limit = timeout or slot.source.timeouts.get(name) or self.default_timeout
+        key = idempotency_key(ctx.run_id, ctx.task_id, index)
+        call = Call(
+            run_id=ctx.run_id,
+            task_id=ctx.task_id,
+            call_index=index,
+            key=key,
+            tool=name,
+            arguments=args,
+        )
+
+        async def prepare(prior: EffectRecord | None) -> Plan[JSON]:
+            slot, tool = await self._resolve(name)
+            check_arguments(self._schemas, tool, args)
+
+            async def before() -> None:  # the first send: policed, its server started
+                seq = self._count(ctx, tool.effect)
+                await self._police(ctx, index, key, slot, tool, args, seq)
+                await self._session(slot, tool=name)  # cannot start: nothing journaled
+
+            return self._plan(ctx, slot, tool, args, timeout, before)
+
+        return await self._journal.call(
+            ctx,
+            call,
+            prepare=prepare,
+            revive=_same,
+            revive_error=lambda error: _error_from_journal(error, name),
+            seen=lambda prior: self._seen(ctx, prior),
+            span_attributes={"loopkernel.tool": name},
+        )
+
+    def _plan(
+        self,
+        ctx: CallContext,
+        slot: _Slot,
+        tool: ToolDef,
+        args: dict[str, JSON],
+        timeout: float | None,
+        before: Callable[[], Awaitable[None]],
+    ) -> Plan[JSON]:
+        """How the journal sends ``tool``: retries of faults that may pass, a restart of a
+        dead server, and what is journaled of an answer."""
+        limit = timeout or slot.source.timeouts.get(tool.name) or self.default_timeout
         policy = self.retry_policy(tool)
-        sent = 0
-        while True:
-            sent += 1
-            try:
-                value = await self._send(slot, tool, args, key, limit, ctx)
-                break
-            except (ToolError, ToolTimeout, ToolUnavailable) as err:
-                if not is_transient(err):
-                    if isinstance(err, ToolError):  # an answer: journaled, raised on replay
-                        crashpoint("tool_returned")
-                        clean = _redacted_error(err) if self.redact_secrets else err
-                        await self.store.finish_effect(
-                            run_id, key, status="failed", error=clean.verdict()
-                        )
-                        if clean is not err:
-                            raise clean from None
-                    raise
-                # It may pass: the effect stays `intended` (nobody knows whether it
-                # happened) and the same key goes out again.
-                if sent >= policy.attempts:
-                    raise _gave_up(err, tool, sent) from err
-                await asyncio.sleep(policy.delay(sent))
-        crashpoint("tool_returned")
-        if self.redact_secrets:  # before it is journaled; the task sees what the journal keeps
-            value = redact(value, keep=tool.keep_secrets)
-        await self.store.finish_effect(run_id, key, status="done", result=value)
-        return value
+        resendable = self.resendable(tool)
+
+        async def send(key: str) -> JSON:
+            sent = 0
+            while True:
+                sent += 1
+                try:
+                    return await self._send(slot, tool, args, key, limit, ctx, resendable)
+                except (ToolError, ToolTimeout, ToolUnavailable) as err:
+                    if not is_transient(err):
+                        raise
+                    if not resendable:
+                        if isinstance(err, ToolError):  # the tool answered: it did nothing
+                            raise NoEffect(_gave_up(err, tool, sent)) from err
+                        raise OutcomeUnknown(err.message) from err
+                    # It may pass: the effect stays `intended` (nobody knows whether it
+                    # happened) and the same key goes out again.
+                    if sent >= policy.attempts:
+                        raise _gave_up(err, tool, sent) from err
+                    await asyncio.sleep(policy.delay(sent))
+
+        def settle(value: JSON) -> tuple[JSON, JSON]:
+            # before it is journaled; the task sees what the journal keeps
+            if self.redact_secrets:
+                value = redact(value, keep=tool.keep_secrets)
+            return value, value
+
+        def answer(err: BaseException) -> LoopKernelError | None:
+            if not isinstance(err, ToolError) or is_transient(err):
+                return None  # says nothing of the call: it stays intended
+            return _redacted_error(err) if self.redact_secrets else err
+
+        return Plan(
+            effect=tool.effect,
+            send=send,
+            settle=settle,
+            answer=answer,
+            before=before,
+            resendable=resendable,
+            keep_arguments=tool.keep_arguments,
+        )
+
+    def resendable(self, tool: ToolDef) -> bool:
+        """Whether a call of ``tool`` that got no answer may go out again under its key:
+        anything but an irreversible tool, and an irreversible one that declares it
+        deduplicates by key (``dedupesByKey``)."""
+        return tool.effect != "irreversible" or tool.dedupes_by_key
 
     def retry_policy(self, tool: ToolDef) -> RetryPolicy:
         """The layer's override for the tool, else its declared policy, else the layer's
@@ -427,7 +447,10 @@ class ToolLayer:
         declared = self.retries.get(tool.name) or tool.retry or self.default_retry
         return declared or tool.retry_policy
 
-    def _count(self, ctx: TaskContext, effect: str) -> int:
+    def _seen(self, ctx: CallContext, prior: EffectRecord) -> None:
+        self._count(ctx, prior.effect)
+
+    def _count(self, ctx: CallContext, effect: str) -> int:
         if effect != "irreversible":
             return 0
         n = self._irreversible.get(ctx, 0) + 1
@@ -436,7 +459,7 @@ class ToolLayer:
 
     async def _police(
         self,
-        ctx: TaskContext,
+        ctx: CallContext,
         index: int,
         key: str,
         slot: _Slot,
@@ -469,7 +492,8 @@ class ToolLayer:
         args: dict[str, JSON],
         key: str,
         limit: float,
-        ctx: TaskContext,
+        ctx: CallContext,
+        resendable: bool,
     ) -> JSON:
         while True:
             session = await self._session(slot, tool=tool.name)
@@ -480,7 +504,10 @@ class ToolLayer:
                 if err.attrs.get("kind") != "server_died":
                     await self._fail(slot, session, err)
                     raise
-                if not await self._restart(slot, session, err, ctx, tool.name):
+                restarted = await self._restart(slot, session, err, ctx, tool.name)
+                if not resendable:  # the server is replaced for later calls; not this one
+                    raise OutcomeUnknown(f"its server died: {err.message}") from None
+                if not restarted:
                     raise ToolUnavailable(
                         f"{err.message} (it died again after {slot.restarts} restart(s))",
                         **err.attrs,
@@ -529,7 +556,7 @@ class ToolLayer:
         slot: _Slot,
         dead: SourceSession,
         err: ToolUnavailable,
-        ctx: TaskContext,
+        ctx: CallContext,
         tool: str,
     ) -> bool:
         """Replace a dead session if the budget allows; whether the caller may re-send."""
@@ -598,19 +625,6 @@ def _again(err: ToolUnavailable, tool: str | None) -> ToolUnavailable:
     if tool is not None:
         attrs["tool"] = tool
     return ToolUnavailable(err.message, **attrs)
-
-
-def _check_same(prior: EffectRecord, name: str, args: Mapping[str, JSON]) -> None:
-    was, now = canonical_json(prior.arguments), canonical_json(args)
-    if prior.tool != name or was != now:
-        raise ReplayDivergence(
-            f"call {prior.key} was journaled as {prior.tool}({was}) but now asks for "
-            f"{name}({now}): the task does not make the same tool calls in the same order "
-            "on every execution",
-            key=prior.key,
-            tool=name,
-            journaled_tool=prior.tool,
-        )
 
 
 _ERRORS: dict[str, type[ToolError | ToolTimeout | ToolUnavailable]] = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from loopkernel.executor._context import NeedsApproval
+from loopkernel._hooks import NeedsApproval
 from loopkernel.policy import Policy, ToolCall, Usage
 from loopkernel.store import Store
 from loopkernel.tools._layer import PolicyHook, ToolCallRequest

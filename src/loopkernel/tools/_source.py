@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import shlex
 import sys
@@ -43,6 +44,7 @@ from loopkernel.tools import _stdio
 from loopkernel.tools._defs import EFFECTS, Effect, ToolDef, ToolDefs, effect_of, retry_of
 from loopkernel.tools._extra import require_mcp
 from loopkernel.tools._host import (
+    DEDUPES_META_KEY,
     EFFECT_META_KEY,
     ERROR_META_KEY,
     IDEMPOTENCY_META_KEY,
@@ -358,6 +360,7 @@ class SourceSession:
                 output_schema=t.output_schema,
                 effect=effect,
                 retry=retry,
+                dedupes_by_key=(t.meta or {}).get(DEDUPES_META_KEY) is True,
             )
         if src.defs is None:
             return found
@@ -371,13 +374,10 @@ class SourceSession:
             if got_schemas != canonical_json([want.input_schema, want.output_schema]):
                 msg = f"the server advertises other schemas for {want.name!r} than its defs"
                 raise _SchemaMismatch(msg)
-            tools[want.name] = ToolDef(
-                name=want.name,
-                description=want.description,
-                input_schema=want.input_schema,
-                output_schema=want.output_schema,
-                effect=src.effects.get(want.name) or want.effect,
-                retry=want.retry,
+            # the defs are the contract: their declarations (retry, keepSecrets,
+            # dedupesByKey ...) stand, the source may override the effect
+            tools[want.name] = dataclasses.replace(
+                want, effect=src.effects.get(want.name) or want.effect
             )
         return tools
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import errno
+import functools
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -71,6 +73,29 @@ def build_host(wire: int | None = None) -> ToolHost:
 
     host.add("flaky", flaky)
     host.add("flaky_send", flaky)
+
+    def charge(args: dict[str, JSON], call: CallInfo, *, dedupe: bool) -> JSON:
+        ledger = Path(str(args["ledger"]))
+        lines = ledger.read_text(encoding="utf-8").splitlines() if ledger.exists() else []
+        seen = [line for line in lines if dedupe and call.key and line == call.key]
+        if not seen:  # the effect: one line, on disk before anything else happens
+            with ledger.open("a", encoding="utf-8") as f:
+                f.write(f"{call.key or '-'}\n")
+                f.flush()
+                os.fsync(f.fileno())
+            lines.append(call.key or "-")
+        hold = args.get("hold")
+        if hold is not None and not Path(str(hold)).exists():
+            Path(str(hold)).write_text(str(os.getpid()), encoding="utf-8")
+            while True:  # in flight for good: the test kills this server
+                time.sleep(3600)
+        out: dict[str, JSON] = {"charged": len(lines)}
+        if "note" in args:
+            out["note"] = args["note"]
+        return out
+
+    host.add("charge", functools.partial(charge, dedupe=False))
+    host.add("charge_deduped", functools.partial(charge, dedupe=True))
 
     @host.tool("garbage")
     async def garbage(args: dict[str, JSON], call: CallInfo) -> JSON:
