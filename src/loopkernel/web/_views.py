@@ -4,30 +4,45 @@ escape every value), no store access (DESIGN §10)."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from loopkernel.graph import JSON, Event, EventKind, GraphState, RunStatus, TaskState
+from loopkernel.graph import JSON, Event, EventKind, GraphState, RunStatus, Task, TaskState
 from loopkernel.store import PatchRecord, RunInfo
-from loopkernel.web._graph import Layout, layout
+from loopkernel.web._graph import Box, Layout, layout, natural_key
 
 __all__ = [
     "JournalRow",
     "PatchView",
+    "TaskValue",
+    "actions_key",
     "age",
     "answered",
+    "box_mark",
+    "duration",
     "graph_of",
+    "graph_shape",
     "journal_rows",
     "late_tasks",
+    "natural_key",
     "patch_view",
     "pretty",
     "preview",
+    "task_mark",
+    "task_values",
     "timestamp",
+    "tool_of_reason",
+    "traceback_of",
 ]
 
 PREVIEW = 160
+ROW_DATA = 4000
+"""A journal row shows at most this much of its event's data; a link gives all of it."""
+VALUE_SHOWN = 64_000
+"""A task page shows at most this much of one value; a link gives all of it."""
 
 
 def pretty(value: JSON) -> str:
@@ -45,6 +60,18 @@ def preview(value: JSON, limit: int = PREVIEW) -> str:
 
 def timestamp(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) + " UTC"
+
+
+def duration(seconds: float) -> str:
+    """``850 ms``, ``12.3 s``, ``5m 2s``, ``3h 4m``."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    s = int(seconds)
+    if s < 3600:
+        return f"{s // 60}m {s % 60}s"
+    return f"{s // 3600}h {s % 3600 // 60}m"
 
 
 def age(t: float, now: float | None = None) -> str:
@@ -116,6 +143,8 @@ class JournalRow:
     patch: PatchView | None
     planned: bool
     """Whether a patch is expected at all."""
+    cut: bool = False
+    """``data`` is the start of the data only (the row links to all of it)."""
 
 
 def journal_rows(events: Iterable[Event], patches: dict[int, PatchRecord]) -> list[JournalRow]:
@@ -123,6 +152,9 @@ def journal_rows(events: Iterable[Event], patches: dict[int, PatchRecord]) -> li
     for ev in events:
         summary = preview(ev.data)
         full = pretty(ev.data) if len(summary) and summary.endswith("…") else None
+        cut = full is not None and len(full) > ROW_DATA
+        if full is not None and cut:
+            full = full[:ROW_DATA] + "\n…"
         p = patches.get(ev.seq)
         rows.append(
             JournalRow(
@@ -133,6 +165,7 @@ def journal_rows(events: Iterable[Event], patches: dict[int, PatchRecord]) -> li
                 data=full,
                 patch=None if p is None else patch_view(p),
                 planned=ev.kind is not EventKind.RUN_FINISHED,
+                cut=cut,
             )
         )
     return rows
@@ -183,3 +216,68 @@ def report_of(state: GraphState) -> dict[str, Any] | None:
     if not isinstance(report, dict) or not {"summary", "evidence"} <= report.keys():
         return None
     return report
+
+
+def actions_key(
+    waiting: Iterable[Task], answered: dict[str, str], info: RunInfo, cancel: bool
+) -> str:
+    """What the approval forms depend on: the page replaces them only when it changes."""
+    waits = "".join(f"{t.task_id}@{t.wait_epoch}{answered.get(t.task_id, '')}," for t in waiting)
+    return f"{waits}|{info.status.value}|{'cancel' if cancel else ''}"
+
+
+def task_mark(task: Task, late: bool) -> str:
+    """What a task's row shows, compact: the live stream resends a row when it changes."""
+    value = task.error if task.error is not None else task.result
+    return f"{task.state.value}|{task.attempts}|{task.wait_epoch}|{late}|{preview(value, 120)}"
+
+
+def box_mark(box: Box) -> str:
+    return f"{box.state}|{box.late}|{box.count}|{sorted(box.states.items())}"
+
+
+def graph_shape(lay: Layout) -> str:
+    """The drawing without its states: boxes and wires where they are."""
+    parts = [f"{b.key}@{b.x:.0f},{b.y:.0f}" for b in lay.boxes]
+    parts += [w.d for w in lay.wires]
+    return f"{lay.width:.0f}x{lay.height:.0f}|" + "|".join(parts)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskValue:
+    """One value of a task as its page shows it: cut when long."""
+
+    part: str
+    text: str
+    cut: bool
+    size: int
+    """Characters of the whole value, indented."""
+
+
+def task_values(task: Task) -> dict[str, TaskValue]:
+    out = {}
+    for part in ("input", "result", "error", "human_input"):
+        text = pretty(getattr(task, part))
+        cut = len(text) > VALUE_SHOWN
+        shown = text[:VALUE_SHOWN] + "\n…" if cut else text
+        out[part] = TaskValue(part=part, text=shown, cut=cut, size=len(text))
+    return out
+
+
+def traceback_of(error: JSON) -> str | None:
+    """The traceback a task's error carries, when the worker's failure recorded one."""
+    if not isinstance(error, dict):
+        return None
+    for key in ("traceback", "stack", "trace"):
+        value = error.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return "".join(str(v) for v in value)
+    return None
+
+
+def tool_of_reason(reason: str) -> str | None:
+    """The tool a policy's wait reason names (``tool 'x' is irreversible: ...``)."""
+    found = re.search(r"tool '([^']+)'", reason or "")
+    return None if found is None else found.group(1)
