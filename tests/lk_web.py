@@ -17,7 +17,7 @@ import httpx
 
 from lk_helpers import LOOPKERNEL, cli_env
 from loopkernel.client import Client
-from loopkernel.graph import RunStatus
+from loopkernel.graph import EventKind, RunStatus
 
 T = TypeVar("T")
 
@@ -137,3 +137,63 @@ def screenshot(page: Any, tmp_path: Path, name: str) -> Path:
         Path(SHOTS).mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
     return path
+
+
+def big_run(db: Path | str, run_id: str, tasks: int, *, shape: str = "fan") -> None:
+    """A running run of ``tasks`` tasks written through the store: ``fan`` (one ``plan``
+    then ``tasks - 1`` workers ``w0 ...`` side by side) or ``chain`` (``s0 → s1 → ...``);
+    the first half succeeded, each with a small result."""
+    from loopkernel.graph import Delta, GraphPatch, TaskSpec, TaskState, validate
+    from loopkernel.ids import RunId
+    from loopkernel.store import NewEvent, PatchRecord, open_store
+
+    async def go() -> None:
+        store = open_store(str(db))
+        await store.open()
+        try:
+            rid = RunId(run_id)
+            await store.create_run(
+                run_id=rid, app="bench", params={}, max_events=10**7, token_hash="h"
+            )
+            (first,) = await store.append_events(rid, [NewEvent(kind=EventKind.RUN_STARTED)])
+            patch = GraphPatch()
+            if shape == "fan":
+                patch = patch.add(TaskSpec(task_id="plan", skill="plan"))
+                for i in range(tasks - 1):
+                    patch = patch.add(TaskSpec(task_id=f"w{i}", skill="work"), after=["plan"])
+            else:
+                for i in range(tasks):
+                    after = [f"s{i - 1}"] if i else []
+                    patch = patch.add(TaskSpec(task_id=f"s{i}", skill="step"), after=after)
+            state = (await store.load_run(rid)).state
+            delta = validate(state, patch, {"plan", "work", "step"})
+            ops: Any = patch.to_json()
+            await store.commit_patches(rid, [PatchRecord(event_seq=first.seq, ops=ops)], delta)
+            done = [
+                t.evolve(state=TaskState.SUCCEEDED, result={"n": i})
+                for i, t in enumerate(delta.tasks)
+                if i < tasks // 2
+            ]
+            await store.commit_patches(rid, [], Delta(tasks=tuple(done)))
+        finally:
+            await store.close()
+
+    run_async(go())
+
+
+def append_event(db: Path | str, run_id: str, data: Any = None) -> int:
+    """Append one ``tool_restarted`` event (no planner answers it); its seq."""
+    from loopkernel.ids import RunId
+    from loopkernel.store import NewEvent, open_store
+
+    async def go() -> int:
+        store = open_store(str(db))
+        await store.open()
+        try:
+            kind = EventKind.TOOL_RESTARTED
+            (ev,) = await store.append_events(RunId(run_id), [NewEvent(kind=kind, data=data)])
+            return ev.seq
+        finally:
+            await store.close()
+
+    return run_async(go())

@@ -264,7 +264,8 @@ def create_app(
         if task is None:
             return render(request, "error.html", 404, message="this run has no such task")
         events = await client.task_events(run_id, task_id)
-        patches = {p.event_seq: p for p in await client.patches(run_id, after=events[0].seq - 1)}
+        first = events[0].seq - 1 if events else info.last_seq
+        patches = {p.event_seq: p for p in await client.patches(run_id, after=first)}
         return render(
             request,
             "task.html",

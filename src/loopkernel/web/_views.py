@@ -118,14 +118,21 @@ class PatchView:
     """The ops as JSON, for the details."""
 
 
+OPS_SHOWN = 40
+"""A journal row lists this many of its patch's ops, then how many more there are."""
+
+
 def patch_view(p: PatchRecord) -> PatchView:
     ops = p.ops if isinstance(p.ops, list) else []
+    lines = [_op_line(op) for op in ops[:OPS_SHOWN]]
+    if len(ops) > OPS_SHOWN:
+        lines.append(f"… and {len(ops) - OPS_SHOWN:,} more ops")
     return PatchView(
         planner=p.planner,
         outcome=p.outcome,
         reason=p.reason,
-        ops=[_op_line(op) for op in ops],
-        raw=pretty(p.ops),
+        ops=lines,
+        raw="" if len(ops) > OPS_SHOWN else pretty(p.ops),
     )
 
 
