@@ -56,7 +56,11 @@
       // CONNECTING: the browser retries by itself (with Last-Event-ID); CLOSED: it gave up.
       dead(source.readyState === EventSource.CLOSED ? "closed" : "reconnecting");
     });
-    source.addEventListener("keepalive", alive);
+    source.addEventListener("keepalive", function () {
+      alive();
+      var n = parseInt(document.body.getAttribute("data-keepalives") || "0", 10) + 1;
+      document.body.setAttribute("data-keepalives", String(n));
+    });
     source.addEventListener("journal", function (e) {
       alive();
       var msg = JSON.parse(e.data);
