@@ -11,6 +11,7 @@ import contextlib
 import json
 import secrets
 from collections.abc import AsyncIterator, Collection
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote, urlencode
@@ -26,7 +27,7 @@ from starlette.staticfiles import StaticFiles
 from loopkernel.client import Client
 from loopkernel.errors import ApprovalRefused, LoopKernelError, RunHeld, RunNotFound, UsageError
 from loopkernel.graph import TERMINAL_RUN, Event, RunStatus, TaskState
-from loopkernel.ids import valid_id
+from loopkernel.ids import TaskId, valid_id
 from loopkernel.store import PatchRecord
 from loopkernel.web import _views as views
 from loopkernel.web._auth import CSRF_COOKIE, SESSION_COOKIE, Auth
@@ -133,6 +134,21 @@ def create_app(
         """Back to the run page with a notice this server signed (never one from a link)."""
         query = urlencode({"notice": notice, "sig": auth.sign(f"{run_id}\n{notice}")})
         return RedirectResponse(f"/runs/{quote(run_id)}?{query}", status_code=303)
+
+    drawings: dict[str, _Drawing] = {}
+
+    def drawing_of(snap: Snapshot) -> _Drawing:
+        """The graph's layout and the tasks' order of one snapshot: computed once for
+        every stream of the run, not once per stream."""
+        found = drawings.get(snap.info.run_id)
+        if found is None or found.snapshot is not snap:
+            lay = views.graph_of(snap.state, snap.late)
+            order = sorted(snap.state.tasks, key=views.natural_key)
+            found = _Drawing(snapshot=snap, layout=lay, shape=views.graph_shape(lay), order=order)
+            drawings[snap.info.run_id] = found
+            for rid in [r for r in drawings if r not in watcher.hubs]:
+                del drawings[rid]  # nobody watches that run any more
+        return found
 
     async def snapshot_of(run_id: str) -> Snapshot:
         """The run now: the live hub's snapshot when a stream watches it, else read."""
@@ -250,6 +266,9 @@ def create_app(
             usage=await client.usage(run_id),
             report=views.report_of(snap.state),
             keepalive=keepalive_seconds,
+            state_key=snap.key,
+            planned=views.planned_through(shown, patches, start),
+            all_tasks=request.query_params.get("tasks") == "all",
             **ctx,
         )
 
@@ -363,7 +382,10 @@ def create_app(
         def patch(seq: int, p: PatchRecord) -> str:
             return fragment("_patch.html", patch=views.patch_view(p), planned=True)
 
-        graphs: dict[int, tuple[Any, str]] = {}
+        all_tasks = request.query_params.get("tasks") == "all"
+        page_key = request.query_params.get("state")
+        raw_planned = request.query_params.get("planned") or "0"
+        planned = min(after, max(0, int(raw_planned))) if raw_planned.isdigit() else 0
 
         def state(snap: Snapshot, sent: dict[str, str]) -> dict[str, object]:
             out: dict[str, object] = {}
@@ -376,40 +398,45 @@ def create_app(
                 "waiting": waiting,
                 "cancel_requested": snap.cancel_requested,
             }
+            drawn = drawing_of(snap)
+            # The page was rendered from this very state: what it shows is the baseline.
+            fresh = not sent and page_key == snap.key
             head = fragment("_head.html", **ctx)
             if sent.get("head") != (d := digest(head)):
                 sent["head"] = d
-                out["head"] = head
+                if not fresh:
+                    out["head"] = head
             key = views.actions_key(waiting, snap.answered, snap.info, snap.cancel_requested)
             if sent.get("actions") != key:
                 sent["actions"] = key
-                out["actions_key"] = key
-                out["actions"] = fragment("_actions.html", csrf=csrf, operator=operator, **ctx)
+                if not fresh:
+                    out["actions_key"] = key
+                    out["actions"] = fragment("_actions.html", csrf=csrf, operator=operator, **ctx)
             rows: dict[str, str] = {}
-            for task in snap.state.tasks.values():
-                mark = views.task_mark(task, task.task_id in snap.late)
-                if sent.get("t:" + task.task_id) != mark:
-                    sent["t:" + task.task_id] = mark
-                    rows[task.task_id] = fragment("_task_row.html", t=task, **ctx)
+            tasks = snap.state.tasks
+            shown = drawn.order if all_tasks else drawn.order[:TASKS_SHOWN]
+            for tid in shown:  # the rows the page can show, no others
+                task = tasks[tid]
+                mark = views.task_mark(task, tid in snap.late)
+                if sent.get("t:" + tid) != mark:
+                    sent["t:" + tid] = mark
+                    if not fresh:
+                        rows[tid] = fragment("_task_row.html", t=task, **ctx)
             if rows:
                 out["tasks"] = rows
-            if snap.version not in graphs:  # one layout per change, not per message
-                graphs.clear()
-                lay = views.graph_of(snap.state, snap.late)
-                graphs[snap.version] = (lay, views.graph_shape(lay))
-            lay, shape = graphs[snap.version]
-            if sent.get("graph") != shape:
-                sent["graph"] = shape
-                for b in lay.boxes:
+            if sent.get("graph") != drawn.shape:
+                sent["graph"] = drawn.shape
+                for b in drawn.layout.boxes:
                     sent["b:" + b.key] = views.box_mark(b)
-                out["graph"] = fragment("_graph.html", graph=lay, **ctx)
+                if not fresh:
+                    out["graph"] = fragment("_graph.html", graph=drawn.layout, **ctx)
             else:
                 boxes = {}
-                for b in lay.boxes:
+                for b in drawn.layout.boxes:
                     mark = views.box_mark(b)
                     if sent.get("b:" + b.key) != mark:
                         sent["b:" + b.key] = mark
-                        boxes[b.key] = fragment("_box.html", b=b, graph=lay, run_id=run_id)
+                        boxes[b.key] = fragment("_box.html", b=b, graph=drawn.layout, run_id=run_id)
                 if boxes:
                     out["boxes"] = boxes
             return out
@@ -420,6 +447,7 @@ def create_app(
             run_id,
             after,
             Renderers(row=row, patch=patch, state=state),
+            planned=planned,
             keepalive_seconds=keepalive_seconds,
         )
         return _Stream(
@@ -622,6 +650,14 @@ def create_app(
     app.state.watcher = watcher
     app.state.auth = auth
     return app
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Drawing:
+    snapshot: Snapshot
+    layout: Any
+    shape: str
+    order: list[TaskId]
 
 
 class _Stream(StreamingResponse):

@@ -71,6 +71,11 @@ class Snapshot:
     """Waiting tasks whose current wait a human answered (journaled, not yet planned)."""
     cancel_requested: bool
     """A ``cancel_requested`` event is journaled and the run is not finished yet."""
+    planned: int
+    """The highest seq a patch answers: every event up to it is planned."""
+    key: str
+    """A digest of what the snapshot was read at (status, times, seqs, counts): equal for
+    equal states, so a page rendered from it tells its stream it needs no catching up."""
 
 
 @dataclass(kw_only=True)
@@ -121,6 +126,8 @@ class Hub:
                 late=frozenset(self._late),
                 answered=answered,
                 cancel_requested=self._cancel and info.status not in TERMINAL_RUN,
+                planned=self._planned,
+                key=digest(repr(key)),
             )
         for wake in list(self.subscribers):
             wake.set()
@@ -223,10 +230,12 @@ async def stream(
     after: int,
     render: Renderers,
     *,
+    planned: int = 0,
     keepalive_seconds: float = KEEPALIVE_SECONDS,
 ) -> AsyncIterator[str]:
-    """The messages of one run page's stream, starting after seq ``after``. The caller
-    took the stream's slot (``Watcher.reserve``) and gives it back."""
+    """The messages of one run page's stream, starting after seq ``after``; the page had
+    the patches of every event up to ``planned``. The caller took the stream's slot
+    (``Watcher.reserve``) and gives it back."""
     hub = watcher.hub(run_id)
     wake = asyncio.Event()
     hub.subscribers.add(wake)
@@ -236,7 +245,7 @@ async def stream(
         if hub.snapshot is None:
             await hub.refresh()
         sent = after
-        pending = set(range(max(1, after - RESEND_WINDOW + 1), after + 1))
+        pending = set(range(max(1, planned + 1, after - RESEND_WINDOW + 1), after + 1))
         sent_parts: dict[str, str] = {}
         seen_version = 0
         while True:
@@ -260,8 +269,9 @@ async def stream(
                     html = render.row(ev, p)
                     yield _message("journal", {"seq": ev.seq, "html": html}, seq=ev.seq)
                     sent = ev.seq
+                first = not sent_parts
                 delta = render.state(snap, sent_parts)
-                if delta:
+                if delta or first:  # the first one even if empty: the page is current
                     yield _message("state", {"status": snap.info.status.value, **delta})
                 info = snap.info
                 if info.status in TERMINAL_RUN and sent >= info.last_seq:

@@ -29,6 +29,7 @@ __all__ = [
     "late_tasks",
     "natural_key",
     "patch_view",
+    "planned_through",
     "pretty",
     "preview",
     "task_mark",
@@ -288,3 +289,14 @@ def tool_of_reason(reason: str) -> str | None:
     """The tool a policy's wait reason names (``tool 'x' is irreversible: ...``)."""
     found = re.search(r"tool '([^']+)'", reason or "")
     return None if found is None else found.group(1)
+
+
+def planned_through(events: Iterable[Event], patches: dict[int, PatchRecord], start: int) -> int:
+    """The highest seq up to which every one of ``events`` (those after ``start``) has
+    its patch: the page's live stream need not resend those."""
+    through = start
+    for ev in events:
+        if ev.seq not in patches and ev.kind is not EventKind.RUN_FINISHED:
+            break
+        through = ev.seq
+    return through
