@@ -197,3 +197,31 @@ def append_event(db: Path | str, run_id: str, data: Any = None) -> int:
             await store.close()
 
     return run_async(go())
+
+
+async def churn_streams(url: str, run_id: str, db: Path | str, clients: int = 60) -> int:
+    """``clients`` live streams connecting and dropping at random (each four times)
+    while the run moves by 20 events; the seq of the last one."""
+    import random
+
+    rng = random.Random(7)
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+
+        async def one() -> None:
+            for _ in range(4):
+                async with http.stream("GET", f"/runs/{run_id}/events") as r:
+                    if r.status_code == 200:
+                        async for _chunk in r.aiter_text():
+                            if rng.random() < 0.5:
+                                break
+                await asyncio.sleep(rng.random() * 0.05)
+
+        async def writer() -> int:
+            last = 0
+            for i in range(20):
+                last = await asyncio.to_thread(append_event, db, run_id, {"i": i})
+                await asyncio.sleep(0.01)
+            return last
+
+        last, *_ = await asyncio.gather(writer(), *(one() for _ in range(clients)))
+        return int(last)

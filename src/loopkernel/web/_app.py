@@ -99,7 +99,7 @@ def create_app(
     env.filters["preview"] = views.preview
     env.filters["duration"] = views.duration
     env.filters["q"] = lambda s: quote(str(s), safe="")
-    env.filters["regex_tool"] = views.tool_of_reason
+    env.filters["approval"] = views.approval_of
 
     def render(request: Request, name: str, code: int = 200, **ctx: Any) -> HTMLResponse:
         csrf = request.cookies.get(CSRF_COOKIE) or secrets.token_urlsafe(24)

@@ -21,6 +21,7 @@ __all__ = [
     "actions_key",
     "age",
     "answered",
+    "approval_of",
     "box_mark",
     "duration",
     "graph_of",
@@ -35,7 +36,6 @@ __all__ = [
     "task_mark",
     "task_values",
     "timestamp",
-    "tool_of_reason",
     "traceback_of",
 ]
 
@@ -285,10 +285,24 @@ def traceback_of(error: JSON) -> str | None:
     return None
 
 
-def tool_of_reason(reason: str) -> str | None:
-    """The tool a policy's wait reason names (``tool 'x' is irreversible: ...``)."""
-    found = re.search(r"tool '([^']+)'", reason or "")
-    return None if found is None else found.group(1)
+def approval_of(task: Task) -> dict[str, str]:
+    """What a waiting task asks approval for, as far as the journal says: the tool (the
+    task input's ``tool``, else the one the policy's reason names: ``tool 'x' is ...``)
+    and its cost (the input's ``est_cost_usd`` or ``cost_usd``)."""
+    out: dict[str, str] = {}
+    data = task.input if isinstance(task.input, dict) else {}
+    tool = data.get("tool")
+    if not isinstance(tool, str):
+        found = re.search(r"tool '([^']+)'", task.wait_reason or "")
+        tool = None if found is None else found.group(1)
+    if tool:
+        out["tool"] = tool
+    for key in ("est_cost_usd", "cost_usd"):
+        cost = data.get(key)
+        if isinstance(cost, int | float) and not isinstance(cost, bool):
+            out["cost"] = f"${cost:,.4f}"
+            break
+    return out
 
 
 def planned_through(events: Iterable[Event], patches: dict[int, PatchRecord], start: int) -> int:
