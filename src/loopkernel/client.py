@@ -643,7 +643,9 @@ class Client:
                 )
             if not await self.check_token(run_id, token):
                 raise ApprovalRefused(f"the approval token does not match run {rid}", run_id=rid)
-        return await self.store.add_human_input(rid, tid, decision=decision, payload=payload)
+        event = await self.store.add_human_input(rid, tid, decision=decision, payload=payload)
+        await self._trace_decision(event, "run token" if token is not None else "local")
+        return event
 
     async def cancel(
         self,
@@ -767,4 +769,27 @@ class Client:
         with ``--require-token``. The store still refuses a replayed or late answer."""
         rid = _rid(run_id)
         tid = TaskId(check_id(task_id, "task id"))
-        return await self.store.add_human_input(rid, tid, decision=decision, payload=payload)
+        event = await self.store.add_human_input(rid, tid, decision=decision, payload=payload)
+        await self._trace_decision(event, "operator")
+        return event
+
+    async def _trace_decision(self, event: Event, by: str) -> None:
+        """An ``approval`` span in the run's trace, when tracing is on."""
+        from loopkernel import telemetry
+
+        tracer = telemetry.tracer()
+        if not tracer:
+            return
+        info = await self.store.get_run(event.run_id)
+        data = event.data if isinstance(event.data, Mapping) else {}
+        tracer.event(
+            f"approval {event.task_id}",
+            {
+                "loopkernel.run_id": event.run_id,
+                "loopkernel.task_id": event.task_id,
+                "loopkernel.event.seq": event.seq,
+                "loopkernel.decision": str(data.get("decision")),
+                "loopkernel.by": by,
+            },
+            parent=info.trace,
+        )
