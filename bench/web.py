@@ -129,7 +129,7 @@ async def big_task_run(db: str, run_id: str, tasks: int, shape: str) -> None:
         await store.close()
 
 
-def live_update_bytes(db: str, url: str, run_id: str, updates: int) -> dict[str, float]:
+def live_update_bytes(db: str, url: str, run_id: str, tasks: int, updates: int) -> dict[str, float]:
     """Bytes of each ``state`` message while one task after another finishes."""
     from loopkernel.graph import Delta, TaskState
     from loopkernel.ids import TaskId
@@ -155,7 +155,7 @@ def live_update_bytes(db: str, url: str, run_id: str, updates: int) -> dict[str,
                     await store.open()
                     try:
                         rid = RunId(run_id)
-                        task = (await store.load_run(rid)).state.tasks[TaskId(f"w{4000 + n}")]
+                        task = (await store.load_run(rid)).state.tasks[TaskId(f"w{tasks // 2 + n}")]
                         done = task.evolve(state=TaskState.SUCCEEDED, result={"n": n})
                         await store.commit_patches(rid, [], Delta(tasks=(done,)))
                     finally:
@@ -361,7 +361,7 @@ def main() -> None:
                         "commit_to_screen": latency(db, url, "live", browser, args.samples),
                         "fan_page": page_load(url, "/runs/fan", browser, args.repeats),
                         "chain_page": page_load(url, "/runs/chain", browser, args.repeats),
-                        "live_update": live_update_bytes(db, url, "fan", args.updates),
+                        "live_update": live_update_bytes(db, url, "fan", args.tasks, args.updates),
                     }
                 finally:
                     stop(proc)

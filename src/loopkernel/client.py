@@ -682,8 +682,22 @@ class Client:
         return found[0] if found and found[0].seq == seq else None
 
     async def task_events(self, run_id: str, task_id: str) -> list[Event]:
-        """The events of one task, in seq order."""
+        """The events of one task, in seq order (filtered by the database when the store
+        can; else read from the whole journal)."""
+        query = getattr(self.store, "task_events", None)
+        if query is not None:
+            found: list[Event] = await query(_rid(run_id), task_id)
+            return found
         return [e for e in await self.store.events(_rid(run_id)) if e.task_id == task_id]
+
+    async def event_times(self, run_id: str, after: int = 0) -> dict[int, float]:
+        """When each event after seq ``after`` was journaled (seq -> epoch seconds); empty
+        from a store that does not say."""
+        query = getattr(self.store, "event_times", None)
+        if query is None:
+            return {}
+        times: dict[int, float] = await query(_rid(run_id), after)
+        return times
 
     async def usage(self, run_id: str) -> dict[str, float | int]:
         """What the run spent, from the effect journal: ``tool_calls``, ``model_calls``,
@@ -734,9 +748,13 @@ class Client:
         return [o for o in out if app is None or o.app == app][:limit]
 
     async def forks(self, run_id: str, *, scan: int = 500) -> list[tuple[RunId, int]]:
-        """``(run, seq)`` of the runs forked from this one, oldest first, among the
-        ``scan`` newest runs created after it."""
+        """``(run, seq)`` of the runs forked from this one (from a store that cannot say
+        directly: among the ``scan`` newest runs created after it)."""
         rid = _rid(run_id)
+        query = getattr(self.store, "forks_of", None)
+        if query is not None:
+            forks: list[tuple[RunId, int]] = await query(rid)
+            return forks
         source = await self.store.get_run(rid)
         found: list[tuple[RunId, int]] = []
         before: tuple[float, str] | None = None

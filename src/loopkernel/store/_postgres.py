@@ -744,6 +744,39 @@ class PostgresStore:
             )
         return None if row is None else (RunId(row[0]), int(row[1]))
 
+    # -- for the web inspector (client.py composes them; not in the Store protocol) ---------
+
+    async def forks_of(self, run_id: RunId) -> list[tuple[RunId, int]]:
+        """``(run, seq)`` of the runs forked from ``run_id``."""
+        async with self._conn() as conn:
+            rows = await fetch_rows(
+                conn,
+                "SELECT run_id, source_seq FROM forks WHERE source_run = %s ORDER BY run_id",
+                (run_id,),
+            )
+        return [(RunId(r[0]), int(r[1])) for r in rows]
+
+    async def task_events(self, run_id: RunId, task_id: str) -> list[Event]:
+        """The events of one task, filtered by the database."""
+        async with self._conn() as conn:
+            rows = await fetch_rows(
+                conn,
+                "SELECT seq, kind, task_id, data FROM events WHERE run_id = %s AND task_id = %s "
+                "ORDER BY seq",
+                (run_id, task_id),
+            )
+        return [event_from_row(run_id, row) for row in rows]
+
+    async def event_times(self, run_id: RunId, after: int = 0) -> dict[int, float]:
+        """When each event after ``after`` was journaled (seq -> epoch seconds)."""
+        async with self._conn() as conn:
+            rows = await fetch_rows(
+                conn,
+                "SELECT seq, created_at FROM events WHERE run_id = %s AND seq > %s ORDER BY seq",
+                (run_id, after),
+            )
+        return {int(r[0]): float(r[1]) for r in rows}
+
     # -- workers: leases and fencing (docs/workers.md) --------------------------------------
 
     def fenced(self, run_id: RunId, epoch: int) -> PostgresStore:

@@ -875,6 +875,34 @@ class SQLiteStore:
         ).fetchone()
         return None if row is None else (RunId(row[0]), int(row[1]))
 
+    # -- for the web inspector (client.py composes them; not in the Store protocol) ---------
+
+    async def forks_of(self, run_id: RunId) -> list[tuple[RunId, int]]:
+        """``(run, seq)`` of the runs forked from ``run_id``."""
+        rows = self._conn.execute(
+            "SELECT run_id, source_seq FROM forks WHERE source_run = ? ORDER BY run_id", (run_id,)
+        ).fetchall()
+        return [(RunId(r[0]), int(r[1])) for r in rows]
+
+    async def task_events(self, run_id: RunId, task_id: str) -> list[Event]:
+        """The events of one task, filtered by the database."""
+        return [
+            event_from_row(run_id, row)
+            for row in self._conn.execute(
+                "SELECT seq, kind, task_id, data FROM events WHERE run_id = ? AND task_id = ? "
+                "ORDER BY seq",
+                (run_id, task_id),
+            )
+        ]
+
+    async def event_times(self, run_id: RunId, after: int = 0) -> dict[int, float]:
+        """When each event after ``after`` was journaled (seq -> epoch seconds)."""
+        rows = self._conn.execute(
+            "SELECT seq, created_at FROM events WHERE run_id = ? AND seq > ? ORDER BY seq",
+            (run_id, after),
+        ).fetchall()
+        return {int(r[0]): float(r[1]) for r in rows}
+
     # -- reading back evicted tasks (Kernel(keep_finished=...)) -----------------------------
 
     def archive(self, run_id: RunId) -> SQLiteArchive:

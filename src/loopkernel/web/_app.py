@@ -248,7 +248,15 @@ def create_app(
         start = 0 if whole else max(0, info.last_seq - JOURNAL_TAIL)
         shown = await client.events(run_id, after=start)
         patches = {p.event_seq: p for p in await client.patches(run_id, after=start)}
-        rows = views.journal_rows(shown, patches)
+        times = await client.event_times(run_id)
+        rows = views.journal_rows(shown, patches, times, info.created_at)
+        line = views.timeline(
+            snap.state,
+            times,
+            views.added_by(patches.values()),
+            info.created_at,
+            max(times.values(), default=info.updated_at),
+        )
         notice = request.query_params.get("notice")
         if notice is not None and not auth.signed(
             f"{run_id}\n{notice}", request.query_params.get("sig")
@@ -267,6 +275,8 @@ def create_app(
             report=views.report_of(snap.state),
             keepalive=keepalive_seconds,
             state_key=snap.key,
+            times=times,
+            timeline=line,
             planned=views.planned_through(shown, patches, start),
             all_tasks=request.query_params.get("tasks") == "all",
             **ctx,
@@ -285,6 +295,7 @@ def create_app(
         events = await client.task_events(run_id, task_id)
         first = events[0].seq - 1 if events else info.last_seq
         patches = {p.event_seq: p for p in await client.patches(run_id, after=first)}
+        times = await client.event_times(run_id, first)
         return render(
             request,
             "task.html",
@@ -293,10 +304,11 @@ def create_app(
             task=task,
             preds=sorted(state.predecessors(task_id), key=views.natural_key),
             succs=sorted(state.successors(task_id), key=views.natural_key),
-            rows=views.journal_rows(events, patches),
+            rows=views.journal_rows(events, patches, times, info.created_at),
             effects=await client.effects(run_id, task_id),
             late=any(e.kind.value == "late_result_discarded" for e in events),
             values=views.task_values(task),
+            times=times,
             traceback=views.traceback_of(task.error),
         )
 
@@ -353,6 +365,7 @@ def create_app(
             return denied
         run_id = run_id_of(request)
         info = await client.info(run_id)  # 404 before the stream starts
+        started = info.created_at
         raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
         try:
             after = max(0, int(raw))
@@ -372,12 +385,9 @@ def create_app(
         operator = auth.is_operator(request)
         csrf = request.cookies.get(CSRF_COOKIE, "")
 
-        def row(ev: Event, p: PatchRecord | None) -> str:
-            return fragment(
-                "_row.html",
-                row=views.journal_rows([ev], {} if p is None else {ev.seq: p})[0],
-                run_id=run_id,
-            )
+        def row(ev: Event, p: PatchRecord | None, times: dict[int, float]) -> str:
+            found = views.journal_rows([ev], {} if p is None else {ev.seq: p}, times, started)
+            return fragment("_row.html", row=found[0], run_id=run_id)
 
         def patch(seq: int, p: PatchRecord) -> str:
             return fragment("_patch.html", patch=views.patch_view(p), planned=True)

@@ -207,7 +207,8 @@ class Watcher:
 class Renderers:
     """HTML fragments the stream sends, rendered by the app's templates."""
 
-    row: Callable[[Event, PatchRecord | None], str]
+    row: Callable[[Event, PatchRecord | None, dict[int, float]], str]
+    """An event's row, given when events were journaled (seq -> time)."""
     patch: Callable[[int, PatchRecord], str]
     state: Callable[[Snapshot, dict[str, str]], dict[str, object]]
     """The ``state`` message as a delta: given the snapshot and what this stream sent
@@ -255,6 +256,7 @@ async def stream(
             if snap.version != seen_version:
                 seen_version = snap.version
                 events = await client.events(run_id, after=sent)
+                times = await client.event_times(run_id, max(0, sent - 1)) if events else {}
                 floor = min(pending, default=sent + 1) - 1
                 patches = {p.event_seq: p for p in await client.patches(run_id, after=floor)}
                 for seq in sorted(pending):
@@ -266,7 +268,7 @@ async def stream(
                     p = patches.get(ev.seq)
                     if p is None and ev.kind is not EventKind.RUN_FINISHED:
                         pending.add(ev.seq)
-                    html = render.row(ev, p)
+                    html = render.row(ev, p, times)
                     yield _message("journal", {"seq": ev.seq, "html": html}, seq=ev.seq)
                     sent = ev.seq
                 first = not sent_parts

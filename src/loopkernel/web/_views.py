@@ -18,7 +18,9 @@ __all__ = [
     "JournalRow",
     "PatchView",
     "TaskValue",
+    "Timeline",
     "actions_key",
+    "added_by",
     "age",
     "answered",
     "approval_of",
@@ -35,6 +37,7 @@ __all__ = [
     "preview",
     "task_mark",
     "task_values",
+    "timeline",
     "timestamp",
     "traceback_of",
 ]
@@ -153,11 +156,24 @@ class JournalRow:
     """Whether a patch is expected at all."""
     cut: bool = False
     """``data`` is the start of the data only (the row links to all of it)."""
+    at: float | None = None
+    """When it was journaled (epoch seconds), if the store says."""
+    offset: float | None = None
+    """Seconds after the run started."""
+    gap: float | None = None
+    """Seconds after the event before it."""
 
 
-def journal_rows(events: Iterable[Event], patches: dict[int, PatchRecord]) -> list[JournalRow]:
+def journal_rows(
+    events: Iterable[Event],
+    patches: dict[int, PatchRecord],
+    times: dict[int, float] | None = None,
+    started_at: float = 0.0,
+) -> list[JournalRow]:
     rows = []
+    times = times or {}
     for ev in events:
+        at = times.get(ev.seq)
         summary = preview(ev.data)
         full = pretty(ev.data) if len(summary) and summary.endswith("…") else None
         cut = full is not None and len(full) > ROW_DATA
@@ -174,6 +190,9 @@ def journal_rows(events: Iterable[Event], patches: dict[int, PatchRecord]) -> li
                 patch=None if p is None else patch_view(p),
                 planned=ev.kind is not EventKind.RUN_FINISHED,
                 cut=cut,
+                at=at,
+                offset=None if at is None else at - started_at,
+                gap=None if at is None or ev.seq - 1 not in times else at - times[ev.seq - 1],
             )
         )
     return rows
@@ -314,3 +333,84 @@ def planned_through(events: Iterable[Event], patches: dict[int, PatchRecord], st
             break
         through = ev.seq
     return through
+
+
+TIMELINE_TASKS = 60
+"""Most task bars the run page's timeline draws."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Bar:
+    """One task on the timeline: from when it could start to when it finished."""
+
+    task_id: str
+    state: str
+    start: float
+    """Seconds after the run started."""
+    end: float | None
+    """``None``: not finished yet."""
+    left: float
+    """Where the bar starts, in percent of the run's duration."""
+    width: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Timeline:
+    span: float
+    """The run's duration so far, in seconds."""
+    bars: list[Bar]
+    more: int
+    """Tasks not drawn."""
+
+
+def timeline(
+    state: GraphState,
+    times: dict[int, float],
+    added: dict[str, int],
+    started_at: float,
+    now: float,
+) -> Timeline | None:
+    """Task bars from the journal's times: a task starts when it could (the event whose
+    patch added it, or its last predecessor's finish if later) and ends at its own
+    finishing event. ``None`` when the store gave no times."""
+    if not times:
+        return None
+    span = max(now - started_at, 1e-3)
+    done: dict[str, float] = {}
+    for task in state.tasks.values():
+        if task.done_seq is not None and task.done_seq in times:
+            done[task.task_id] = times[task.done_seq] - started_at
+    bars = []
+    order = sorted(
+        state.tasks.values(), key=lambda t: (t.done_seq or 1 << 62, natural_key(t.task_id))
+    )
+    for task in order[:TIMELINE_TASKS]:
+        seq = added.get(task.task_id)
+        start = times[seq] - started_at if seq is not None and seq in times else 0.0
+        for p in state.predecessors(task.task_id):
+            start = max(start, done.get(p, 0.0))
+        end = done.get(task.task_id)
+        stop = end if end is not None else span
+        bars.append(
+            Bar(
+                task_id=task.task_id,
+                state=task.state.value,
+                start=start,
+                end=end,
+                left=100 * start / span,
+                width=max(0.4, 100 * (stop - start) / span),
+            )
+        )
+    return Timeline(span=span, bars=bars, more=max(0, len(order) - TIMELINE_TASKS))
+
+
+def added_by(patches: Iterable[PatchRecord]) -> dict[str, int]:
+    """task -> the seq of the event whose applied patch added it."""
+    out: dict[str, int] = {}
+    for p in patches:
+        if p.outcome != "applied" or not isinstance(p.ops, list):
+            continue
+        for op in p.ops:
+            if isinstance(op, dict) and op.get("op") == "add":
+                out.setdefault(str(op.get("task_id")), p.event_seq)
+    return out
