@@ -5,6 +5,7 @@ caching, Bearer scripts, and an operator approving a ``--require-token`` run."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import httpx
 from lk_web import (
     OPERATOR_TOKEN,
     Served,
+    append_event,
     csrf_of,
     make_run,
     run_async,
@@ -251,3 +253,48 @@ def test_run_page_search_and_links(server: Served) -> None:
         at = http.get(f"/runs/{run_id}/at/2")
         assert at.status_code == 200 and "as of event #2" in at.text
         assert re.search(r'data-state="(pending|ready|running)"', at.text)
+
+
+def test_a_source_lists_its_forks_and_long_values_link_to_all_of_them(server: Served) -> None:
+    run_id, _ = make_run(server.db, "speculation", "fast")
+
+    async def fork() -> str:
+        async with Client(server.db) as client:
+            return (await client.fork(run_id, at=3)).run_id
+
+    forked = run_async(fork())
+    big = {"text": "x" * 100_000}
+    seq = append_event(server.db, run_id, big)
+    with server.client() as http:
+        page = http.get(f"/runs/{run_id}").text
+        forks = page.split('id="forks">', 1)[1].split("</dd>", 1)[0]
+        assert f'href="/runs/{forked}"' in forks and "at #3" in forks
+        row = page.split(f'id="ev-{seq}"', 1)[1].split("</tr>", 1)[0]
+        assert len(row) < 6_000 and f'href="/runs/{run_id}/events/{seq}"' in row
+        whole = http.get(f"/runs/{run_id}/events/{seq}")
+        assert whole.headers["content-type"].startswith("application/json")
+        assert json.loads(whole.text) == big
+        # times: each row says when it was journaled; the timeline has a bar per task
+        assert re.search(r'<td class="num time nowrap" title="[^"]+">\+', page)
+        assert 'id="timeline"' in page and 'data-task="distill"' in page
+        task = http.get(f"/runs/{run_id}/tasks/distill").text
+        assert "into the run" in task and 'class="k-task_completed"' in task
+
+
+def test_the_operator_resumes_and_forks_from_the_page(server: Served) -> None:
+    run_id, _ = make_run(server.db, "speculation", "fast", execute=False)
+    with server.client(headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"}) as http:
+        done = http.post(f"/runs/{run_id}/resume")
+        assert done.status_code == 303
+        assert "resumed: the run is succeeded" in http.get(done.headers["location"]).text
+        assert status_of(server.db, run_id) is RunStatus.SUCCEEDED
+        again = http.post(f"/runs/{run_id}/fork", data={"at": "2", "execute": "1"})
+        assert again.status_code == 303
+        forked = again.headers["location"].split("/runs/", 1)[1].split("?", 1)[0]
+        assert forked != run_id and status_of(server.db, forked) is RunStatus.SUCCEEDED
+        assert f"forked from {run_id} at event #2" in http.get(again.headers["location"]).text
+        assert http.post(f"/runs/{run_id}/fork", data={"at": "999"}).status_code == 400
+    with server.client() as anonymous:
+        csrf = csrf_of(anonymous, "/login")
+        refused = anonymous.post(f"/runs/{run_id}/fork", data={"csrf": csrf, "at": "2"})
+        assert refused.status_code == 403

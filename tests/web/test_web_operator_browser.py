@@ -248,3 +248,18 @@ def test_a_rebinding_host_name_is_refused(server: Served, chromium: Any) -> None
         assert ok is not None and ok.status == 200 and run_id in page.content()
     finally:
         context.close()
+
+
+def test_the_runs_list_updates_itself_and_search_finds_a_run(
+    server: Served, page: Any, tmp_path: Path
+) -> None:
+    first, _ = make_run(server.db, "speculation", "fast")
+    page.goto(f"{server.url}/")
+    page.wait_for_selector(f'tr[data-run="{first}"]')
+    waiting, _ = make_run(server.db, "lk_testapps:gate")  # started after the page loaded
+    page.wait_for_selector(f'tr[data-run="{waiting}"] .badge.s-waiting')
+    page.fill("input[name=q]", first)
+    page.click("form.filters button[type=submit]")
+    page.wait_for_selector(f'tr[data-run="{first}"]')
+    assert page.locator(f'tr[data-run="{waiting}"]').count() == 0
+    screenshot(page, tmp_path, "runs-search")

@@ -44,10 +44,13 @@ KEEP_LAYERS = 6
 _URGENT = {"running": 0, "waiting": 1, "failed": 2, "ready": 3}
 
 
+_DIGITS = re.compile(r"(\d+)")
+
+
 def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
     """Sort key that orders digit runs by value: ``w2`` before ``w10``."""
     return tuple(
-        (0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", text) if part
+        (0, int(part)) if part.isdigit() else (1, part) for part in _DIGITS.split(text) if part
     )
 
 
