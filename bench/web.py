@@ -1,7 +1,8 @@
-"""Web inspector: page load for a big run, and how long a committed event takes to show.
+"""Web inspector: page load for big runs, bytes per live update, and how long a committed
+event takes to show.
 
     python -m bench.web                       # SQLite, and PostgreSQL when one answers
-    python -m bench.web --events 2000 --samples 20 --no-pg
+    python -m bench.web --events 2000 --samples 20 --tasks 2000 --no-pg
 
 Two numbers, both through a real ``loopkernel serve`` subprocess and the system Chromium
 (Playwright, ``executable_path``; it never downloads a browser):
@@ -9,6 +10,12 @@ Two numbers, both through a real ``loopkernel serve`` subprocess and the system 
 - **page load**: a run with ``--events`` journal entries (each with its patch): the HTML's
   size, the server's time to first byte and whole response (httpx), and the browser's
   navigation timing (request start to the ``load`` event).
+- **big runs**: runs of ``--tasks`` tasks, a fan-out (``plan`` then ``w0 ...`` side by
+  side) and a chain (``s0 → s1 → ...``), half of them succeeded: the same page numbers,
+  checked against ``PAGE_BUDGET_BYTES`` (the budget ``tests/web`` asserts).
+- **bytes per live update**: a stream of a ``--tasks``-task fan-out, as its page opens
+  it; one task finishes per update; the bytes of each ``state`` message, beside the bytes
+  of the page's graph and task table (what every update re-sent before deltas).
 - **commit to screen**: with the run page open, the bench appends an event from another
   connection and stamps the time right after the commit returns; the page stamps the
   moment the row enters its DOM (a MutationObserver, same machine clock). SQLite wakes
@@ -55,6 +62,8 @@ FLAGS = [
     "--disable-sync",
 ]
 TOKEN = "bench-operator-token-0123456789"
+PAGE_BUDGET_BYTES = 150_000
+"""A 10,000-task run page's HTML; ``tests/web/test_web_operator_browser.py`` asserts it."""
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
@@ -85,6 +94,85 @@ async def big_run(db: str, run_id: str, events: int) -> None:
         await store.commit_patches(rid, records, Delta())
     finally:
         await store.close()
+
+
+async def big_task_run(db: str, run_id: str, tasks: int, shape: str) -> None:
+    """A running run of ``tasks`` tasks (``fan`` or ``chain``), the first half succeeded."""
+    from loopkernel.graph import Delta, GraphPatch, TaskSpec, TaskState, validate
+
+    store = open_store(db)
+    await store.open()
+    try:
+        rid = RunId(run_id)
+        await store.create_run(run_id=rid, app="bench", params={}, max_events=10**7, token_hash="h")
+        first = (await store.events(rid))[-1]
+        patch = GraphPatch()
+        if shape == "fan":
+            patch = patch.add(TaskSpec(task_id="plan", skill="plan"))
+            for i in range(tasks - 1):
+                patch = patch.add(TaskSpec(task_id=f"w{i}", skill="work"), after=["plan"])
+        else:
+            for i in range(tasks):
+                after = [f"s{i - 1}"] if i else []
+                patch = patch.add(TaskSpec(task_id=f"s{i}", skill="step"), after=after)
+        state = (await store.load_run(rid)).state
+        delta = validate(state, patch, {"plan", "work", "step"})
+        record = PatchRecord(event_seq=first.seq, ops=patch.to_json())  # type: ignore[arg-type]
+        await store.commit_patches(rid, [record], delta)
+        done = tuple(
+            t.evolve(state=TaskState.SUCCEEDED, result={"n": i})
+            for i, t in enumerate(delta.tasks)
+            if i < tasks // 2
+        )
+        await store.commit_patches(rid, [], Delta(tasks=done))
+    finally:
+        await store.close()
+
+
+def live_update_bytes(db: str, url: str, run_id: str, tasks: int, updates: int) -> dict[str, float]:
+    """Bytes of each ``state`` message while one task after another finishes."""
+    from loopkernel.graph import Delta, TaskState
+    from loopkernel.ids import TaskId
+
+    with httpx.Client(base_url=url, timeout=120) as http:
+        page = http.get(f"/runs/{run_id}?tasks=all").text
+        whole = page.split('<div id="graph">', 1)[1].split("<h2>Journal", 1)[0]
+        live = page.split('data-live="', 1)[1].split('"', 1)[0].replace("&amp;", "&")
+        sizes: list[int] = []
+        with http.stream("GET", live) as r:
+            chunks = r.iter_text()
+            text = ""
+
+            def states() -> list[str]:
+                return [b for b in text.split("\n\n") if b.startswith("event: state")]
+
+            while not states():
+                text += next(chunks)
+            for i in range(updates):
+
+                async def finish(n: int = i) -> None:
+                    store = open_store(db)
+                    await store.open()
+                    try:
+                        rid = RunId(run_id)
+                        task = (await store.load_run(rid)).state.tasks[TaskId(f"w{tasks // 2 + n}")]
+                        done = task.evolve(state=TaskState.SUCCEEDED, result={"n": n})
+                        await store.commit_patches(rid, [], Delta(tasks=(done,)))
+                    finally:
+                        await store.close()
+
+                run_async(finish())
+                want = i + 2
+                while len(states()) < want:
+                    text += next(chunks)
+                sizes.append(len(states()[want - 1].encode()))
+    sizes.sort()
+    return {
+        "updates": len(sizes),
+        "median_bytes": statistics.median(sizes),
+        "max_bytes": sizes[-1],
+        "full_graph_and_table_bytes": len(whole.encode()),
+    }
 
 
 def serve(db: str, tmp: Path) -> tuple[subprocess.Popen[str], str]:
@@ -239,6 +327,8 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=10_000)
     parser.add_argument("--samples", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--tasks", type=int, default=10_000)
+    parser.add_argument("--updates", type=int, default=20)
     parser.add_argument("--no-pg", action="store_true")
     args = parser.parse_args()
     os.environ["PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD"] = "1"
@@ -258,6 +348,8 @@ def main() -> None:
                 t0 = time.perf_counter()
                 run_async(big_run(db, "big", args.events))
                 run_async(big_run(db, "live", 1))
+                run_async(big_task_run(db, "fan", args.tasks, "fan"))
+                run_async(big_task_run(db, "chain", args.tasks, "chain"))
                 print(f"{kind}: {args.events} events written in {time.perf_counter() - t0:.1f}s")
                 proc, url = serve(db, tmp)
                 try:
@@ -267,6 +359,9 @@ def main() -> None:
                             url, "/runs/big?journal=all", browser, args.repeats
                         ),
                         "commit_to_screen": latency(db, url, "live", browser, args.samples),
+                        "fan_page": page_load(url, "/runs/fan", browser, args.repeats),
+                        "chain_page": page_load(url, "/runs/chain", browser, args.repeats),
+                        "live_update": live_update_bytes(db, url, "fan", args.tasks, args.updates),
                     }
                 finally:
                     stop(proc)
@@ -283,6 +378,25 @@ def main() -> None:
                 f"| {kind} | {label} | {p['html_bytes'] / 1e6:.2f} MB "
                 f"| {p['server_total_ms']:.0f} ms | {p['browser_load_ms']:.0f} ms |"
             )
+    print(f"\n| store | run page ({args.tasks} tasks) | HTML | budget | server | browser load |")
+    print("|---|---|---|---|---|---|")
+    for kind, r in results.items():
+        for label, key in (("fan-out", "fan_page"), ("chain", "chain_page")):
+            p = r[key]
+            ok = "under" if p["html_bytes"] < PAGE_BUDGET_BYTES else "OVER"
+            print(
+                f"| {kind} | {label} | {p['html_bytes'] / 1e3:.0f} KB "
+                f"| {ok} {PAGE_BUDGET_BYTES / 1e3:.0f} KB "
+                f"| {p['server_total_ms']:.0f} ms | {p['browser_load_ms']:.0f} ms |"
+            )
+    print(f"\n| store | live update ({args.tasks}-task fan-out) | median | max | graph + table |")
+    print("|---|---|---|---|---|")
+    for kind, r in results.items():
+        u = r["live_update"]
+        print(
+            f"| {kind} | one task finishes | {u['median_bytes']:.0f} B | {u['max_bytes']} B "
+            f"| {u['full_graph_and_table_bytes'] / 1e6:.2f} MB |"
+        )
     print(f"\n| store | commit → screen ({args.samples} events): median | p95 | max |")
     print("|---|---|---|---|")
     for kind, r in results.items():
@@ -290,7 +404,13 @@ def main() -> None:
         print(f"| {kind} | {c['median_ms']:.1f} ms | {c['p95_ms']:.1f} ms | {c['max_ms']:.1f} ms |")
     write_results(
         "web",
-        {"events": args.events, "samples": args.samples, "results": results},
+        {
+            "events": args.events,
+            "samples": args.samples,
+            "tasks": args.tasks,
+            "page_budget_bytes": PAGE_BUDGET_BYTES,
+            "results": results,
+        },
         load_average=os.getloadavg()[0],
     )
 

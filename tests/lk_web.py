@@ -17,7 +17,7 @@ import httpx
 
 from lk_helpers import LOOPKERNEL, cli_env
 from loopkernel.client import Client
-from loopkernel.graph import RunStatus
+from loopkernel.graph import EventKind, RunStatus
 
 T = TypeVar("T")
 
@@ -137,3 +137,91 @@ def screenshot(page: Any, tmp_path: Path, name: str) -> Path:
         Path(SHOTS).mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
     return path
+
+
+def big_run(db: Path | str, run_id: str, tasks: int, *, shape: str = "fan") -> None:
+    """A running run of ``tasks`` tasks written through the store: ``fan`` (one ``plan``
+    then ``tasks - 1`` workers ``w0 ...`` side by side) or ``chain`` (``s0 → s1 → ...``);
+    the first half succeeded, each with a small result."""
+    from loopkernel.graph import Delta, GraphPatch, TaskSpec, TaskState, validate
+    from loopkernel.ids import RunId
+    from loopkernel.store import PatchRecord, open_store
+
+    async def go() -> None:
+        store = open_store(str(db))
+        await store.open()
+        try:
+            rid = RunId(run_id)
+            await store.create_run(
+                run_id=rid, app="bench", params={}, max_events=10**7, token_hash="h"
+            )
+            first = (await store.events(rid))[-1]  # run_started, journaled with the run
+            patch = GraphPatch()
+            if shape == "fan":
+                patch = patch.add(TaskSpec(task_id="plan", skill="plan"))
+                for i in range(tasks - 1):
+                    patch = patch.add(TaskSpec(task_id=f"w{i}", skill="work"), after=["plan"])
+            else:
+                for i in range(tasks):
+                    after = [f"s{i - 1}"] if i else []
+                    patch = patch.add(TaskSpec(task_id=f"s{i}", skill="step"), after=after)
+            state = (await store.load_run(rid)).state
+            delta = validate(state, patch, {"plan", "work", "step"})
+            ops: Any = patch.to_json()
+            await store.commit_patches(rid, [PatchRecord(event_seq=first.seq, ops=ops)], delta)
+            done = [
+                t.evolve(state=TaskState.SUCCEEDED, result={"n": i})
+                for i, t in enumerate(delta.tasks)
+                if i < tasks // 2
+            ]
+            await store.commit_patches(rid, [], Delta(tasks=tuple(done)))
+        finally:
+            await store.close()
+
+    run_async(go())
+
+
+def append_event(db: Path | str, run_id: str, data: Any = None) -> int:
+    """Append one ``tool_restarted`` event (no planner answers it); its seq."""
+    from loopkernel.ids import RunId
+    from loopkernel.store import NewEvent, open_store
+
+    async def go() -> int:
+        store = open_store(str(db))
+        await store.open()
+        try:
+            kind = EventKind.TOOL_RESTARTED
+            (ev,) = await store.append_events(RunId(run_id), [NewEvent(kind=kind, data=data)])
+            return ev.seq
+        finally:
+            await store.close()
+
+    return run_async(go())
+
+
+async def churn_streams(url: str, run_id: str, db: Path | str, clients: int = 60) -> int:
+    """``clients`` live streams connecting and dropping at random (each four times)
+    while the run moves by 20 events; the seq of the last one."""
+    import random
+
+    rng = random.Random(7)
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+
+        async def one() -> None:
+            for _ in range(4):
+                async with http.stream("GET", f"/runs/{run_id}/events") as r:
+                    if r.status_code == 200:
+                        async for _chunk in r.aiter_text():
+                            if rng.random() < 0.5:
+                                break
+                await asyncio.sleep(rng.random() * 0.05)
+
+        async def writer() -> int:
+            last = 0
+            for i in range(20):
+                last = await asyncio.to_thread(append_event, db, run_id, {"i": i})
+                await asyncio.sleep(0.01)
+            return last
+
+        last, *_ = await asyncio.gather(writer(), *(one() for _ in range(clients)))
+        return int(last)

@@ -65,7 +65,7 @@ from loopkernel.graph import (
     state_at,
     validate,
 )
-from loopkernel.ids import RunId, TaskId, check_id
+from loopkernel.ids import RunId, TaskId, check_id, valid_id
 from loopkernel.ids import new_run_id as new_run_id_
 from loopkernel.store import (
     Claim,
@@ -653,7 +653,9 @@ class Client:
                 raise ApprovalRefused(f"the approval token does not match run {rid}", run_id=rid)
         # secrets nowhere: the payload is journaled (and shown to the task) redacted
         payload = redact(payload)
-        return await self.store.add_human_input(rid, tid, decision=decision, payload=payload)
+        event = await self.store.add_human_input(rid, tid, decision=decision, payload=payload)
+        await self._trace_decision(event, "run token" if token is not None else "local")
+        return event
 
     async def cancel(
         self,
@@ -681,3 +683,142 @@ class Client:
         if not isinstance(self.store, SQLiteStore):
             raise UsageError("export is implemented for the SQLite store")
         await self.store.export(_rid(run_id), to)
+
+    # -- for the web inspector (docs/web.md); composed of the store's existing queries --
+
+    async def event(self, run_id: str, seq: int) -> Event | None:
+        """Event ``seq`` of the run, or ``None``."""
+        found = await self.store.events(_rid(run_id), max(0, seq - 1))
+        return found[0] if found and found[0].seq == seq else None
+
+    async def task_events(self, run_id: str, task_id: str) -> list[Event]:
+        """The events of one task, in seq order (filtered by the database when the store
+        can; else read from the whole journal)."""
+        query = getattr(self.store, "task_events", None)
+        if query is not None:
+            found: list[Event] = await query(_rid(run_id), task_id)
+            return found
+        return [e for e in await self.store.events(_rid(run_id)) if e.task_id == task_id]
+
+    async def event_times(self, run_id: str, after: int = 0) -> dict[int, float]:
+        """When each event after seq ``after`` was journaled (seq -> epoch seconds); empty
+        from a store that does not say."""
+        query = getattr(self.store, "event_times", None)
+        if query is None:
+            return {}
+        times: dict[int, float] = await query(_rid(run_id), after)
+        return times
+
+    async def usage(self, run_id: str) -> dict[str, float | int]:
+        """What the run spent, from the effect journal: ``tool_calls``, ``model_calls``,
+        ``tokens`` (input + output) and ``cost_usd`` of its journaled model answers."""
+        calls = models = tokens = 0
+        usd = 0.0
+        for e in await self.store.effects(_rid(run_id)):
+            if e.tool != "model":
+                calls += 1
+                continue
+            models += 1
+            if e.status == "done" and isinstance(e.result, Mapping):
+                usd += float(e.result.get("cost_usd") or 0.0)
+                tokens += int(e.result.get("input_tokens") or 0)
+                tokens += int(e.result.get("output_tokens") or 0)
+        return {"tool_calls": calls, "model_calls": models, "tokens": tokens, "cost_usd": usd}
+
+    async def search_runs(
+        self,
+        text: str,
+        limit: int = 50,
+        *,
+        status: str | None = None,
+        app: str | None = None,
+        scan: int = 5000,
+    ) -> list[RunInfo]:
+        """Runs whose id, app or verdict contains ``text`` (case-insensitive), newest
+        first: the run of that exact id first, then the newest ``scan`` runs looked at."""
+        needle = text.strip().lower()
+        out: list[RunInfo] = []
+        if valid_id(text.strip()):
+            with contextlib.suppress(UsageError):
+                out.append(await self.store.get_run(RunId(text.strip())))
+        before: tuple[float, str] | None = None
+        looked = 0
+        want = None if status is None else RunStatus(status)
+        while looked < scan and len(out) < limit:
+            page = await self.store.list_runs(200, status=want, app=app, before=before)
+            if not page:
+                break
+            looked += len(page)
+            before = (page[-1].created_at, page[-1].run_id)
+            for info in page:
+                hay = f"{info.run_id}\n{info.app}\n{info.verdict}".lower()
+                if needle in hay and all(o.run_id != info.run_id for o in out):
+                    out.append(info)
+        out = [o for o in out if want is None or o.status is want]
+        return [o for o in out if app is None or o.app == app][:limit]
+
+    async def forks(self, run_id: str, *, scan: int = 500) -> list[tuple[RunId, int]]:
+        """``(run, seq)`` of the runs forked from this one (from a store that cannot say
+        directly: among the ``scan`` newest runs created after it)."""
+        rid = _rid(run_id)
+        query = getattr(self.store, "forks_of", None)
+        if query is not None:
+            forks: list[tuple[RunId, int]] = await query(rid)
+            return forks
+        source = await self.store.get_run(rid)
+        found: list[tuple[RunId, int]] = []
+        before: tuple[float, str] | None = None
+        looked = 0
+        while looked < scan:
+            page = await self.store.list_runs(100, before=before)
+            if not page:
+                break
+            looked += len(page)
+            before = (page[-1].created_at, page[-1].run_id)
+            for info in page:
+                if info.run_id != rid and info.created_at >= source.created_at:
+                    origin = await self.store.origin(info.run_id)
+                    if origin is not None and origin[0] == rid:
+                        found.append((info.run_id, origin[1]))
+            if page[-1].created_at < source.created_at:
+                break
+        return found[::-1]
+
+    async def decide_as_operator(
+        self,
+        run_id: str,
+        task_id: str,
+        decision: Literal["approve", "reject"],
+        *,
+        payload: JSON = None,
+    ) -> Event:
+        """Journal a human's answer on an authority the caller checked itself (the web
+        inspector's operator token): no run token is asked for, even for a run started
+        with ``--require-token``. The store still refuses a replayed or late answer."""
+        rid = _rid(run_id)
+        tid = TaskId(check_id(task_id, "task id"))
+        payload = redact(payload)
+        event = await self.store.add_human_input(rid, tid, decision=decision, payload=payload)
+        await self._trace_decision(event, "operator")
+        return event
+
+    async def _trace_decision(self, event: Event, by: str) -> None:
+        """An ``approval`` span in the run's trace, when tracing is on."""
+        from loopkernel import telemetry
+
+        tracer = telemetry.tracer()
+        if not tracer:
+            return
+        info = await self.store.get_run(event.run_id)
+        data = event.data if isinstance(event.data, Mapping) else {}
+        tracer.event(
+            f"approval {event.task_id}",
+            {
+                "loopkernel.run_id": event.run_id,
+                "loopkernel.task_id": event.task_id,
+                "loopkernel.event.seq": event.seq,
+                "loopkernel.decision": str(data.get("decision")),
+                "loopkernel.by": by,
+            },
+            parent=info.trace,
+        )

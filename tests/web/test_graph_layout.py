@@ -5,7 +5,16 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loopkernel.web._graph import BOX_H, BOX_W, MAX_ACROSS, layout
+from loopkernel.web._graph import (
+    BOX_H,
+    BOX_W,
+    KEEP_LAYERS,
+    MAX_ACROSS,
+    MAX_LAYERS,
+    MAX_ROWS,
+    layout,
+    natural_key,
+)
 
 
 def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
@@ -74,3 +83,41 @@ def test_a_long_chain_wraps_into_bands_and_a_fan_stays_in_one() -> None:
 def test_an_empty_graph_has_no_boxes() -> None:
     out = layout([], [])
     assert out.boxes == [] and out.wires == []
+
+
+def test_ids_sort_naturally_and_a_wide_fan_out_folds_into_one_group() -> None:
+    workers = [f"w{i}" for i in range(300)]
+    states = {f"w{i}": "running" for i in (250, 251)}
+    out = layout(
+        [("plan", "plan", "succeeded")]
+        + [(w, "work", states.get(w, "succeeded")) for w in reversed(workers)],
+        [("plan", w) for w in workers],
+    )
+    column = sorted((b for b in out.boxes if b.layer == 1), key=lambda b: b.y)
+    assert len(column) == MAX_ROWS
+    shown = [b.task_id for b in column if not b.group]
+    assert {"w250", "w251"} <= set(shown)  # the running ones are kept, whatever their ids
+    assert shown[:3] == ["w0", "w1", "w2"]  # drawn in natural order: not w0, w1, w10, w100
+    assert shown == sorted(shown, key=natural_key)
+    (group,) = [b for b in column if b.group]
+    assert group.count == 300 - (MAX_ROWS - 1)
+    assert group.states == {"succeeded": 300 - (MAX_ROWS - 1)}
+    assert {(w.src, w.dst) for w in out.wires} >= {("plan", group.key), ("plan", "w0")}
+
+
+def test_a_long_chain_folds_its_middle_into_one_group() -> None:
+    n = 10_000
+    out = layout(
+        [(f"s{i}", "step", "succeeded" if i < n // 2 else "pending") for i in range(n)],
+        [(f"s{i}", f"s{i + 1}") for i in range(n - 1)],
+    )
+    assert len(out.boxes) == 2 * KEEP_LAYERS + 1 <= MAX_LAYERS
+    (middle,) = [b for b in out.boxes if b.group]
+    assert middle.count == n - 2 * KEEP_LAYERS
+    assert middle.states == {"pending": n // 2 - KEEP_LAYERS, "succeeded": n // 2 - KEEP_LAYERS}
+    kept = [b.task_id for b in sorted(out.boxes, key=lambda b: b.layer) if not b.group]
+    assert kept == [f"s{i}" for i in range(KEEP_LAYERS)] + [
+        f"s{i}" for i in range(n - KEEP_LAYERS, n)
+    ]
+    assert len(out.wires) == 2 * KEEP_LAYERS  # a path through the group, nothing else
+    assert out.height < 2_000

@@ -266,7 +266,7 @@ def test_writes_need_a_token_and_a_fresh_form(server: Served) -> None:
         assert bad_json.status_code == 400 and "not JSON" in bad_json.text
         assert status_seq(server.db, run_id) == before  # nothing journaled by any of these
         ok = http.post(action, data={**form, "token": token})
-        assert ok.status_code == 303 and "approve%20journaled" in ok.headers["location"]
+        assert ok.status_code == 303 and "approve+journaled" in ok.headers["location"]
         again = http.post(action, data={**form, "token": token})
         assert again.status_code == 409  # a wait is answered once
     events = journal(server.db, run_id)
@@ -307,13 +307,26 @@ def test_operator_signs_in_and_cancels_a_waiting_run(server: Served) -> None:
         assert 'name="token"' not in page.text  # signed in: no token field
         done = http.post(f"/runs/{run_id}/cancel", data={"csrf": csrf, "reason": "not today"})
         assert done.status_code == 303
-    kinds = [e.kind.value for e in journal(server.db, run_id)]
-    assert kinds[-1] == "cancel_requested"
-    resumed = subprocess.run(
-        [*LOOPKERNEL, "--db", server.db, "resume", run_id, "--quiet"], env=cli_env()
-    )
-    assert resumed.returncode == 5  # cancelled
-    assert status_of(server.db, run_id) is RunStatus.CANCELLED
+        # like `loopkernel cancel`: a waiting run is finished at once, and offers nothing
+        assert status_of(server.db, run_id) is RunStatus.CANCELLED
+        after = http.get(done.headers["location"])
+        assert "cancelled" in after.text and 'class="notice" role="status"' in after.text
+        assert "form.decide" not in after.text and 'class="decide"' not in after.text
+        late = http.post(
+            f"/runs/{run_id}/tasks/gate/decide", data={"csrf": csrf, "decision": "approve"}
+        )
+        assert late.status_code == 409  # cancel-then-approve: refused, nothing journaled
+        kinds = [e.kind.value for e in journal(server.db, run_id)]
+        assert kinds[-2:] == ["cancel_requested", "run_finished"]
+        assert "human_input" not in kinds
+        # sign out revokes this session: the same cookie is nobody's any more
+        cookie = http.cookies["lk_session"]
+        assert http.post("/logout", data={"csrf": csrf}).status_code == 303
+        replay = httpx.get(
+            f"{server.url}/runs/{run_id}", cookies={"lk_session": cookie, "lk_csrf": csrf}
+        )
+        assert 'name="token"' in replay.text or "Sign in" in replay.text
+        assert "Sign out" not in replay.text
 
 
 def test_locked_reads_and_bearer_token(db_path: Path, tmp_path: Path) -> None:
@@ -377,7 +390,7 @@ def test_a_long_journal_shows_its_last_entries_and_all_on_request(server: Served
         tail = http.get("/runs/long").text
         assert tail.count('<tr id="ev-') == 500 and 'id="ev-621"' in tail
         assert 'id="ev-121"' not in tail and "121 earlier entries not shown" in tail
-        assert 'events?after=621"' in tail  # the stream goes on after the last entry
+        assert "events?after=621&amp;" in tail  # the stream goes on after the last entry
         whole = http.get("/runs/long?journal=all").text
         assert whole.count('<tr id="ev-') == 621
 

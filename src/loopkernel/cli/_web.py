@@ -39,6 +39,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 token_file=args.token_file,
                 require_token_for_reads=args.require_token_for_reads,
                 max_streams=args.max_streams,
+                allow_hosts=tuple(args.allow_host),
+                keepalive_seconds=args.keepalive_seconds,
             )
         )
     print("inspector stopped")
@@ -66,4 +68,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=64,
         help="most live page streams at once; one more is answered 503 (default 64)",
     )
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests for this host name (repeatable; loopback names and "
+        "--host always are: any other Host is refused, against DNS rebinding)",
+    )
+    # for tests: a short keepalive, so a test waits on a keepalive instead of 15 s
+    p.add_argument("--keepalive-seconds", type=float, default=None, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_serve)

@@ -784,6 +784,26 @@ class SQLStore:
         row = await self._call(lambda cur: cur.one(sql, (run_id,)))
         return None if row is None else (RunId(row[0]), int(row[1]))
 
+    # -- for the web inspector (client.py composes them) ------------------------------------
+
+    async def forks_of(self, run_id: RunId) -> list[tuple[RunId, int]]:
+        """``(run, seq)`` of the runs forked from ``run_id``."""
+        sql = "SELECT run_id, source_seq FROM forks WHERE source_run = ? ORDER BY run_id"
+        rows = await self._call(lambda cur: cur.all(sql, (run_id,)))
+        return [(RunId(r[0]), int(r[1])) for r in rows]
+
+    async def task_events(self, run_id: RunId, task_id: str) -> list[Event]:
+        """The events of one task, filtered by the database."""
+        sql = "SELECT seq, kind, task_id, data FROM events WHERE run_id = ? AND task_id = ? "
+        rows = await self._call(lambda cur: cur.all(sql + "ORDER BY seq", (run_id, task_id)))
+        return [event_from_row(run_id, row) for row in rows]
+
+    async def event_times(self, run_id: RunId, after: int = 0) -> dict[int, float]:
+        """When each event after ``after`` was journaled (seq -> epoch seconds)."""
+        sql = "SELECT seq, created_at FROM events WHERE run_id = ? AND seq > ? ORDER BY seq"
+        rows = await self._call(lambda cur: cur.all(sql, (run_id, after)))
+        return {int(r[0]): float(r[1]) for r in rows}
+
     async def delete_run(self, run_id: RunId) -> None:
         """Remove every row of the run, in every table of ``TABLES``, in one transaction:
         ``RunNotFound`` if there is none, ``RunHeld`` while a live lease holds it."""

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import sys
-from collections.abc import Iterator, Mapping
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -17,6 +20,13 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 __all__ = ["Span", "Tracer", "from_env", "from_global"]
 
 _PROPAGATOR = TraceContextTextMapPropagator()
+SIGNALS = frozenset({"NeedsApproval"})
+"""Exceptions that are how a task asks for something, not failures: a span that ends with
+one is not marked ERROR (a normal approval must not show red in a trace viewer)."""
+FAILED_STATUSES = frozenset({"failed", "escalated"})
+"""Run statuses whose ``execute`` span is an error: the run did not do its work."""
+FLUSH_AT_EXIT_SECONDS = 3.0
+"""Longest the process waits at exit for its last spans to go out."""
 Attributes = Mapping[str, Any]
 """Span attributes: str, int, float or bool values; ``None`` values are left out."""
 
@@ -46,19 +56,39 @@ class Tracer:
             ctx = trace.set_span_in_context(parent)
         else:
             ctx = None
-        span: Span = self._tracer.start_span(
-            name, context=ctx, kind=kind, attributes=_clean(attributes)
-        )
+        attrs = _clean(attributes)
+        if name.startswith("tool ") or name == "model":
+            # A call out of the process (an MCP server, the model gateway): a CLIENT span
+            # that says which run and task made it.
+            kind = SpanKind.CLIENT
+            attrs = {**_ids_of(attrs, parent), **attrs}
+        span: Span = self._tracer.start_span(name, context=ctx, kind=kind, attributes=attrs)
         return span
 
     @staticmethod
     def end(
         span: Span, attributes: Attributes | None = None, *, error: BaseException | None = None
     ) -> None:
-        span.set_attributes(_clean(attributes or {}))
+        """End ``span``. An ``error`` is recorded as an exception event and the span's
+        status, unless it is a signal (``NeedsApproval``: the span says ``waiting``); a
+        ``loopkernel.status`` of ``failed`` or ``escalated`` is an error status too."""
+        attrs = _clean(attributes or {})
+        if error is not None and _is_signal(error):
+            span.add_event("approval required", {"loopkernel.reason": str(error)})
+            attrs.setdefault("loopkernel.outcome", "waiting")
+            error = None
+        span.set_attributes(attrs)
         if error is not None:
+            span.record_exception(error)
             span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+        elif attrs.get("loopkernel.status") in FAILED_STATUSES:
+            why = attrs.get("loopkernel.verdict") or f"the run ended {attrs['loopkernel.status']}"
+            span.set_status(Status(StatusCode.ERROR, str(why)))
         span.end()
+
+    def event(self, name: str, attributes: Attributes, *, parent: Span | str | None = None) -> None:
+        """A span of no duration for something that happened once (an approval)."""
+        self.end(self.start(name, attributes, parent=parent))
 
     @staticmethod
     @contextmanager
@@ -83,6 +113,76 @@ def _clean(attributes: Attributes) -> dict[str, Any]:
     return {k: v for k, v in attributes.items() if v is not None}
 
 
+def _is_signal(error: BaseException) -> bool:
+    return any(cls.__name__ in SIGNALS for cls in type(error).__mro__)
+
+
+def _ids_of(attrs: Mapping[str, Any], parent: Span | str | None) -> dict[str, Any]:
+    """``loopkernel.run_id`` and ``loopkernel.task_id`` for a call's span: from its
+    idempotency key (``run/task/index``), else from the span it runs under."""
+    key = attrs.get("loopkernel.key")
+    if isinstance(key, str) and key.count("/") >= 2:
+        run_id, rest = key.split("/", 1)
+        return {"loopkernel.run_id": run_id, "loopkernel.task_id": rest.rsplit("/", 1)[0]}
+    around = parent if parent is not None and not isinstance(parent, str) else None
+    around = around or trace.get_current_span()
+    found = getattr(around, "attributes", None) or {}
+    return {k: found[k] for k in ("loopkernel.run_id", "loopkernel.task_id") if k in found}
+
+
+class _Guarded:
+    """The OTLP exporter, quiet when its endpoint is down: one line on stderr the first
+    time a batch cannot be sent, then batches are dropped for ``pause_seconds`` instead of
+    each waiting out the exporter's retries. The journal, not the trace, is the record."""
+
+    def __init__(self, inner: Any, where: str, pause_seconds: float = 30.0) -> None:
+        self.inner = inner
+        self.where = where
+        self.pause_seconds = pause_seconds
+        self._down_until = 0.0
+        self.said = False
+
+    def export(self, spans: Sequence[Any]) -> Any:
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        if time.monotonic() < self._down_until:
+            return SpanExportResult.FAILURE
+        result = self.inner.export(spans)
+        if result is not SpanExportResult.SUCCESS:
+            self._down_until = time.monotonic() + self.pause_seconds
+            if not self.said:
+                self.said = True
+                print(
+                    f"loopkernel: traces could not be sent to {self.where}; the run goes on, "
+                    "its spans are dropped until the endpoint answers",
+                    file=sys.stderr,
+                )
+        return result
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return bool(self.inner.force_flush(timeout_millis))
+
+
+def _shutdown_bounded(
+    provider: Any, guard: _Guarded | None, seconds: float = FLUSH_AT_EXIT_SECONDS
+) -> None:
+    """Flush and shut the provider down at exit, waiting at most ``seconds``; spans not
+    sent by then are dropped, said in one line (unless the endpoint's failure was)."""
+    done = threading.Thread(target=provider.shutdown, name="loopkernel-otel-exit", daemon=True)
+    done.start()
+    done.join(seconds)
+    if done.is_alive() and guard is not None and not guard.said:
+        guard.said = True
+        print(
+            f"loopkernel: traces could not be sent to {guard.where} within {seconds:g} s "
+            "at exit; the rest are dropped",
+            file=sys.stderr,
+        )
+
+
 def from_env() -> Tracer | None:
     """A provider built from the standard ``OTEL_*`` variables, flushed at exit."""
     try:
@@ -105,14 +205,24 @@ def from_env() -> Tracer | None:
     )
     provider = TracerProvider(resource=resource)
     exporter: SpanExporter
+    guard: _Guarded | None = None
     if os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() == "console":
         exporter = ConsoleSpanExporter()
     else:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        exporter = OTLPSpanExporter()  # reads OTEL_EXPORTER_OTLP_* itself
+        where = (
+            os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+            or "the OTLP endpoint"
+        )
+        # Our one line says it; the SDK's own would print a traceback per batch.
+        for name in ("opentelemetry.exporter.otlp", "opentelemetry.sdk.trace.export"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+        guard = _Guarded(OTLPSpanExporter(), where)
+        exporter = guard  # type: ignore[assignment]
     provider.add_span_processor(BatchSpanProcessor(exporter))
-    atexit.register(provider.shutdown)
+    atexit.register(_shutdown_bounded, provider, guard)
     return Tracer(provider)
 
 

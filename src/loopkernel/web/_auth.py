@@ -2,14 +2,19 @@
 
 - The **operator token** is the server's: printed by ``serve`` at start, or read from a
   file. It authorizes every write, and every read when reads are locked. A browser signs
-  in once (``POST /login``) and gets a session cookie derived from it (HttpOnly,
-  SameSite=Strict); a script sends ``Authorization: Bearer TOKEN``.
+  in once (``POST /login``) and gets a session of its own: a random id in a cookie
+  (HttpOnly, SameSite=Strict), held in this process's memory with an expiry
+  (``session_seconds``), revoked by ``POST /logout`` and by a restart. A script sends
+  ``Authorization: Bearer TOKEN``.
 - A **run's approval token** (printed once by ``loopkernel run``) authorizes writes to
   that run only; it is typed into the form and checked by the client API against the
   stored hash. Hashes are never sent to a browser.
 - **CSRF**: every form carries the value of the ``lk_csrf`` cookie (SameSite=Strict) and a
   POST is refused unless both are present and equal, and its ``Origin``, when sent, is the
-  server's own.
+  server's own. A POST with a valid ``Authorization: Bearer`` needs no CSRF token: a
+  browser never adds that header to a cross-site request by itself.
+- **Notices** shown after an action travel in the redirect's URL signed with a key of this
+  process: a ``?notice=`` that the server did not write is not shown.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from starlette.requests import Request
@@ -35,26 +42,59 @@ class Auth:
     """The token that ``serve`` printed or read."""
     require_for_reads: bool = False
     """Reads need the operator token too."""
-    _session_key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    session_seconds: float = 12 * 3600.0
+    """How long a sign-in lasts."""
+    clock: Callable[[], float] = time.monotonic
+    _key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    _sessions: dict[str, float] = field(default_factory=dict)
+    """Session id -> when it expires (``clock`` time)."""
 
-    @property
-    def session_value(self) -> str:
-        """The session cookie's value: an HMAC of the token under a key that lives and dies
-        with this server process, so the cookie is not the token and a restart logs out."""
-        return hmac.new(self._session_key, self.operator_token.encode(), hashlib.sha256).hexdigest()
+    def new_session(self) -> str:
+        """A fresh session for one sign-in: its cookie value."""
+        now = self.clock()
+        for sid, until in list(self._sessions.items()):  # forget the expired ones
+            if until <= now:
+                del self._sessions[sid]
+        sid = secrets.token_urlsafe(32)
+        self._sessions[sid] = now + self.session_seconds
+        return sid
+
+    def end_session(self, request: Request) -> None:
+        """Revoke the request's session (sign out)."""
+        sid = request.cookies.get(SESSION_COOKIE)
+        if sid is not None:
+            self._sessions.pop(sid, None)
+
+    def session_ok(self, request: Request) -> bool:
+        sid = request.cookies.get(SESSION_COOKIE)
+        until = None if sid is None else self._sessions.get(sid)
+        if until is None:
+            return False
+        if until <= self.clock():
+            self._sessions.pop(sid or "", None)
+            return False
+        return True
+
+    def sign(self, text: str) -> str:
+        """A signature of ``text`` under this process's key (for notices)."""
+        return hmac.new(self._key, text.encode(), hashlib.sha256).hexdigest()[:32]
+
+    def signed(self, text: str, signature: str | None) -> bool:
+        return signature is not None and hmac.compare_digest(self.sign(text), signature)
 
     def is_operator_token(self, token: str | None) -> bool:
         return token is not None and hmac.compare_digest(
             token.strip().encode(), self.operator_token.encode()
         )
 
+    def is_bearer(self, request: Request) -> bool:
+        """A script that sent the operator token as ``Authorization: Bearer``."""
+        header = request.headers.get("authorization", "")
+        return header.lower().startswith("bearer ") and self.is_operator_token(header[7:])
+
     def is_operator(self, request: Request) -> bool:
         """A signed-in browser or a script with the bearer token."""
-        header = request.headers.get("authorization", "")
-        if header.lower().startswith("bearer ") and self.is_operator_token(header[7:]):
-            return True
-        cookie = request.cookies.get(SESSION_COOKIE)
-        return cookie is not None and hmac.compare_digest(cookie, self.session_value)
+        return self.is_bearer(request) or self.session_ok(request)
 
     def may_read(self, request: Request) -> bool:
         return not self.require_for_reads or self.is_operator(request)

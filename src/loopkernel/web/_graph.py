@@ -7,15 +7,24 @@ and edges are cubic curves from the right side of one box to the left side of th
 A deep graph (more than ``MAX_ACROSS`` layers, like looplab's long chain) wraps like
 text: ``MAX_ACROSS`` layers per band, bands one under the other, so it fits the page's
 width; an edge into a later band leaves its box at the bottom and enters at the top.
-The template draws it; every text in it is escaped there.
+
+A big graph is drawn bounded: ids sort naturally (``w2`` before ``w10``); a layer wider
+than ``MAX_ROWS`` keeps its ``MAX_ROWS - 1`` most telling tasks (running, waiting, failed
+first) and folds the rest into one **group** box that counts them by state; a graph deeper
+than ``MAX_LAYERS`` keeps its first and last ``KEEP_LAYERS`` layers and folds the middle
+into one group box. So a 300-wide fan-out is one column of 16 boxes and a 10,000-task
+chain is 13 boxes, whatever the run's size. The template draws it; every text in it is
+escaped there.
 """
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["Box", "Layout", "Wire", "layout"]
+__all__ = ["Box", "Layout", "Wire", "layout", "natural_key"]
 
 BOX_W = 168
 BOX_H = 46
@@ -26,6 +35,23 @@ BAND_GAP = 36
 """Vertical gap between two bands of a wrapped graph."""
 MAX_ACROSS = 5
 """Most layers side by side in one band (about the width of the page)."""
+MAX_ROWS = 16
+"""Most boxes in one layer; the rest of a wider layer is one group box."""
+MAX_LAYERS = 15
+"""Most layers drawn; the middle of a deeper graph is one group box."""
+KEEP_LAYERS = 6
+"""Layers kept at each end of a graph deeper than ``MAX_LAYERS``."""
+_URGENT = {"running": 0, "waiting": 1, "failed": 2, "ready": 3}
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key that orders digit runs by value: ``w2`` before ``w10``."""
+    return tuple(
+        (0, int(part)) if part.isdigit() else (1, part) for part in _DIGITS.split(text) if part
+    )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -41,6 +67,16 @@ class Box:
     """Its layer: one more than its deepest predecessor's."""
     late: bool
     """A result arrived after the task was cancelled and was discarded."""
+    key: str = ""
+    """Stable name of the box in the drawing: the task id, or ``group:...``."""
+    count: int = 1
+    """Tasks in the box: more than one for a group."""
+    states: dict[str, int] = field(default_factory=dict)
+    """A group's tasks by state."""
+
+    @property
+    def group(self) -> bool:
+        return self.count > 1 or self.key.startswith("group:")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -93,51 +129,112 @@ def layout(
     edges: Iterable[tuple[str, str]],
     late: frozenset[str] = frozenset(),
 ) -> Layout:
-    """Lay out ``tasks`` (``task_id, skill, state``, in the order the run added them) and
-    ``edges`` (``src, dst``)."""
+    """Lay out ``tasks`` (``task_id, skill, state``) and ``edges`` (``src, dst``); a big
+    graph is folded into group boxes (see the module docstring)."""
     info = {t[0]: t for t in tasks}
-    nodes = list(info)
+    nodes = sorted(info, key=natural_key)
     preds: dict[str, list[str]] = {n: [] for n in nodes}
-    succs: dict[str, list[str]] = {n: [] for n in nodes}
-    wires_in: list[tuple[str, str]] = []
+    pairs: list[tuple[str, str]] = []
     for src, dst in edges:
         if src in info and dst in info:
             preds[dst].append(src)
-            succs[src].append(dst)
-            wires_in.append((src, dst))
+            pairs.append((src, dst))
     layer = _layers(nodes, preds)
-    columns: list[list[str]] = [[] for _ in range(1 + max(layer.values(), default=-1))]
+    depth = 1 + max(layer.values(), default=-1)
+    rep: dict[str, str] = {n: n for n in nodes}
+    drawn_layer: dict[str, int] = {}
+    if depth > MAX_LAYERS:  # fold the middle layers into one box
+        cut = depth - KEEP_LAYERS
+        for n in nodes:
+            if KEEP_LAYERS <= layer[n] < cut:
+                rep[n] = "group:middle"
+                drawn_layer[n] = KEEP_LAYERS
+            elif layer[n] >= cut:
+                drawn_layer[n] = layer[n] - (cut - KEEP_LAYERS) + 1
+            else:
+                drawn_layer[n] = layer[n]
+    else:
+        drawn_layer = dict(layer)
+    by_layer: dict[int, list[str]] = {}
     for n in nodes:
-        columns[layer[n]].append(n)
+        if rep[n] == n:
+            by_layer.setdefault(drawn_layer[n], []).append(n)
+    for i, col in by_layer.items():  # fold the rest of a wide layer into one box
+        if len(col) > MAX_ROWS:
+            col.sort(key=lambda n: (_URGENT.get(info[n][2], 9), natural_key(n)))
+            for n in col[MAX_ROWS - 1 :]:
+                rep[n] = f"group:layer{i}"
+    members: dict[str, list[str]] = {}
+    for n in nodes:
+        members.setdefault(rep[n], []).append(n)
+    kinds = {k: drawn_layer[ms[0]] for k, ms in members.items()}
+    columns: list[list[str]] = [[] for _ in range(1 + max(kinds.values(), default=-1))]
+    for k in members:  # natural order, a group box last in its layer
+        columns[kinds[k]].append(k)
+    for col in columns:
+        col.sort(key=lambda k: (k.startswith("group:"), natural_key(k)))
+    rpreds: dict[str, list[str]] = {k: [] for k in members}
+    rsuccs: dict[str, list[str]] = {k: [] for k in members}
+    wires_in: list[tuple[str, str]] = []
+    seen: set[tuple[str, str]] = set()
+    for src, dst in pairs:
+        a, b = rep[src], rep[dst]
+        if a != b and (a, b) not in seen:
+            seen.add((a, b))
+            rpreds[b].append(a)
+            rsuccs[a].append(b)
+            wires_in.append((a, b))
     row = {n: float(i) for col in columns for i, n in enumerate(col)}
     for sweep in range(4):  # down then up, twice: barycentres of neighbours
         order = columns[1:] if sweep % 2 == 0 else columns[-2::-1]
         for col in order:
-            near = preds if sweep % 2 == 0 else succs
+            near = rpreds if sweep % 2 == 0 else rsuccs
 
-            def key(n: str, near: dict[str, list[str]] = near) -> tuple[float, float]:
+            def key(n: str, near: dict[str, list[str]] = near) -> tuple[bool, float, float]:
                 ns = near[n]
-                return (sum(row[m] for m in ns) / len(ns) if ns else row[n], row[n])
+                mean = sum(row[m] for m in ns) / len(ns) if ns else row[n]
+                return (n.startswith("group:"), mean, row[n])
 
             col.sort(key=key)
             for i, n in enumerate(col):
                 row[n] = float(i)
     pos = _positions(columns)
-    boxes = [
-        Box(
-            task_id=n,
-            skill=info[n][1],
-            state=info[n][2],
-            x=pos[n][0],
-            y=pos[n][1],
-            layer=layer[n],
-            late=n in late,
-        )
-        for n in nodes
-    ]
+    boxes = []
+    state_of: dict[str, str] = {}
+    for k, ms in members.items():
+        if k.startswith("group:"):
+            states = dict(sorted(Counter(info[m][2] for m in ms).items()))
+            state = min(states, key=lambda s: (_URGENT.get(s, 9), s))
+            skills = sorted({info[m][1] for m in ms})
+            skill = skills[0] if len(skills) == 1 else f"{len(skills)} skills"
+            box = Box(
+                task_id=f"{len(ms)} tasks",
+                skill=skill,
+                state=state,
+                x=pos[k][0],
+                y=pos[k][1],
+                layer=kinds[k],
+                late=any(m in late for m in ms),
+                key=k,
+                count=len(ms),
+                states=states,
+            )
+        else:
+            box = Box(
+                task_id=k,
+                skill=info[k][1],
+                state=info[k][2],
+                x=pos[k][0],
+                y=pos[k][1],
+                layer=kinds[k],
+                late=k in late,
+                key=k,
+            )
+        state_of[k] = box.state
+        boxes.append(box)
     wires = []
     for src, dst in wires_in:
-        if layer[src] // MAX_ACROSS == layer[dst] // MAX_ACROSS:  # same band: left to right
+        if kinds[src] // MAX_ACROSS == kinds[dst] // MAX_ACROSS:  # same band: left to right
             x1, y1 = pos[src][0] + BOX_W, pos[src][1] + BOX_H / 2
             x2, y2 = pos[dst][0], pos[dst][1] + BOX_H / 2
             bend = max(24.0, (x2 - x1) / 2)
@@ -153,7 +250,7 @@ def layout(
                 f"M{x1:.0f},{y1:.0f} "
                 f"C{x1:.0f},{y1 + bend:.0f} {x2:.0f},{y2 - bend:.0f} {x2:.0f},{y2:.0f}"
             )
-        wires.append(Wire(src=src, dst=dst, d=d, live=info[src][2] == "succeeded"))
+        wires.append(Wire(src=src, dst=dst, d=d, live=state_of[src] == "succeeded"))
     width = max((x for x, _ in pos.values()), default=-BOX_W) + BOX_W + PAD
     height = max((y for _, y in pos.values()), default=-BOX_H) + BOX_H + PAD
     return Layout(

@@ -1,9 +1,18 @@
-"""Live updates: one watcher per server, one server-sent-event stream per open run page.
+"""Live updates: one watcher per server, one poller per watched run, one wake-up per stream.
 
 The **watcher** waits on the client's ``wait_for_journal`` (SQLite: ``PRAGMA
 data_version`` on a read connection, no lock held; PostgreSQL: ``LISTEN
-loopkernel_journal``) and bumps a version that every stream waits on: N open pages cost one
-poll, not N.
+loopkernel_journal``). After each wake-up (or ``poll_seconds`` without one) it asks each
+watched run's **hub** to refresh: the hub reads the run's row and its new patches and
+compares a fingerprint (status, updated time, last seq, task counts, last planned seq).
+Only when that moved does the hub read what changed (the graph, the new events), bump its
+version and set the ``asyncio.Event`` of each of its subscribers. N open pages of one run
+cost one read per change, not N; a run that did not change costs two small reads per poll
+and wakes nobody.
+
+Streams share no lock and no condition: each waits on its own event, so a stream that is
+cancelled (its browser went away) touches nothing another stream waits on, and a hub
+whose refresh fails is skipped (and retried) without holding up the others.
 
 A **stream** sends, in order:
 
@@ -11,44 +20,161 @@ A **stream** sends, in order:
   browser has (``Last-Event-ID`` on reconnect, else ``?after=``): none lost, none doubled;
 - ``patch`` messages when the patch answering an event already sent is committed (the
   kernel plans events in seq order, so the unplanned ones are always the newest);
-- ``state`` messages (status, counts, graph, tasks) whenever the run changed;
+- ``state`` messages when the run changed, as **deltas** against what this stream sent:
+  the header, the rows of the tasks that changed, the graph's boxes that changed (the
+  whole graph only when its shape changed), the approval forms only when what waits
+  changed;
+- ``keepalive`` messages after ``keepalive_seconds`` without anything else (the page
+  treats a silence of three of them as a dead stream and says so);
 - ``end`` once the run is finished and its journal sent, after which the page closes the
   stream.
 
-Streams are bounded (``max_streams``): one more is answered 503 with ``Retry-After``.
+Streams are bounded (``max_streams``): the slot is taken before the check, in one step
+with no ``await`` between, so a burst of connections can never overshoot the cap; one more
+is answered 503 with ``Retry-After``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+import logging
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from loopkernel.client import Client
-from loopkernel.graph import TERMINAL_RUN, Event, EventKind
+from loopkernel.graph import TERMINAL_RUN, Event, EventKind, GraphState
 from loopkernel.store import PatchRecord, RunInfo
 
-__all__ = ["Renderers", "Watcher", "stream"]
+__all__ = ["Hub", "Renderers", "Snapshot", "Watcher", "stream"]
 
-KEEPALIVE_S = 15.0
+log = logging.getLogger("loopkernel.web")
+
+KEEPALIVE_SECONDS = 15.0
 RESEND_WINDOW = 64
 """On reconnect, patches of this many events before ``Last-Event-ID`` are sent again: a
 patch committed while the browser was away replaces the placeholder it still shows."""
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Snapshot:
+    """A run as its hub last read it: shared by every stream of the run."""
+
+    version: int
+    info: RunInfo
+    state: GraphState
+    late: frozenset[str]
+    """Tasks whose result arrived after they were cancelled."""
+    answered: dict[str, str]
+    """Waiting tasks whose current wait a human answered (journaled, not yet planned)."""
+    cancel_requested: bool
+    """A ``cancel_requested`` event is journaled and the run is not finished yet."""
+    planned: int
+    """The highest seq a patch answers: every event up to it is planned."""
+    key: str
+    """A digest of what the snapshot was read at (status, times, seqs, counts): equal for
+    equal states, so a page rendered from it tells its stream it needs no catching up."""
+
+
 @dataclass(kw_only=True)
-class Watcher:
-    """Wakes every stream when some journal changed."""
+class Hub:
+    """One watched run: its fingerprint, its last snapshot and its subscribers."""
 
     client: Client
-    poll_s: float = 1.0
+    run_id: str
     version: int = 0
+    snapshot: Snapshot | None = None
+    subscribers: set[asyncio.Event] = field(default_factory=set)
+    _key: tuple[object, ...] | None = None
+    _planned: int = 0
+    _seen: int = 0
+    _late: set[str] = field(default_factory=set)
+    _humans: dict[str, tuple[int, str]] = field(default_factory=dict)
+    """task -> (wait epoch, decision) of its latest human input."""
+    _cancel: bool = False
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Only the refresh of this one run holds it (the watcher, or a stream's first read)."""
+
+    async def refresh(self) -> bool:
+        """Read the run's row; when it moved, read what changed and wake every subscriber.
+        Whether it moved."""
+        async with self._lock:
+            info = await self.client.info(self.run_id)
+            new = await self.client.patches(self.run_id, after=self._planned)
+            if new:
+                self._planned = max(p.event_seq for p in new)
+            counts = tuple(sorted(info.task_counts.items()))
+            key = (info.status, info.updated_at, info.last_seq, counts, self._planned)
+            if key == self._key and self.snapshot is not None:
+                return False
+            for ev in await self.client.events(self.run_id, after=self._seen):
+                self._note(ev)
+            state = await self.client.graph(self.run_id)
+            self._key = key
+            self.version += 1
+            answered = {}
+            for tid, (epoch, decision) in self._humans.items():
+                task = state.get(tid)
+                if task is not None and task.wait_epoch == epoch:
+                    answered[tid] = decision
+            self.snapshot = Snapshot(
+                version=self.version,
+                info=info,
+                state=state,
+                late=frozenset(self._late),
+                answered=answered,
+                cancel_requested=self._cancel and info.status not in TERMINAL_RUN,
+                planned=self._planned,
+                key=digest(repr(key)),
+            )
+        for wake in list(self.subscribers):
+            wake.set()
+        return True
+
+    def _note(self, ev: Event) -> None:
+        self._seen = ev.seq
+        if ev.kind is EventKind.LATE_RESULT_DISCARDED and ev.task_id is not None:
+            self._late.add(ev.task_id)
+        elif ev.kind is EventKind.HUMAN_INPUT and ev.task_id is not None:
+            data = ev.data if isinstance(ev.data, dict) else {}
+            epoch = data.get("wait_epoch")
+            if isinstance(epoch, int):
+                self._humans[ev.task_id] = (epoch, str(data.get("decision")))
+        elif ev.kind is EventKind.CANCEL_REQUESTED:
+            self._cancel = True
+
+
+@dataclass(kw_only=True)
+class Watcher:
+    """Wakes the hubs of the watched runs when some journal changed."""
+
+    client: Client
+    poll_seconds: float = 1.0
+    """Longest wait for a wake-up before every hub checks its run anyway."""
+    max_streams: int = 64
     active: int = 0
-    """Open streams."""
-    _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    """Open streams (slots taken)."""
+    hubs: dict[str, Hub] = field(default_factory=dict)
     _task: asyncio.Task[None] | None = None
+
+    def reserve(self) -> bool:
+        """Take a stream slot if one is free. Synchronous: nothing runs between the check
+        and the count."""
+        if self.active >= self.max_streams:
+            return False
+        self.active += 1
+        return True
+
+    def release(self) -> None:
+        self.active -= 1
+
+    def hub(self, run_id: str) -> Hub:
+        found = self.hubs.get(run_id)
+        if found is None:
+            found = self.hubs[run_id] = Hub(client=self.client, run_id=run_id)
+        return found
 
     def start(self) -> None:
         if self._task is None:
@@ -64,35 +190,38 @@ class Watcher:
     async def _watch(self) -> None:
         while True:
             try:
-                await self.client.wait_for_journal(self.poll_s)
+                await self.client.wait_for_journal(self.poll_seconds)
             except Exception:  # the store is unreachable for now: poll until it is back
-                await asyncio.sleep(self.poll_s)
-            async with self._changed:
-                self.version += 1
-                self._changed.notify_all()
-
-    async def wait(self, seen: int, seconds: float) -> int:
-        """The version once it is past ``seen``, or after ``seconds``."""
-        async with self._changed:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self._changed.wait_for(lambda: self.version != seen), seconds
-                )
-            return self.version
+                await asyncio.sleep(self.poll_seconds)
+            for run_id, hub in list(self.hubs.items()):
+                if not hub.subscribers:
+                    self.hubs.pop(run_id, None)
+                    continue
+                try:
+                    await hub.refresh()
+                except Exception:  # this run only; the others go on, this one next time
+                    log.warning("live refresh of run %s failed", run_id, exc_info=True)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Renderers:
     """HTML fragments the stream sends, rendered by the app's templates."""
 
-    row: Callable[[Event, PatchRecord | None], str]
+    row: Callable[[Event, PatchRecord | None, dict[int, float]], str]
+    """An event's row, given when events were journaled (seq -> time)."""
     patch: Callable[[int, PatchRecord], str]
-    state: Callable[[str, RunInfo], Awaitable[dict[str, str]]]
+    state: Callable[[Snapshot, dict[str, str]], dict[str, object]]
+    """The ``state`` message as a delta: given the snapshot and what this stream sent
+    before (part -> digest; updated in place), only what changed."""
 
 
 def _message(kind: str, data: dict[str, object], seq: int | None = None) -> str:
     head = f"id: {seq}\n" if seq is not None else ""
     return f"{head}event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
+def digest(text: str) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 async def stream(
@@ -101,49 +230,60 @@ async def stream(
     run_id: str,
     after: int,
     render: Renderers,
-    disconnected: Callable[[], Awaitable[bool]],
+    *,
+    planned: int = 0,
+    keepalive_seconds: float = KEEPALIVE_SECONDS,
 ) -> AsyncIterator[str]:
-    """The messages of one run page's stream, starting after seq ``after``."""
-    watcher.active += 1
+    """The messages of one run page's stream, starting after seq ``after``; the page had
+    the patches of every event up to ``planned``. The caller took the stream's slot
+    (``Watcher.reserve``) and gives it back."""
+    hub = watcher.hub(run_id)
+    wake = asyncio.Event()
+    hub.subscribers.add(wake)
+    watcher.start()
     try:
-        yield "retry: 1000\n\n"
+        yield f"retry: 1000\n\n: keepalive every {keepalive_seconds:g} s\n\n"
+        if hub.snapshot is None:
+            await hub.refresh()
         sent = after
-        pending = set(range(max(1, after - RESEND_WINDOW + 1), after + 1))
-        last_state: tuple[object, ...] | None = None
-        planned = 0
-        version = watcher.version
+        pending = set(range(max(1, planned + 1, after - RESEND_WINDOW + 1), after + 1))
+        sent_parts: dict[str, str] = {}
+        seen_version = 0
         while True:
-            info = await client.info(run_id)
-            events = await client.events(run_id, after=sent)
-            floor = min(pending, default=sent + 1) - 1
-            patches = {p.event_seq: p for p in await client.patches(run_id, after=floor)}
-            for seq in sorted(pending):
-                if seq in patches:
-                    pending.discard(seq)
-                    yield _message("patch", {"seq": seq, "html": render.patch(seq, patches[seq])})
-            for ev in events:
-                p = patches.get(ev.seq)
-                if p is None and ev.kind is not EventKind.RUN_FINISHED:
-                    pending.add(ev.seq)
-                html = render.row(ev, p)
-                yield _message("journal", {"seq": ev.seq, "html": html}, seq=ev.seq)
-                sent = ev.seq
-            planned = max(planned, max(patches, default=0))
-            counts = tuple(sorted(info.task_counts.items()))  # a task started or stopped
-            key = (info.status, info.updated_at, info.last_seq, planned, counts)
-            if key != last_state:
-                last_state = key
-                yield _message("state", {**(await render.state(run_id, info))})
-            if info.status in TERMINAL_RUN and sent >= info.last_seq:
-                yield _message("end", {"status": info.status.value})
-                return
-            while True:
-                new = await watcher.wait(version, KEEPALIVE_S)
-                if await disconnected():
+            wake.clear()
+            snap = hub.snapshot
+            assert snap is not None
+            if snap.version != seen_version:
+                seen_version = snap.version
+                events = await client.events(run_id, after=sent)
+                times = await client.event_times(run_id, max(0, sent - 1)) if events else {}
+                floor = min(pending, default=sent + 1) - 1
+                patches = {p.event_seq: p for p in await client.patches(run_id, after=floor)}
+                for seq in sorted(pending):
+                    if seq in patches:
+                        pending.discard(seq)
+                        html = render.patch(seq, patches[seq])
+                        yield _message("patch", {"seq": seq, "html": html})
+                for ev in events:
+                    p = patches.get(ev.seq)
+                    if p is None and ev.kind is not EventKind.RUN_FINISHED:
+                        pending.add(ev.seq)
+                    html = render.row(ev, p, times)
+                    yield _message("journal", {"seq": ev.seq, "html": html}, seq=ev.seq)
+                    sent = ev.seq
+                first = not sent_parts
+                delta = render.state(snap, sent_parts)
+                if delta or first:  # the first one even if empty: the page is current
+                    yield _message("state", {"status": snap.info.status.value, **delta})
+                info = snap.info
+                if info.status in TERMINAL_RUN and sent >= info.last_seq:
+                    yield _message("end", {"status": info.status.value})
                     return
-                if new != version:
-                    version = new
-                    break
-                yield ": keepalive\n\n"
+                if hub.snapshot is not None and hub.snapshot.version != seen_version:
+                    continue  # it moved while this stream was sending
+            try:
+                await asyncio.wait_for(wake.wait(), keepalive_seconds)
+            except TimeoutError:
+                yield _message("keepalive", {"version": seen_version})
     finally:
-        watcher.active -= 1
+        hub.subscribers.discard(wake)

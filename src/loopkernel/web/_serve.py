@@ -17,7 +17,7 @@ from loopkernel.client import Client
 from loopkernel.errors import UsageError
 from loopkernel.web._app import create_app
 
-__all__ = ["operator_token", "serve"]
+__all__ = ["operator_token", "serve", "trusted_hosts"]
 
 
 def operator_token(token_file: str | None) -> tuple[str, bool]:
@@ -51,6 +51,17 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _is_wildcard(host: str) -> bool:
+    return host.strip("[]") in ("0.0.0.0", "::", "")
+
+
+def trusted_hosts(host: str, allow_hosts: tuple[str, ...]) -> tuple[str, ...]:
+    """The ``Host`` names requests may carry besides loopback: ``--host`` unless it is a
+    wildcard address, and every ``--allow-host``."""
+    own = () if _is_wildcard(host) else (host,)
+    return (*own, *allow_hosts)
+
+
 def _is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -66,9 +77,12 @@ async def serve(
     token_file: str | None = None,
     require_token_for_reads: bool = False,
     max_streams: int = 64,
+    allow_hosts: tuple[str, ...] = (),
+    keepalive_seconds: float | None = None,
     out: TextIO = sys.stdout,
 ) -> None:
-    """Serve the inspector until interrupted."""
+    """Serve the inspector until interrupted. Requests are answered for loopback names,
+    ``host`` itself (unless it is a wildcard address) and ``allow_hosts``."""
     token, new = operator_token(token_file)
     sock = _bind(host, port)
     async with Client(db) as client:
@@ -77,6 +91,8 @@ async def serve(
             operator_token=token,
             require_token_for_reads=require_token_for_reads,
             max_streams=max_streams,
+            trusted_hosts=trusted_hosts(host, allow_hosts),
+            **({} if keepalive_seconds is None else {"keepalive_seconds": keepalive_seconds}),
         )
         bound = sock.getsockname()
         shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
@@ -88,6 +104,12 @@ async def serve(
         print("sign in at /login to approve, reject and cancel", file=out)
         if not _is_loopback(host):
             print(f"warning: listening on {host}, not only this machine", file=out)
+            if _is_wildcard(host) and not allow_hosts:
+                print(
+                    "note: only loopback host names are answered; add the names browsers "
+                    "use with --allow-host NAME",
+                    file=out,
+                )
         out.flush()
         config = uvicorn.Config(
             app,

@@ -4,30 +4,49 @@ escape every value), no store access (DESIGN §10)."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from loopkernel.graph import JSON, Event, EventKind, GraphState, RunStatus, TaskState
+from loopkernel.graph import JSON, Event, EventKind, GraphState, RunStatus, Task, TaskState
 from loopkernel.store import PatchRecord, RunInfo
-from loopkernel.web._graph import Layout, layout
+from loopkernel.web._graph import Box, Layout, layout, natural_key
 
 __all__ = [
     "JournalRow",
     "PatchView",
+    "TaskValue",
+    "Timeline",
+    "actions_key",
+    "added_by",
     "age",
     "answered",
+    "approval_of",
+    "box_mark",
+    "duration",
     "graph_of",
+    "graph_shape",
     "journal_rows",
     "late_tasks",
+    "natural_key",
     "patch_view",
+    "planned_through",
     "pretty",
     "preview",
+    "task_mark",
+    "task_values",
+    "timeline",
     "timestamp",
+    "traceback_of",
 ]
 
 PREVIEW = 160
+ROW_DATA = 4000
+"""A journal row shows at most this much of its event's data; a link gives all of it."""
+VALUE_SHOWN = 64_000
+"""A task page shows at most this much of one value; a link gives all of it."""
 
 
 def pretty(value: JSON) -> str:
@@ -45,6 +64,18 @@ def preview(value: JSON, limit: int = PREVIEW) -> str:
 
 def timestamp(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) + " UTC"
+
+
+def duration(seconds: float) -> str:
+    """``850 ms``, ``12.3 s``, ``5m 2s``, ``3h 4m``."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    s = int(seconds)
+    if s < 3600:
+        return f"{s // 60}m {s % 60}s"
+    return f"{s // 3600}h {s % 3600 // 60}m"
 
 
 def age(t: float, now: float | None = None) -> str:
@@ -91,14 +122,21 @@ class PatchView:
     """The ops as JSON, for the details."""
 
 
+OPS_SHOWN = 40
+"""A journal row lists this many of its patch's ops, then how many more there are."""
+
+
 def patch_view(p: PatchRecord) -> PatchView:
     ops = p.ops if isinstance(p.ops, list) else []
+    lines = [_op_line(op) for op in ops[:OPS_SHOWN]]
+    if len(ops) > OPS_SHOWN:
+        lines.append(f"… and {len(ops) - OPS_SHOWN:,} more ops")
     return PatchView(
         planner=p.planner,
         outcome=p.outcome,
         reason=p.reason,
-        ops=[_op_line(op) for op in ops],
-        raw=pretty(p.ops),
+        ops=lines,
+        raw="" if len(ops) > OPS_SHOWN else pretty(p.ops),
     )
 
 
@@ -116,13 +154,31 @@ class JournalRow:
     patch: PatchView | None
     planned: bool
     """Whether a patch is expected at all."""
+    cut: bool = False
+    """``data`` is the start of the data only (the row links to all of it)."""
+    at: float | None = None
+    """When it was journaled (epoch seconds), if the store says."""
+    offset: float | None = None
+    """Seconds after the run started."""
+    gap: float | None = None
+    """Seconds after the event before it."""
 
 
-def journal_rows(events: Iterable[Event], patches: dict[int, PatchRecord]) -> list[JournalRow]:
+def journal_rows(
+    events: Iterable[Event],
+    patches: dict[int, PatchRecord],
+    times: dict[int, float] | None = None,
+    started_at: float = 0.0,
+) -> list[JournalRow]:
     rows = []
+    times = times or {}
     for ev in events:
+        at = times.get(ev.seq)
         summary = preview(ev.data)
         full = pretty(ev.data) if len(summary) and summary.endswith("…") else None
+        cut = full is not None and len(full) > ROW_DATA
+        if full is not None and cut:
+            full = full[:ROW_DATA] + "\n…"
         p = patches.get(ev.seq)
         rows.append(
             JournalRow(
@@ -133,6 +189,10 @@ def journal_rows(events: Iterable[Event], patches: dict[int, PatchRecord]) -> li
                 data=full,
                 patch=None if p is None else patch_view(p),
                 planned=ev.kind is not EventKind.RUN_FINISHED,
+                cut=cut,
+                at=at,
+                offset=None if at is None else at - started_at,
+                gap=None if at is None or ev.seq - 1 not in times else at - times[ev.seq - 1],
             )
         )
     return rows
@@ -183,3 +243,174 @@ def report_of(state: GraphState) -> dict[str, Any] | None:
     if not isinstance(report, dict) or not {"summary", "evidence"} <= report.keys():
         return None
     return report
+
+
+def actions_key(
+    waiting: Iterable[Task], answered: dict[str, str], info: RunInfo, cancel: bool
+) -> str:
+    """What the approval forms depend on: the page replaces them only when it changes."""
+    waits = "".join(f"{t.task_id}@{t.wait_epoch}{answered.get(t.task_id, '')}," for t in waiting)
+    return f"{waits}|{info.status.value}|{'cancel' if cancel else ''}"
+
+
+def task_mark(task: Task, late: bool) -> str:
+    """What a task's row shows, compact: the live stream resends a row when it changes."""
+    value = task.error if task.error is not None else task.result
+    return f"{task.state.value}|{task.attempts}|{task.wait_epoch}|{late}|{preview(value, 120)}"
+
+
+def box_mark(box: Box) -> str:
+    return f"{box.state}|{box.late}|{box.count}|{sorted(box.states.items())}"
+
+
+def graph_shape(lay: Layout) -> str:
+    """The drawing without its states: boxes and wires where they are."""
+    parts = [f"{b.key}@{b.x:.0f},{b.y:.0f}" for b in lay.boxes]
+    parts += [w.d for w in lay.wires]
+    return f"{lay.width:.0f}x{lay.height:.0f}|" + "|".join(parts)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskValue:
+    """One value of a task as its page shows it: cut when long."""
+
+    part: str
+    text: str
+    cut: bool
+    size: int
+    """Characters of the whole value, indented."""
+
+
+def task_values(task: Task) -> dict[str, TaskValue]:
+    out = {}
+    for part in ("input", "result", "error", "human_input"):
+        text = pretty(getattr(task, part))
+        cut = len(text) > VALUE_SHOWN
+        shown = text[:VALUE_SHOWN] + "\n…" if cut else text
+        out[part] = TaskValue(part=part, text=shown, cut=cut, size=len(text))
+    return out
+
+
+def traceback_of(error: JSON) -> str | None:
+    """The traceback a task's error carries, when the worker's failure recorded one."""
+    if not isinstance(error, dict):
+        return None
+    for key in ("traceback", "stack", "trace"):
+        value = error.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return "".join(str(v) for v in value)
+    return None
+
+
+def approval_of(task: Task) -> dict[str, str]:
+    """What a waiting task asks approval for, as far as the journal says: the tool (the
+    task input's ``tool``, else the one the policy's reason names: ``tool 'x' is ...``)
+    and its cost (the input's ``est_cost_usd`` or ``cost_usd``)."""
+    out: dict[str, str] = {}
+    data = task.input if isinstance(task.input, dict) else {}
+    tool = data.get("tool")
+    if not isinstance(tool, str):
+        found = re.search(r"tool '([^']+)'", task.wait_reason or "")
+        tool = None if found is None else found.group(1)
+    if tool:
+        out["tool"] = tool
+    for key in ("est_cost_usd", "cost_usd"):
+        cost = data.get(key)
+        if isinstance(cost, int | float) and not isinstance(cost, bool):
+            out["cost"] = f"${cost:,.4f}"
+            break
+    return out
+
+
+def planned_through(events: Iterable[Event], patches: dict[int, PatchRecord], start: int) -> int:
+    """The highest seq up to which every one of ``events`` (those after ``start``) has
+    its patch: the page's live stream need not resend those."""
+    through = start
+    for ev in events:
+        if ev.seq not in patches and ev.kind is not EventKind.RUN_FINISHED:
+            break
+        through = ev.seq
+    return through
+
+
+TIMELINE_TASKS = 60
+"""Most task bars the run page's timeline draws."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Bar:
+    """One task on the timeline: from when it could start to when it finished."""
+
+    task_id: str
+    state: str
+    start: float
+    """Seconds after the run started."""
+    end: float | None
+    """``None``: not finished yet."""
+    left: float
+    """Where the bar starts, in percent of the run's duration."""
+    width: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Timeline:
+    span: float
+    """The run's duration so far, in seconds."""
+    bars: list[Bar]
+    more: int
+    """Tasks not drawn."""
+
+
+def timeline(
+    state: GraphState,
+    times: dict[int, float],
+    added: dict[str, int],
+    started_at: float,
+    now: float,
+) -> Timeline | None:
+    """Task bars from the journal's times: a task starts when it could (the event whose
+    patch added it, or its last predecessor's finish if later) and ends at its own
+    finishing event. ``None`` when the store gave no times."""
+    if not times:
+        return None
+    span = max(now - started_at, 1e-3)
+    done: dict[str, float] = {}
+    for task in state.tasks.values():
+        if task.done_seq is not None and task.done_seq in times:
+            done[task.task_id] = times[task.done_seq] - started_at
+    bars = []
+    order = sorted(
+        state.tasks.values(), key=lambda t: (t.done_seq or 1 << 62, natural_key(t.task_id))
+    )
+    for task in order[:TIMELINE_TASKS]:
+        seq = added.get(task.task_id)
+        start = times[seq] - started_at if seq is not None and seq in times else 0.0
+        for p in state.predecessors(task.task_id):
+            start = max(start, done.get(p, 0.0))
+        end = done.get(task.task_id)
+        stop = end if end is not None else span
+        bars.append(
+            Bar(
+                task_id=task.task_id,
+                state=task.state.value,
+                start=start,
+                end=end,
+                left=100 * start / span,
+                width=max(0.4, 100 * (stop - start) / span),
+            )
+        )
+    return Timeline(span=span, bars=bars, more=max(0, len(order) - TIMELINE_TASKS))
+
+
+def added_by(patches: Iterable[PatchRecord]) -> dict[str, int]:
+    """task -> the seq of the event whose applied patch added it."""
+    out: dict[str, int] = {}
+    for p in patches:
+        if p.outcome != "applied" or not isinstance(p.ops, list):
+            continue
+        for op in p.ops:
+            if isinstance(op, dict) and op.get("op") == "add":
+                out.setdefault(str(op.get("task_id")), p.event_seq)
+    return out

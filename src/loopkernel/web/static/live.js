@@ -1,52 +1,134 @@
-// LoopKernel inspector: live run page over server-sent events. No framework, no build.
+// LoopKernel inspector: live pages over server-sent events. No framework, no build.
 // Every HTML fragment comes from the server, rendered with autoescaping; this file only
-// places it. Reading works without it: the page is complete as served.
+// places it. Reading works without it: every page is complete as served.
 (function () {
   "use strict";
+
+  // The runs list: its first page refreshes itself every few seconds.
+  var runsBody = document.querySelector("#runs-body[data-poll]");
+  if (runsBody && window.fetch) {
+    var poll = function () {
+      fetch(runsBody.getAttribute("data-poll"), { credentials: "same-origin" })
+        .then(function (r) { return r.ok ? r.text() : null; })
+        .then(function (html) {
+          if (html !== null) { runsBody.innerHTML = html; document.body.setAttribute("data-runs-polled", String(Date.now())); }
+        })
+        .catch(function () {})
+        .then(function () { setTimeout(poll, 3000); });
+    };
+    setTimeout(poll, 3000);
+  }
+
   var root = document.querySelector("[data-live]");
   if (!root || !window.EventSource) return;
   var journal = document.getElementById("journal");
   var dot = document.getElementById("live-dot");
-  var source = new EventSource(root.getAttribute("data-live"));
+  var lost = document.getElementById("stream-lost");
+  var keepalive = parseFloat(root.getAttribute("data-keepalive") || "15") * 1000;
+  var url = root.getAttribute("data-live");
+  var source = null;
+  var lastMessage = Date.now();
+  var ended = false;
 
   function fill(id, html) {
     var el = document.getElementById(id);
     if (el && html !== undefined) el.innerHTML = html;
   }
-  source.addEventListener("open", function () { if (dot) dot.hidden = false; });
-  source.addEventListener("error", function () { if (dot) dot.hidden = true; });
-  source.addEventListener("journal", function (e) {
-    var msg = JSON.parse(e.data);
-    if (document.getElementById("ev-" + msg.seq)) {  // never doubled (the server sends none)
-      console.warn("duplicate journal entry", msg.seq);
-      return;
-    }
-    journal.insertAdjacentHTML("beforeend", msg.html);
-    var row = document.getElementById("ev-" + msg.seq);
-    if (row) row.classList.add("fresh");
-  });
-  source.addEventListener("patch", function (e) {
-    var msg = JSON.parse(e.data);
-    var cell = document.querySelector("#ev-" + msg.seq + " td.patch");
-    if (cell) cell.outerHTML = msg.html;
-  });
-  source.addEventListener("state", function (e) {
-    var msg = JSON.parse(e.data);
-    fill("head", msg.head);
-    fill("graph", msg.graph);
-    fill("tasks", msg.tasks);
-    var actions = document.getElementById("actions");
-    // Replace the forms only when what waits changed: never wipe what someone is typing.
-    if (actions && actions.getAttribute("data-key") !== msg.actions_key) {
-      actions.outerHTML = msg.actions;
-    }
-    document.body.setAttribute("data-run-status", msg.status);
-  });
-  source.addEventListener("end", function (e) {
-    var msg = JSON.parse(e.data);
-    document.body.setAttribute("data-run-status", msg.status);
-    document.body.setAttribute("data-stream", "ended");
-    source.close();
+  function alive() {
+    lastMessage = Date.now();
+    if (lost) lost.hidden = true;
+    document.body.setAttribute("data-stream", "live");
+  }
+  function dead(why) {
+    if (ended) return;
     if (dot) dot.hidden = true;
-  });
+    if (lost) lost.hidden = false;
+    document.body.setAttribute("data-stream", why);
+  }
+  function byAttr(attr, value) {
+    return document.querySelector("[" + attr + '="' + CSS.escape(value) + '"]');
+  }
+
+  function connect() {
+    source = new EventSource(url);
+    source.addEventListener("open", function () { if (dot) dot.hidden = false; alive(); });
+    source.addEventListener("error", function () {
+      // CONNECTING: the browser retries by itself (with Last-Event-ID); CLOSED: it gave up.
+      dead(source.readyState === EventSource.CLOSED ? "closed" : "reconnecting");
+    });
+    source.addEventListener("keepalive", function () {
+      alive();
+      var n = parseInt(document.body.getAttribute("data-keepalives") || "0", 10) + 1;
+      document.body.setAttribute("data-keepalives", String(n));
+    });
+    source.addEventListener("journal", function (e) {
+      alive();
+      var msg = JSON.parse(e.data);
+      if (document.getElementById("ev-" + msg.seq)) {  // never doubled (the server sends none)
+        console.warn("duplicate journal entry", msg.seq);
+        return;
+      }
+      journal.insertAdjacentHTML("beforeend", msg.html);
+      var row = document.getElementById("ev-" + msg.seq);
+      if (row) row.classList.add("fresh");
+      // a reconnect goes on from the last row this page has
+      url = url.replace(/after=\d+/, "after=" + msg.seq);
+    });
+    source.addEventListener("patch", function (e) {
+      alive();
+      var msg = JSON.parse(e.data);
+      var cell = document.querySelector("#ev-" + msg.seq + " td.patch");
+      if (cell) cell.outerHTML = msg.html;
+    });
+    source.addEventListener("state", function (e) {
+      alive();
+      var msg = JSON.parse(e.data);
+      fill("head", msg.head);
+      if (msg.graph !== undefined) fill("graph", msg.graph);
+      if (msg.boxes) {
+        Object.keys(msg.boxes).forEach(function (key) {
+          var box = byAttr("data-box", key);
+          if (box) box.outerHTML = msg.boxes[key];
+        });
+      }
+      if (msg.tasks) {
+        var body = document.getElementById("task-rows");
+        Object.keys(msg.tasks).forEach(function (id) {
+          var row = document.getElementById("task-" + id);
+          if (row) row.outerHTML = msg.tasks[id];
+          else if (body && body.hasAttribute("data-open")) {
+            var none = body.querySelector("tr.none");
+            if (none) none.remove();
+            body.insertAdjacentHTML("beforeend", msg.tasks[id]);
+          }
+        });
+      }
+      var actions = document.getElementById("actions");
+      // Replace the forms only when what waits changed: never wipe what someone is typing.
+      if (actions && msg.actions !== undefined && actions.getAttribute("data-key") !== msg.actions_key) {
+        actions.outerHTML = msg.actions;
+      }
+      document.body.setAttribute("data-run-status", msg.status);
+    });
+    source.addEventListener("end", function (e) {
+      var msg = JSON.parse(e.data);
+      ended = true;
+      document.body.setAttribute("data-run-status", msg.status);
+      document.body.setAttribute("data-stream", "ended");
+      source.close();
+      if (dot) dot.hidden = true;
+      if (lost) lost.hidden = true;
+    });
+  }
+  connect();
+
+  // A stream that went silent for three keepalives is dead even if the socket looks open
+  // (a proxy, a sleeping laptop): say so, and open a new one.
+  setInterval(function () {
+    if (ended || Date.now() - lastMessage < 3 * keepalive) return;
+    dead("silent");
+    source.close();
+    lastMessage = Date.now();
+    connect();
+  }, Math.max(250, keepalive / 2));
 })();
