@@ -483,11 +483,18 @@ class SQLiteStore(SQLStore):
         try:
             if self._reader is None:
                 self._reader = sqlite3.connect(
-                    self.path, isolation_level=None, check_same_thread=False
+                    self.path, isolation_level=None, check_same_thread=False, timeout=0
                 )
             return self._reader.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
-            raise self.dialect.meaning(exc) from exc
+            meant = self.dialect.meaning(exc)
+            if isinstance(meant, LockHeld):  # a WAL reader is rarely told so (recovery)
+                raise StoreUnavailable(
+                    f"SQLite {self.path}: the database is locked by another process",
+                    url=self.url,
+                    reason="the database is locked by another process",
+                ) from exc
+            raise meant from exc
 
     async def wait_for_journal(self, seconds: float) -> None:
         """Poll ``PRAGMA data_version`` every 20 ms on a connection of its own: it changes
