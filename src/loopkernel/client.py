@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import json
 import os
 import secrets
 import time
@@ -85,7 +86,14 @@ if TYPE_CHECKING:
     from loopkernel.models import ModelLayer
     from loopkernel.tools import StartedServers, ToolSource
 
-__all__ = ["DEFAULT_LEASE_SECONDS", "DEFAULT_STORE_RETRY", "Client", "Inspection"]
+__all__ = [
+    "DEFAULT_LEASE_SECONDS",
+    "DEFAULT_STORE_RETRY",
+    "MAX_PAYLOAD_BYTES",
+    "Client",
+    "Inspection",
+    "check_payload",
+]
 
 DEFAULT_LEASE_SECONDS = 10.0
 """How long a local executor's lease lasts without a heartbeat (one every third of it):
@@ -95,6 +103,27 @@ DEFAULT_STORE_RETRY = 60.0
 
 _HELD: set[tuple[str, RunId]] = set()
 """Runs this process executes now: its own lease is never taken over from inside it."""
+
+
+MAX_PAYLOAD_BYTES = 64 * 1024
+"""The largest approval payload (its JSON, UTF-8) ``decide`` accepts."""
+
+
+def check_payload(payload: JSON) -> None:
+    """``UsageError`` unless an approval payload is ``None`` or a JSON object of at most
+    ``MAX_PAYLOAD_BYTES``: a task reads named fields of it (``by``, ``note`` ...)."""
+    if payload is None:
+        return
+    if not isinstance(payload, dict):
+        kind = {list: "an array", str: "a string", bool: "true or false"}.get(
+            type(payload), "a number"
+        )
+        raise UsageError(f"an approval payload must be a JSON object ({{...}}), not {kind}")
+    size = len(json.dumps(payload, separators=(",", ":")).encode())
+    if size > MAX_PAYLOAD_BYTES:
+        raise UsageError(
+            f"an approval payload may have at most {MAX_PAYLOAD_BYTES} bytes of JSON, not {size}"
+        )
 
 
 def _rid(run_id: str) -> RunId:
@@ -273,9 +302,15 @@ class Client:
         """
         rid = RunId(run_id)
         check_keep_finished(self.store, keep_finished)
-        deadline = time.monotonic() + store_retry
+        # The bound is total: it counts from when the failing operation began to wait (a
+        # SQLite write waits up to the store's busy timeout before it fails), and no
+        # attempt is started that could not end before it. A streak of failures ends when
+        # an attempt ran past the whole bound: that one made progress before it failed.
+        wait = float(getattr(self.store, "busy_timeout", 0.0) or 0.0)
+        deadline: float | None = None
         delay = 0.05
         while True:
+            began = time.monotonic()
             try:
                 return await self._execute_once(
                     rid,
@@ -288,8 +323,12 @@ class Client:
                     keep_finished,
                 )
             except StoreUnavailable as exc:
-                left = deadline - time.monotonic()
-                if left <= 0:
+                now = time.monotonic()
+                if deadline is None or now - began > wait + store_retry:
+                    deadline = max(began, now - wait) + store_retry
+                    delay = 0.05
+                left = deadline - now
+                if left <= 0 or now + min(delay, left) + wait > deadline + 0.05:
                     attrs = {**exc.attrs, "run_id": rid}
                     raise StoreUnavailable(
                         f"{exc.message}; gave up after {store_retry:g} s of retries", **attrs
@@ -627,6 +666,7 @@ class Client:
         """Journal a human's answer for a waiting task (``approve`` / ``reject``)."""
         rid = _rid(run_id)
         tid = TaskId(check_id(task_id, "task id"))
+        check_payload(payload)
         stored = await self.store.token_hash(rid)
         strict = stored.startswith(TOKEN_REQUIRED)
         if not local or strict or self.require_token:

@@ -23,14 +23,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import shlex
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from loopkernel._app import App, load_app
-from loopkernel.cli._args import count, json_value, max_events, run_id, setting, task_id, whole
+from loopkernel.cli._args import (
+    approval_payload,
+    count,
+    max_events,
+    run_id,
+    setting,
+    task_id,
+    whole,
+)
 from loopkernel.cli._render import Progress, one_line, render_inspection
 from loopkernel.client import DEFAULT_STORE_RETRY, Client
 from loopkernel.errors import (
@@ -91,10 +100,10 @@ async def _finish(
             for task in waiting:
                 print(f"  {task.task_id}: {task.wait_reason}")
                 print(
-                    f"    loopkernel approve {outcome.run_id} {task.task_id} "
+                    f"    loopkernel{db_flag(args)} approve {outcome.run_id} {task.task_id} "
                     "[--payload JSON]   (or reject)"
                 )
-            print(f"  then: loopkernel resume {outcome.run_id}")
+            print(f"  then: {resume_command(args, outcome.run_id)}")
     return EXIT_CODES[outcome.status]
 
 
@@ -309,13 +318,79 @@ def add_app_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+class _Parser(argparse.ArgumentParser):
+    """Refusals on one line (``loopkernel run: error: ...``): the usage block is for
+    ``--help``, or follows the line with ``--verbose``. Subcommands inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)", file=sys.stderr)
+        if "--verbose" in sys.argv[1:] or "-v" in sys.argv[1:]:
+            self.print_usage(sys.stderr)
+        raise SystemExit(USAGE)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("loopkernel")
+    except PackageNotFoundError:  # a source tree on sys.path, not installed
+        return "unknown (not installed)"
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class _OneLine(logging.Formatter):
+    """A library's log record (psycopg's pool, OpenTelemetry's exporter) as one line on
+    stderr, without its traceback: ``--verbose`` shows the whole record."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"loopkernel: {record.name}: {one_line(record.getMessage())}"
+
+
+def setup_logging(args: argparse.Namespace) -> None:
+    """Libraries' warnings as one line each; ``--verbose`` / ``--log-level`` for more."""
+    verbose = bool(getattr(args, "verbose", False))
+    level_name = getattr(args, "log_level", None) or ("info" if verbose else "warning")
+    handler = logging.StreamHandler(sys.stderr)
+    if verbose:
+        handler.setFormatter(logging.Formatter("loopkernel: %(levelname)s %(name)s: %(message)s"))
+    else:
+        handler.setFormatter(_OneLine())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(getattr(logging, level_name.upper()))
+
+
+def add_logging_flags(p: argparse.ArgumentParser, *, top: bool = False) -> None:
+    """``--verbose`` and ``--log-level``: before the command name, or after it."""
+    default: Any = None if top else argparse.SUPPRESS
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=default if not top else False,
+        help="full log records and tracebacks of libraries (psycopg, OpenTelemetry) on "
+        "stderr, and the usage block after a refused command line",
+    )
+    p.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default=default,
+        help="the least severe log record shown (default warning; info with --verbose)",
+    )
+
+
 def build_parser(*, app_commands: bool = True) -> argparse.ArgumentParser:
     """The whole command line; ``app_commands=False`` leaves out the commands installed
     apps contribute (finding them reads every installed package's metadata)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="loopkernel",
         description="A durable runtime for agentic AI: a task graph patched as it runs.",
     )
+    parser.add_argument("--version", action="version", version=f"loopkernel {_version()}")
+    add_logging_flags(parser, top=True)
     parser.add_argument(
         "--db",
         default=None,
@@ -371,7 +446,12 @@ def build_parser(*, app_commands: bool = True) -> argparse.ArgumentParser:
         p = command(decision, cmd_decide, f"{decision} a waiting task (journals human_input)")
         p.add_argument("run", type=run_id)
         p.add_argument("task", type=task_id)
-        p.add_argument("--payload", type=json_value, default=None, help="JSON handed to the task")
+        p.add_argument(
+            "--payload",
+            type=approval_payload,
+            default=None,
+            help="a JSON object handed to the task (at most 64 KiB)",
+        )
         p.add_argument(
             "--token",
             help="the run's approval token; without it, access to the database is the "
@@ -421,6 +501,9 @@ def build_parser(*, app_commands: bool = True) -> argparse.ArgumentParser:
         "loopkernel.cli._web",
     ):
         _add_optional(sub, module)
+    for name in ("run", "resume", "worker", "serve"):
+        if name in sub.choices:
+            add_logging_flags(sub.choices[name])
     if app_commands:
         _add_app_commands(sub)
     return parser
@@ -514,8 +597,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             reexec_without_credentials()
         else:
             scrub()
+    setup_logging(args)
     func = args.func
     try:
+        if args.command == "serve":
+            _require_database(args)
         if asyncio.iscoroutinefunction(func):
             return int(asyncio.run(func(args)))
         return int(func(args))
@@ -547,15 +633,81 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LoopKernelError as exc:
         print(f"loopkernel: {type(exc).__name__}: {one_line(str(exc))}", file=sys.stderr)
         return 1
+    except ModuleNotFoundError as exc:
+        extra = extra_for(exc.name or "")
+        if extra is None:
+            raise
+        print(f"loopkernel: {missing_extra(extra, exc)}", file=sys.stderr)
+        return USAGE
     except BrokenPipeError:
         # The reader went away (``loopkernel runs | head``): stop quietly, as `cat` does.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return BROKEN_PIPE
     except KeyboardInterrupt:
-        run = getattr(args, "started", None) or getattr(args, "run", None)
-        if run is not None and args.command in ("run", "demo", "resume"):
-            print(f"loopkernel: interrupted; resume with: loopkernel resume {run}", file=sys.stderr)
+        run = getattr(args, "started", None)  # set by any command once its run exists
+        if run is None and args.command in ("run", "demo", "resume"):
+            run = getattr(args, "run", None)
+        if run is not None:
+            print(
+                f"loopkernel: interrupted; resume with: {resume_command(args, run)}",
+                file=sys.stderr,
+            )
         else:
             print("loopkernel: interrupted", file=sys.stderr)
         return 130
+
+
+def resume_command(args: argparse.Namespace, run: str) -> str:
+    """``loopkernel [--db DB] resume RUN``: with ``--db`` whenever one was given, so that
+    the line works pasted as it is."""
+    return f"loopkernel{db_flag(args)} resume {shlex.quote(str(run))}"
+
+
+def db_flag(args: argparse.Namespace) -> str:
+    """`` --db DB`` when the command line named one, else nothing."""
+    db = getattr(args, "db", None)
+    return "" if db is None else f" --db {shlex.quote(str(db).removeprefix('sqlite:///'))}"
+
+
+def _require_database(args: argparse.Namespace) -> None:
+    """``NotADatabase`` (exit 9) unless ``--db`` names an existing LoopKernel database:
+    for commands that read one and must never create it (``serve``)."""
+
+    async def check() -> None:
+        async with Client(args.db, create=False):
+            pass
+
+    asyncio.run(check())
+
+
+def extra_for(module: str) -> str | None:
+    """The extra of this package that provides ``module`` (``jsonschema`` -> ``tools``),
+    from the installed metadata; None when no extra does."""
+    import re
+    from importlib.metadata import PackageNotFoundError, requires
+
+    top = module.partition(".")[0].lower()
+    if not top:
+        return None
+    try:
+        reqs = requires("loopkernel") or []
+    except PackageNotFoundError:
+        return None
+    for req in reqs:
+        m = re.match(r"^\s*([A-Za-z0-9_.-]+).*extra\s*==\s*['\"]([^'\"]+)['\"]", req)
+        if m is None or m.group(2) in ("dev", "bench", "local-model"):
+            continue
+        dist = m.group(1).lower()
+        if top in (dist.replace("-", "_"), dist.split("-")[0]):
+            return m.group(2)
+    return None
+
+
+def missing_extra(extra: str, exc: ImportError) -> str:
+    """The one line for a missing optional dependency: the install command, from an index
+    and from a clone (LoopKernel is not published yet)."""
+    return (
+        f"this needs the {extra} extra: pip install 'loopkernel[{extra}]' "
+        f"(in a clone: pip install -e '.[{extra}]') ({exc})"
+    )

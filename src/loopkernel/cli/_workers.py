@@ -28,10 +28,11 @@ from loopkernel.cli._main import (
     Handler,
     add_app_arguments,
     check_app_arguments,
+    db_flag,
     start_run,
 )
 from loopkernel.client import Client
-from loopkernel.graph import TERMINAL_RUN, RunStatus
+from loopkernel.graph import TERMINAL_RUN, EventKind, RunStatus
 from loopkernel.store import open_store
 from loopkernel.worker import RunWorker, WorkerConfig, default_worker_id
 
@@ -84,6 +85,10 @@ async def cmd_wait(args: argparse.Namespace) -> int:
                 break
             await asyncio.sleep(args.interval)
         waiting = await client.waiting(args.run) if info.status is RunStatus.WAITING else []
+        answered: set[str] = set()
+        if waiting:  # an approval journaled that no executor has taken up yet
+            loaded = await client.store.load_run(info.run_id)
+            answered = {str(e.task_id) for e in loaded.unplanned if e.kind is EventKind.HUMAN_INPUT}
     if args.json:
         print(
             json.dumps(
@@ -91,7 +96,14 @@ async def cmd_wait(args: argparse.Namespace) -> int:
                     "run_id": info.run_id,
                     "status": info.status.value,
                     "verdict": info.verdict,
-                    "waiting": [{"task_id": t.task_id, "reason": t.wait_reason} for t in waiting],
+                    "waiting": [
+                        {
+                            "task_id": t.task_id,
+                            "reason": t.wait_reason,
+                            **({"answered": True} if t.task_id in answered else {}),
+                        }
+                        for t in waiting
+                    ],
                 }
             )
         )
@@ -99,11 +111,19 @@ async def cmd_wait(args: argparse.Namespace) -> int:
         print(f"run {info.run_id}: {info.status.value}")
         if info.verdict is not None:
             print(f"verdict: {json.dumps(info.verdict)}")
+        db = db_flag(args)
         for task in waiting:
+            if task.task_id in answered:
+                print(
+                    f"task {task.task_id}: answered, not taken up yet: a worker picks it up "
+                    f"if the run was submitted; else: loopkernel{db} resume {info.run_id}"
+                )
+                continue
             print(
                 f"waiting for a human: task {task.task_id}: {task.wait_reason}\n"
-                f"  loopkernel approve {info.run_id} {task.task_id} (or reject); "
-                "a worker picks it up"
+                f"  loopkernel{db} approve {info.run_id} {task.task_id} (or reject); then a "
+                f"worker picks it up if the run was submitted, else: loopkernel{db} resume "
+                f"{info.run_id}"
             )
     return EXIT_CODES[info.status]
 

@@ -865,8 +865,7 @@ def _is_async(worker: object) -> bool:
     """An ``async def`` function, a partial of one, or an object whose ``__call__`` is one."""
     if inspect.iscoroutinefunction(worker):
         return True
-    call = getattr(type(worker), "__call__", None)
-    return call is not None and inspect.iscoroutinefunction(call)
+    return inspect.iscoroutinefunction(type(worker).__call__)
 
 
 def as_async_worker(skill: str, worker: object) -> Worker:
@@ -887,8 +886,8 @@ def as_async_worker(skill: str, worker: object) -> Worker:
             "that takes the task's context"
         )
     if _is_async(worker):
-        return worker  # type: ignore[return-value]
-    sync: Callable[[TaskContext], object] = worker  # type: ignore[assignment]
+        return worker
+    sync: Callable[[TaskContext], object] = worker
 
     async def threaded(ctx: TaskContext) -> JSON:
         result = await asyncio.to_thread(sync, ctx)

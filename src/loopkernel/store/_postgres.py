@@ -31,6 +31,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Literal
 
 import psycopg
+from psycopg import sql as pgsql
 from psycopg.errors import IdleInTransactionSessionTimeout, UniqueViolation
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -82,7 +83,7 @@ from loopkernel.store._codec import (
     with_done_seq,
 )
 from loopkernel.store._fork import Fork, fork_statements
-from loopkernel.store._lease import Fence, Holder, check_lease_seconds
+from loopkernel.store._lease import Fence, Holder, check_lease_seconds, run_held
 from loopkernel.store._postgres_db import (
     Conn,
     configure,
@@ -378,6 +379,35 @@ class PostgresStore:
                 (*params, limit),
             )
         return [_info(row) for row in rows]
+
+    async def delete_run(self, run_id: RunId) -> None:
+        if self._fence is not None:
+            raise UsageError(f"a store view fenced to run {self._fence.run_id} deletes no run")
+        async with self._tx() as conn:
+            row = await fetch_one(
+                conn,
+                f"SELECT owner, lease_until, lease_epoch, {_lease.NOW} FROM runs "
+                "WHERE run_id = %s FOR UPDATE",
+                (run_id,),
+            )
+            if row is None:
+                raise self._not_found(run_id)
+            owner, until, epoch, now = row
+            if owner is not None and until is not None and until > now:
+                raise run_held(run_id, owner, until, int(epoch), now)
+            tables = await fetch_rows(
+                conn,
+                "SELECT table_name FROM information_schema.columns WHERE column_name = "
+                "'run_id' AND table_schema = current_schema() AND table_name != 'runs' "
+                "ORDER BY table_name",
+                (),
+            )
+            for (table,) in tables:  # every table that holds rows of runs, found, not listed
+                await conn.execute(
+                    pgsql.SQL("DELETE FROM {} WHERE run_id = %s").format(pgsql.Identifier(table)),
+                    (run_id,),
+                )
+            await conn.execute("DELETE FROM runs WHERE run_id = %s", (run_id,))
 
     async def token_hash(self, run_id: RunId) -> str:
         async with self._conn() as conn:

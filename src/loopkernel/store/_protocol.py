@@ -252,6 +252,11 @@ class Store(Protocol):
         status and one app. ``before`` is the ``(created_at, run_id)`` of the last run of the
         previous page: keyset pagination on an index, as fast on page 2,000 as on page 1."""
 
+    async def delete_run(self, run_id: RunId) -> None:
+        """Remove every row of the run (run, tasks, edges, events, patches, approvals,
+        effects, evidence, its fork record) in one transaction. ``RunHeld`` while an
+        executor holds its lease (a live one), ``RunNotFound`` when there is no such run."""
+
     async def set_status(self, run_id: RunId, status: RunStatus, verdict: JSON = None) -> None:
         """Set a non-terminal status (``running``, ``waiting``) and checkpoint when quiescent."""
 

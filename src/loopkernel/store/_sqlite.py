@@ -80,7 +80,7 @@ from loopkernel.store._codec import (
     with_done_seq,
 )
 from loopkernel.store._fork import Fork, fork_statements
-from loopkernel.store._lease import Fence, Holder, check_lease_seconds
+from loopkernel.store._lease import Fence, Holder, check_lease_seconds, run_held
 from loopkernel.store._protocol import (
     Claim,
     EffectRecord,
@@ -482,6 +482,32 @@ class SQLiteStore:
             (*params, limit),
         ).fetchall()
         return [self._info(db, tuple(r)) for r in rows]
+
+    @_guarded
+    async def delete_run(self, run_id: RunId) -> None:
+        if self._fence is not None:
+            raise UsageError(f"a store view fenced to run {self._fence.run_id} deletes no run")
+        with self._tx() as db:
+            row = db.execute(
+                "SELECT owner, lease_until, lease_epoch FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            if row is None:
+                raise RunNotFound(f"no run {run_id} in {self.path}", run_id=run_id)
+            now = time.time()
+            if row[0] is not None and row[1] is not None and row[1] > now:
+                raise run_held(run_id, row[0], row[1], int(row[2]), now)
+            tables = [
+                str(name)
+                for (name,) in db.execute(
+                    "SELECT m.name FROM sqlite_master m, pragma_table_info(m.name) c "
+                    "WHERE m.type = 'table' AND c.name = 'run_id' AND m.name != 'runs' "
+                    "ORDER BY m.name"
+                )
+            ]
+            for table in tables:  # every table that holds rows of runs, found, not listed
+                db.execute(f'DELETE FROM "{table}" WHERE run_id = ?', (run_id,))
+            db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
+        self._checkpoint_quietly()  # the .db alone stays a complete copy
 
     @_guarded
     async def token_hash(self, run_id: RunId) -> str:
