@@ -37,6 +37,7 @@ from loopkernel.errors import (
     ApprovalRefused,
     LeaseLost,
     RunHeld,
+    RunNotFound,
     StoreUnavailable,
     UsageError,
 )
@@ -90,8 +91,10 @@ __all__ = [
     "DEFAULT_LEASE_SECONDS",
     "DEFAULT_STORE_RETRY",
     "MAX_PAYLOAD_BYTES",
+    "PRUNED_BY_DEFAULT",
     "Client",
     "Inspection",
+    "Pruned",
     "check_payload",
 ]
 
@@ -124,6 +127,22 @@ def check_payload(payload: JSON) -> None:
         raise UsageError(
             f"an approval payload may have at most {MAX_PAYLOAD_BYTES} bytes of JSON, not {size}"
         )
+
+
+PRUNED_BY_DEFAULT: frozenset[RunStatus] = frozenset(TERMINAL_RUN)
+"""What ``prune`` and retention delete unless told otherwise: finished runs only."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Pruned:
+    """What ``Client.prune`` did."""
+
+    deleted: tuple[RunId, ...]
+    """The runs deleted (or, with ``dry_run``, that would be)."""
+    held: tuple[RunId, ...]
+    """Old enough, but an executor holds them: kept."""
+    dry_run: bool
+    """Nothing was deleted."""
 
 
 def _rid(run_id: str) -> RunId:
@@ -711,3 +730,48 @@ class Client:
         if not isinstance(self.store, SQLiteStore):
             raise UsageError("export is implemented for the SQLite store")
         self.store.export_sync(_rid(run_id), to)
+
+    async def delete(self, run_id: str) -> None:
+        """Remove every row of the run in one transaction (``Store.delete_run``):
+        ``RunHeld`` while an executor holds it, ``RunNotFound`` if there is none."""
+        await self.store.delete_run(_rid(run_id))
+
+    async def prune(
+        self,
+        older_than: float,
+        *,
+        statuses: Collection[RunStatus] = PRUNED_BY_DEFAULT,
+        dry_run: bool = False,
+        now: float | None = None,
+    ) -> Pruned:
+        """Delete the runs in ``statuses`` (default: the finished ones) whose last change
+        (``updated_at``) is more than ``older_than`` seconds ago. A run an executor holds
+        is kept and named in ``held``. ``dry_run``: delete nothing, name what would go."""
+        if not older_than >= 0:
+            raise UsageError(f"older_than must be seconds >= 0, not {older_than!r}")
+        cutoff = (time.time() if now is None else now) - older_than
+        deleted: list[RunId] = []
+        held: list[RunId] = []
+        for status in sorted(set(statuses), key=lambda s: s.value):
+            # created_at <= updated_at: only runs created before the cutoff can be old enough
+            before: tuple[float, str] = (cutoff, "")
+            while True:
+                page = await self.store.list_runs(500, status=status, before=before)
+                for info in page:
+                    if info.updated_at >= cutoff:
+                        continue
+                    if dry_run:
+                        deleted.append(info.run_id)
+                        continue
+                    try:
+                        await self.store.delete_run(info.run_id)
+                    except RunHeld:
+                        held.append(info.run_id)
+                    except RunNotFound:
+                        continue  # deleted meanwhile by someone else
+                    else:
+                        deleted.append(info.run_id)
+                if len(page) < 500:
+                    break
+                before = (page[-1].created_at, page[-1].run_id)
+        return Pruned(deleted=tuple(deleted), held=tuple(held), dry_run=dry_run)

@@ -262,14 +262,32 @@ async def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 async def cmd_runs(args: argparse.Namespace) -> int:
+    import time
+
+    from loopkernel.cli._housekeeping import age
+
     async with Client(args.db, create=False) as client:
         status = None if args.status is None else RunStatus(args.status)
-        found = await client.list_runs(args.limit, status=status, app=args.app)
-        for info in found:
+        before = None
+        if args.before is not None:
+            last = await client.info(args.before)
+            before = (last.created_at, str(last.run_id))
+        found = await client.list_runs(args.limit, status=status, app=args.app, before=before)
+        now = time.time()
+        shown = [info for info in found if args.since is None or info.created_at >= args.since]
+        for info in shown:
             counts = " ".join(f"{k}={v}" for k, v in sorted(info.task_counts.items()))
+            started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.created_at))
             print(
-                f"{info.run_id}  {info.app:<12} {info.status.value:<10} events={info.last_seq} "
-                f"{counts}"
+                f"{info.run_id}  {info.app:<12} {info.status.value:<10} {started} "
+                f"{age(now - info.created_at):>4} events={info.last_seq} {counts}".rstrip()
+            )
+        if len(found) == args.limit and len(shown) == len(found):
+            # stdout stays the list (for pipes); the next page's command goes to stderr
+            print(
+                f"(more: loopkernel{db_flag(args)} runs --before {found[-1].run_id}"
+                f"{' --limit ' + str(args.limit) if args.limit != 50 else ''})",
+                file=sys.stderr,
             )
         return 0
 
@@ -488,6 +506,19 @@ def build_parser(*, app_commands: bool = True) -> argparse.ArgumentParser:
         help="only runs in this status",
     )
     p.add_argument("--app", help="only runs of this app")
+    p.add_argument(
+        "--since",
+        type=_moment,
+        metavar="WHEN",
+        help="only runs started since WHEN: a date (2026-11-30, 2026-11-30T08:00) or an age "
+        "(7d, 12h)",
+    )
+    p.add_argument(
+        "--before",
+        type=run_id,
+        metavar="RUN",
+        help="the next page: runs started before RUN (the last one listed)",
+    )
 
     p = command("export", cmd_export, "write a consistent copy of one run to a new SQLite file")
     p.add_argument("run", type=run_id)
@@ -499,14 +530,25 @@ def build_parser(*, app_commands: bool = True) -> argparse.ArgumentParser:
         "loopkernel.cli._fork",
         "loopkernel.cli._gateway",
         "loopkernel.cli._web",
+        "loopkernel.cli._housekeeping",
     ):
         _add_optional(sub, module)
     for name in ("run", "resume", "worker", "serve"):
         if name in sub.choices:
             add_logging_flags(sub.choices[name])
+    if "serve" in sub.choices:  # serve's own module is the web's: retention joins it here
+        from loopkernel.cli._housekeeping import add_retention_flag
+
+        add_retention_flag(sub.choices["serve"])
     if app_commands:
         _add_app_commands(sub)
     return parser
+
+
+def _moment(text: str) -> float:
+    from loopkernel.cli._housekeeping import moment
+
+    return moment(text)
 
 
 def _command_word(raw: Sequence[str]) -> str | None:
@@ -602,6 +644,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             _require_database(args)
+            if args.retention is not None:
+                from loopkernel.cli._housekeeping import retention_thread
+
+                retention_thread(args.db, args.retention)
         if asyncio.iscoroutinefunction(func):
             return int(asyncio.run(func(args)))
         return int(func(args))

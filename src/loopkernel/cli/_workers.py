@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import signal
 import sys
@@ -55,7 +56,18 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.stop)
-        await worker.serve()
+        retention = None
+        if args.retention is not None:
+            from loopkernel.cli._housekeeping import retain_forever
+
+            retention = asyncio.create_task(retain_forever(Client(store=store), args.retention))
+        try:
+            await worker.serve()
+        finally:
+            if retention is not None:
+                retention.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await retention
     finally:
         await store.close()
     return 0
@@ -165,6 +177,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="also run this app (a name or module:attribute); repeatable. Without it a "
         "worker runs only installed apps (entry points); a run of any other app fails",
     )
+    from loopkernel.cli._housekeeping import add_retention_flag
+
+    add_retention_flag(p)
 
     p = command("submit", cmd_submit, "start a run for the workers; print its id and token")
     add_app_arguments(p)
