@@ -98,10 +98,8 @@ def _report(pruned: Pruned, out: Callable[[str], None]) -> None:
         out(f"{verb} run {run}")
     for run in pruned.held:
         out(f"kept run {run}: an executor holds it")
-    out(
-        f"{len(pruned.deleted)} run(s) {verb}"
-        + (f", {len(pruned.held)} kept" if pruned.held else "")
-    )
+    kept = f", kept {len(pruned.held)} held by an executor" if pruned.held else ""
+    out(f"{verb} {len(pruned.deleted)} run(s){kept}")
 
 
 async def cmd_prune(args: argparse.Namespace) -> int:

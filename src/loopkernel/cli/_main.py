@@ -236,7 +236,7 @@ async def cmd_decide(args: argparse.Namespace) -> int:
         print(
             f"{args.decision} journaled for task {args.task} of run {args.run} "
             f"(event #{event.seq}); a live executor or a worker picks it up, "
-            f"else: loopkernel resume {args.run}"
+            f"else: {resume_command(args, args.run)}"
         )
         return 0
 
