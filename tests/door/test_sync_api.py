@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-import textwrap
 import threading
 from pathlib import Path
 from typing import Any
@@ -68,7 +67,7 @@ def test_inside_a_running_event_loop_it_does_not_deadlock(tmp_path: Path) -> Non
     async def notebook_cell() -> tuple[str, str, list[str]]:
         asyncio.get_running_loop()  # a loop runs in this thread, as in a notebook
         with sync.Client(db) as client:
-            started, outcome = client.run_app("lk_testapps:gate", run_id="nb")
+            _, outcome = client.run_app("lk_testapps:gate", run_id="nb")
             client.decide("nb", "gate", "reject", local=True)
             after = client.execute("nb")
             runs = [r.run_id for r in client.list_runs()]
@@ -201,4 +200,3 @@ def test_a_cancelled_sync_worker_is_discarded_and_its_thread_runs_to_its_end(
     assert status is RunStatus.SUCCEEDED
     assert tasks["slow"]["state"] == "cancelled" and tasks["slow"]["result"] is None
     assert tasks["fast"]["result"] == "first"
-

@@ -379,6 +379,10 @@ def setup_logging(args: argparse.Namespace) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, level_name.upper()))
+    if not verbose and getattr(args, "log_level", None) is None:
+        # "Loop ... that handles pid N is closed": a tool server that exits after the
+        # command's loop has closed (Ctrl-C) is no news; asyncio's errors still show
+        logging.getLogger("asyncio").setLevel(logging.ERROR)
 
 
 def add_logging_flags(p: argparse.ArgumentParser, *, top: bool = False) -> None:
@@ -740,14 +744,16 @@ def extra_for(module: str) -> str | None:
         reqs = requires("loopkernel") or []
     except PackageNotFoundError:
         return None
+    found: list[str] = []
     for req in reqs:
         m = re.match(r"^\s*([A-Za-z0-9_.-]+).*extra\s*==\s*['\"]([^'\"]+)['\"]", req)
         if m is None or m.group(2) in ("dev", "bench", "local-model"):
             continue
         dist = m.group(1).lower()
         if top in (dist.replace("-", "_"), dist.split("-")[0]):
-            return m.group(2)
-    return None
+            found.append(m.group(2))
+    # jsonschema is in two extras: the runtime's (tools) before the gateway's (models)
+    return min(found, key=lambda extra: (extra != "tools", extra), default=None)
 
 
 def missing_extra(extra: str, exc: ImportError) -> str:
