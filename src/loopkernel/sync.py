@@ -43,7 +43,7 @@ from loopkernel.errors import UsageError
 
 if TYPE_CHECKING:
     from loopkernel.client import Client as AsyncClient
-    from loopkernel.client import Inspection
+    from loopkernel.client import Inspection, Pruned
     from loopkernel.executor import RunOutcome, StartedRun
     from loopkernel.executor._kernel import Observer
     from loopkernel.graph import JSON, Event, RunStatus, Task
@@ -320,3 +320,20 @@ class Client:
 
     def fork(self, run_id: str, *, at: int, new_run_id: str | None = None) -> StartedRun:
         return self.run(lambda c: c.fork(run_id, at=at, new_run_id=new_run_id))
+
+    def delete(self, run_id: str) -> None:
+        """Remove every row of the run (``Client.delete``)."""
+        self.run(lambda c: c.delete(run_id))
+
+    def prune(
+        self,
+        older_than: float,
+        *,
+        statuses: Collection[RunStatus] | None = None,
+        dry_run: bool = False,
+    ) -> Pruned:
+        """Delete runs not changed for ``older_than`` seconds (``Client.prune``)."""
+        from loopkernel.client import PRUNED_BY_DEFAULT
+
+        chosen = PRUNED_BY_DEFAULT if statuses is None else statuses
+        return self.run(lambda c: c.prune(older_than, statuses=chosen, dry_run=dry_run))
