@@ -389,18 +389,25 @@ class Client:
             )
         )
         beat = asyncio.create_task(self._heartbeat(claim, run, lease_seconds, lost))
+        down = False
         try:
             return await run
         except asyncio.CancelledError:
             if lost and run.cancelled():
                 raise lost[0] from None
             raise
+        except StoreUnavailable:
+            down = True
+            raise
         finally:
             beat.cancel()
             _HELD.discard(held)
-            # If the store is down, the lease runs out (or this machine sees its holder gone).
-            with contextlib.suppress(StoreUnavailable):
-                await self.store.release(rid, claim.epoch)
+            # If the store is down, the lease runs out (or this machine sees its holder
+            # gone; the retry takes its own lease back at once): trying to give it back
+            # would wait one more busy timeout, past the --store-retry bound.
+            if not down:
+                with contextlib.suppress(StoreUnavailable):
+                    await self.store.release(rid, claim.epoch)
 
     async def _acquire(self, rid: RunId, lease_seconds: float) -> Claim:
         """The run's lease, taken over at once from a holder that died on this machine."""

@@ -323,3 +323,45 @@ def test_verbose_and_log_level_are_taken_where_the_issue_asks() -> None:
         args = parser.parse_args(argv)
         assert isinstance(args, argparse.Namespace)
         assert args.verbose or args.log_level, argv
+
+
+def test_store_retry_is_a_bound_on_the_total(tmp_path: Path) -> None:
+    """Each attempt waits up to the busy timeout for the lock: the retries stop where the
+    next attempt could not end within ``store_retry`` (not at a deadline each attempt
+    may overrun by a busy timeout). Counted from the schedule the client followed."""
+    import asyncio
+    import sqlite3
+
+    from loopkernel import SQLiteStore
+    from loopkernel.client import Client
+    from loopkernel.errors import StoreUnavailable
+
+    db = tmp_path / "runs.db"
+    busy, bound = 0.5, 2.0
+    pauses: list[float] = []
+
+    async def go() -> str:
+        store = SQLiteStore(db, busy_timeout=busy)
+        await store.open()
+        try:
+            client = Client(store=store)
+            _, started = await client.start("lk_testapps:gate", run_id="g")
+            locker = sqlite3.connect(db, isolation_level=None, timeout=30)
+            locker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+            try:
+                with pytest.raises(StoreUnavailable) as caught:
+                    await client.execute(
+                        started.run_id, store_retry=bound, on_retry=lambda e, p: pauses.append(p)
+                    )
+            finally:
+                locker.execute("ROLLBACK")
+                locker.close()
+            return str(caught.value)
+        finally:
+            await store.close()
+
+    message = asyncio.run(go())
+    assert "gave up after 2 s of retries" in message
+    attempts = len(pauses) + 1
+    assert attempts >= 2  # it did retry
+    assert attempts * busy + sum(pauses) <= bound + 0.05, (attempts, pauses)

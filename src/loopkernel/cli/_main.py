@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import shlex
 import sys
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -149,8 +151,11 @@ async def cmd_run(args: argparse.Namespace) -> int:
     # they are stopped on every way out that did not hand them to the run.
     async with client.start_tool_servers(app, params) as servers:
         await servers.spawned()
-        async with client:
+        await open_retrying(client, args)
+        try:
             return await _run(client, args, servers)
+        finally:
+            await client.store.close()
 
 
 async def _run(client: Client, args: argparse.Namespace, servers: StartedServers) -> int:
@@ -176,8 +181,32 @@ async def _run(client: Client, args: argparse.Namespace, servers: StartedServers
     return await _finish(client, outcome, args, started.token)
 
 
+async def open_retrying(client: Client, args: argparse.Namespace, run: str | None = None) -> None:
+    """Open the store, retrying one that does not answer (a write lock held, a server
+    down) within ``--store-retry`` seconds in total, as ``Client.execute`` does."""
+    deadline = time.monotonic() + args.store_retry
+    delay, on_retry = 0.05, _retrying(args)
+    wait = float(getattr(client.store, "busy_timeout", 0.0) or 0.0)
+    while True:
+        try:
+            await client.store.open()
+            return
+        except StoreUnavailable as exc:
+            now = time.monotonic()
+            left = deadline - now
+            if left <= 0 or now + min(delay, left) + wait > deadline + 0.05:
+                attrs = {**exc.attrs, **({"run_id": run} if run else {})}
+                raise StoreUnavailable(exc.message, **attrs) from exc
+            on_retry(exc, min(delay, left))
+            await asyncio.sleep(min(delay, left))
+            delay = min(delay * 2, 2.0)
+
+
 def _retrying(args: argparse.Namespace) -> Callable[[StoreUnavailable, float], None]:
     """Say, once, that the store is being retried (the run is not stuck, it waits)."""
+    known: Callable[[StoreUnavailable, float], None] | None = getattr(args, "on_retry", None)
+    if known is not None:  # one line per command, whether opening or executing retried
+        return known
     said = False
 
     def on_retry(exc: StoreUnavailable, delay: float) -> None:
@@ -190,6 +219,7 @@ def _retrying(args: argparse.Namespace) -> Callable[[StoreUnavailable, float], N
             )
             said = True
 
+    args.on_retry = on_retry
     return on_retry
 
 
@@ -209,7 +239,9 @@ async def cmd_demo(args: argparse.Namespace) -> int:
 async def cmd_resume(args: argparse.Namespace) -> int:
     client = Client(args.db, create=False)
     check_keep_finished(client.store, args.keep_finished)  # before the store is opened
-    async with client:
+    await open_retrying(client, args, args.run)
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(client.store.close)
         progress = None if args.quiet or args.json else Progress(sys.stdout)
         outcome = await client.execute(
             args.run,
@@ -262,8 +294,6 @@ async def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 async def cmd_runs(args: argparse.Namespace) -> int:
-    import time
-
     from loopkernel.cli._housekeeping import age
 
     async with Client(args.db, create=False) as client:
