@@ -200,3 +200,18 @@ def test_a_cancelled_sync_worker_is_discarded_and_its_thread_runs_to_its_end(
     assert status is RunStatus.SUCCEEDED
     assert tasks["slow"]["state"] == "cancelled" and tasks["slow"]["result"] is None
     assert tasks["fast"]["result"] == "first"
+
+
+def test_the_example_of_docs_operations_runs_as_written(tmp_path: Path) -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs/operations.md").read_text()
+    block = text.split("```python\n", 1)[1].split("```", 1)[0]
+    out = subprocess.run(
+        [sys.executable, "-c", block],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["succeeded", "cancelled"]
