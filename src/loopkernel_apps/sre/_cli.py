@@ -75,13 +75,19 @@ def cmd_collect(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists():
         raise UsageError(f"{out} exists; give a new directory to --out")
-    summary = collect(
-        out,
-        namespaces=args.namespace,
-        kubeconfig=args.kubeconfig,
-        context=args.context,
-        progress=lambda line: print(line, file=sys.stderr, flush=True),
-    )
+    import os
+
+    umask = os.umask(0o077)  # a cluster's logs and objects: folders 0700, files 0600
+    try:
+        summary = collect(
+            out,
+            namespaces=args.namespace,
+            kubeconfig=args.kubeconfig,
+            context=args.context,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+    finally:
+        os.umask(umask)
     print(f"dump written to {out}: {summary}")
     return 0
 
