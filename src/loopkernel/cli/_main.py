@@ -397,11 +397,27 @@ class _OneLine(logging.Formatter):
         return f"loopkernel: {record.name}: {one_line(record.getMessage())}"
 
 
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """A handler writing to whatever ``sys.stderr`` is when a record comes (a test's
+    capture, a redirect made after start-up), never to a stream closed since."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 def setup_logging(args: argparse.Namespace) -> None:
     """Libraries' warnings as one line each; ``--verbose`` / ``--log-level`` for more."""
     verbose = bool(getattr(args, "verbose", False))
     level_name = getattr(args, "log_level", None) or ("info" if verbose else "warning")
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr()
     if verbose:
         handler.setFormatter(logging.Formatter("loopkernel: %(levelname)s %(name)s: %(message)s"))
     else:
