@@ -365,3 +365,19 @@ def test_store_retry_is_a_bound_on_the_total(tmp_path: Path) -> None:
     attempts = len(pauses) + 1
     assert attempts >= 2  # it did retry
     assert attempts * busy + sum(pauses) <= bound + 0.05, (attempts, pauses)
+
+
+def test_a_printed_command_never_repeats_a_database_password() -> None:
+    from loopkernel.cli._main import resume_command
+
+    url = "postgresql://ops:s3cret@db.internal:5432/runs?sslmode=require"
+    line = resume_command(argparse.Namespace(db=url), "r1")
+    assert "s3cret" not in line
+    assert line == (
+        "loopkernel --db 'postgresql://ops:PASSWORD@db.internal:5432/runs?sslmode=require' "
+        "resume r1"
+    )
+    assert resume_command(argparse.Namespace(db="/tmp/a b.db"), "r1") == (
+        "loopkernel --db '/tmp/a b.db' resume r1"
+    )
+    assert resume_command(argparse.Namespace(db=None), "r1") == "loopkernel resume r1"

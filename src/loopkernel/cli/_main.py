@@ -763,7 +763,18 @@ def resume_command(args: argparse.Namespace, run: str) -> str:
 def db_flag(args: argparse.Namespace) -> str:
     """`` --db DB`` when the command line named one, else nothing."""
     db = getattr(args, "db", None)
-    return "" if db is None else f" --db {shlex.quote(str(db).removeprefix('sqlite:///'))}"
+    if db is None:
+        return ""
+    text = str(db).removeprefix("sqlite:///")
+    if "://" in text:  # a URL's password is not printed again: the line is a hint, not a secret
+        from urllib.parse import urlsplit, urlunsplit
+
+        parts = urlsplit(text)
+        if parts.password is not None:
+            netloc = f"{parts.username or ''}:PASSWORD@{parts.hostname or ''}"
+            netloc += f":{parts.port}" if parts.port else ""
+            text = urlunsplit(parts._replace(netloc=netloc))
+    return f" --db {shlex.quote(text)}"
 
 
 def _require_database(args: argparse.Namespace) -> None:
