@@ -26,7 +26,7 @@ from datetime import datetime
 from loopkernel.cli._args import run_id
 from loopkernel.cli._main import HELD, USAGE, Handler
 from loopkernel.client import PRUNED_BY_DEFAULT, Client, Pruned
-from loopkernel.errors import RunHeld, RunNotFound
+from loopkernel.errors import RunHeld, RunNotFound, StoreUnavailable
 from loopkernel.graph import RunStatus
 
 __all__ = ["add_parser", "age", "duration", "moment", "retain_forever", "retention_thread"]
@@ -115,7 +115,12 @@ async def retain_forever(
     """Prune the finished runs older than ``retention`` now and every ``every`` seconds,
     until cancelled; each pruning that deletes something says so in one line on stderr."""
     while True:
-        pruned = await client.prune(retention)
+        try:
+            pruned = await client.prune(retention)
+        except StoreUnavailable as exc:  # a fault that passes: the next round tries again
+            print(f"loopkernel: retention skipped: {exc}", file=sys.stderr, flush=True)
+            await asyncio.sleep(every)
+            continue
         if pruned.deleted or pruned.held:
             print(
                 f"loopkernel: retention {age(retention)}: {len(pruned.deleted)} run(s) deleted"
