@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from lk_helpers import LOOPKERNEL, ROOT, cli_env
-from loopkernel.cli._main import build_parser, setup_logging
+from loopkernel.cli._door import setup_logging
+from loopkernel.cli._main import build_parser
 
 pytestmark = pytest.mark.slow
 
@@ -368,7 +369,7 @@ def test_store_retry_is_a_bound_on_the_total(tmp_path: Path) -> None:
 
 
 def test_a_printed_command_never_repeats_a_database_password() -> None:
-    from loopkernel.cli._main import resume_command
+    from loopkernel.cli._door import resume_command
 
     url = "postgresql://ops:s3cret@db.internal:5432/runs?sslmode=require"
     line = resume_command(argparse.Namespace(db=url), "r1")

@@ -24,12 +24,12 @@ import sys
 import time
 
 from loopkernel.cli._args import count, positive, run_id
+from loopkernel.cli._door import db_flag
 from loopkernel.cli._main import (
     EXIT_CODES,
     Handler,
     add_app_arguments,
     check_app_arguments,
-    db_flag,
     start_run,
 )
 from loopkernel.client import Client
