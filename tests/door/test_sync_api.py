@@ -215,3 +215,37 @@ def test_the_example_of_docs_operations_runs_as_written(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["succeeded", "cancelled"]
+
+
+INTERRUPTED = """
+import sys
+from loopkernel import sync
+
+def watch(event, state, record):
+    if event.kind.value == "task_completed" and event.task_id == "a":
+        print("a done", flush=True)  # b hangs now: its first attempt never ends
+
+with sync.Client({db!r}) as client:
+    started = client.start("lk_workers:relay", overrides={{"hang": "b"}}, run_id="hc")
+    try:
+        client.execute("hc", observer=watch)
+    except KeyboardInterrupt:
+        print("interrupted", client.info("hc").status.value, flush=True)
+    print("resumed", client.execute("hc").status.value, flush=True)
+"""
+
+
+def test_ctrl_c_in_a_sync_call_unwinds_the_run_and_leaves_it_resumable(tmp_path: Path) -> None:
+    import signal
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPTED.format(db=str(tmp_path / "runs.db"))],
+        env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "a done\n"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    # the run stayed resumable (running, its lease given back): the same process resumes it
+    assert out.splitlines() == ["interrupted running", "resumed succeeded"], (out, err)
