@@ -275,16 +275,16 @@ def test_a_library_warning_is_one_line_and_verbose_shows_all_of_it() -> None:
             try:
                 raise ConnectionError("connection refused\nIs the server running?")
             except ConnectionError:
-                logging.getLogger("psycopg.pool").warning(
+                logging.getLogger("lk_test.pool").warning(
                     "error connecting in 'pool-1':\n  attempt 1\n  attempt 2", exc_info=True
                 )
-            logging.getLogger("psycopg.pool").info("a detail")
+            logging.getLogger("lk_test.pool").info("a detail")
         logging.getLogger().handlers.clear()
         return err.getvalue()
 
     quiet = emit(["runs"])
     assert quiet.splitlines() == [
-        "loopkernel: psycopg.pool: error connecting in 'pool-1': | attempt 1 | attempt 2"
+        "loopkernel: lk_test.pool: error connecting in 'pool-1': | attempt 1 | attempt 2"
     ]
     loud = emit(["run", "speculation", "--verbose"])
     assert "Traceback" in loud and "Is the server running?" in loud and "a detail" in loud

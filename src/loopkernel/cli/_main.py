@@ -160,11 +160,8 @@ async def cmd_run(args: argparse.Namespace) -> int:
     # they are stopped on every way out that did not hand them to the run.
     async with client.start_tool_servers(app, params) as servers:
         await servers.spawned()
-        await open_retrying(client, args)
-        try:
+        async with client:  # a store that does not answer before the run exists: exit 8 now
             return await _run(client, args, servers)
-        finally:
-            await client.store.close()
 
 
 async def _run(client: Client, args: argparse.Namespace, servers: StartedServers) -> int:
