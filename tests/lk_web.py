@@ -94,7 +94,22 @@ class Served:
         return httpx.Client(base_url=self.url, timeout=30, **kw)
 
 
+def ensure_database(db: str) -> None:
+    """An empty LoopKernel database at ``db`` if nothing is there: ``serve`` reads an
+    existing one and never creates it (a mistyped ``--db`` exits 9, docs/cli.md)."""
+    from loopkernel.store import open_store
+
+    async def create() -> None:
+        store = open_store(db)
+        await store.open()
+        await store.close()
+
+    if "://" not in db and not Path(db).exists():
+        asyncio.run(create())
+
+
 def start_server(db: str, tmp_path: Path, *extra: str) -> Served:
+    ensure_database(db)
     token_file = tmp_path / "operator-token"
     token_file.write_text(OPERATOR_TOKEN + "\n")
     proc = subprocess.Popen(

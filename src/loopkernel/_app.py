@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from loopkernel.errors import UsageError
-from loopkernel.executor import PatchGuard, ToolCaller, Worker
+from loopkernel.executor import PatchGuard, TaskContext, ToolCaller, Worker
 from loopkernel.graph import JSON
 from loopkernel.planner import Flow, Planner
 from loopkernel.store import Store
@@ -116,8 +116,9 @@ class AppParts:
 
     planner: Planner
     """Answers the run's events."""
-    workers: Mapping[str, Worker]
-    """The worker registry: the authority surface of the run."""
+    workers: Mapping[str, Worker | Callable[[TaskContext], Any]]
+    """The worker registry: the authority surface of the run (``async def`` workers, or
+    plain ``def`` ones, which the kernel runs in a thread)."""
     tool_layer: Callable[[Store], ToolCaller] | None = None
     """Builds the run's tool layer from the run's store (a ``ToolLayer`` journals its
     effects there), if the app calls tools."""

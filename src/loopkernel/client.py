@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import json
 import os
 import secrets
 import time
@@ -37,6 +38,7 @@ from loopkernel.errors import (
     ApprovalRefused,
     LeaseLost,
     RunHeld,
+    RunNotFound,
     StoreUnavailable,
     UsageError,
 )
@@ -87,7 +89,16 @@ if TYPE_CHECKING:
     from loopkernel.models import ModelLayer
     from loopkernel.tools import StartedServers, ToolSource
 
-__all__ = ["DEFAULT_LEASE_SECONDS", "DEFAULT_STORE_RETRY", "Client", "Inspection"]
+__all__ = [
+    "DEFAULT_LEASE_SECONDS",
+    "DEFAULT_STORE_RETRY",
+    "MAX_PAYLOAD_BYTES",
+    "PRUNED_BY_DEFAULT",
+    "Client",
+    "Inspection",
+    "Pruned",
+    "check_payload",
+]
 
 DEFAULT_LEASE_SECONDS = 10.0
 """How long a local executor's lease lasts without a heartbeat (one every third of it):
@@ -97,6 +108,43 @@ DEFAULT_STORE_RETRY = 60.0
 
 _HELD: set[tuple[str, RunId]] = set()
 """Runs this process executes now: its own lease is never taken over from inside it."""
+
+
+MAX_PAYLOAD_BYTES = 64 * 1024
+"""The largest approval payload (its JSON, UTF-8) ``decide`` accepts."""
+
+
+def check_payload(payload: JSON) -> None:
+    """``UsageError`` unless an approval payload is ``None`` or a JSON object of at most
+    ``MAX_PAYLOAD_BYTES``: a task reads named fields of it (``by``, ``note`` ...)."""
+    if payload is None:
+        return
+    if not isinstance(payload, dict):
+        kind = {list: "an array", str: "a string", bool: "true or false"}.get(
+            type(payload), "a number"
+        )
+        raise UsageError(f"an approval payload must be a JSON object ({{...}}), not {kind}")
+    size = len(json.dumps(payload, separators=(",", ":")).encode())
+    if size > MAX_PAYLOAD_BYTES:
+        raise UsageError(
+            f"an approval payload may have at most {MAX_PAYLOAD_BYTES} bytes of JSON, not {size}"
+        )
+
+
+PRUNED_BY_DEFAULT: frozenset[RunStatus] = frozenset(TERMINAL_RUN)
+"""What ``prune`` and retention delete unless told otherwise: finished runs only."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Pruned:
+    """What ``Client.prune`` did."""
+
+    deleted: tuple[RunId, ...]
+    """The runs deleted (or, with ``dry_run``, that would be)."""
+    held: tuple[RunId, ...]
+    """Old enough, but an executor holds them: kept."""
+    dry_run: bool
+    """Nothing was deleted."""
 
 
 def _rid(run_id: str) -> RunId:
@@ -338,18 +386,25 @@ class Client:
             )
         )
         beat = asyncio.create_task(self._heartbeat(claim, run, lease_seconds, lost))
+        down = False
         try:
             return await run
         except asyncio.CancelledError:
             if lost and run.cancelled():
                 raise lost[0] from None
             raise
+        except StoreUnavailable:
+            down = True
+            raise
         finally:
             beat.cancel()
             _HELD.discard(held)
-            # If the store is down, the lease runs out (or this machine sees its holder gone).
-            with contextlib.suppress(StoreUnavailable):
-                await self.store.release(rid, claim.epoch)
+            # If the store is down, the lease runs out (or this machine sees its holder
+            # gone; the retry takes its own lease back at once): trying to give it back
+            # would wait one more busy timeout, past the --store-retry bound.
+            if not down:
+                with contextlib.suppress(StoreUnavailable):
+                    await self.store.release(rid, claim.epoch)
 
     async def _acquire(self, rid: RunId, lease_seconds: float) -> Claim:
         """The run's lease, taken over at once from a holder that died on this machine."""
@@ -635,6 +690,7 @@ class Client:
         """Journal a human's answer for a waiting task (``approve`` / ``reject``)."""
         rid = _rid(run_id)
         tid = TaskId(check_id(task_id, "task id"))
+        check_payload(payload)
         stored = await self.store.token_hash(rid)
         strict = stored.startswith(TOKEN_REQUIRED)
         if not local or strict or self.require_token:
@@ -822,3 +878,48 @@ class Client:
             },
             parent=info.trace,
         )
+
+    async def delete(self, run_id: str) -> None:
+        """Remove every row of the run in one transaction (``Store.delete_run``):
+        ``RunHeld`` while an executor holds it, ``RunNotFound`` if there is none."""
+        await self.store.delete_run(_rid(run_id))
+
+    async def prune(
+        self,
+        older_than: float,
+        *,
+        statuses: Collection[RunStatus] = PRUNED_BY_DEFAULT,
+        dry_run: bool = False,
+        now: float | None = None,
+    ) -> Pruned:
+        """Delete the runs in ``statuses`` (default: the finished ones) whose last change
+        (``updated_at``) is more than ``older_than`` seconds ago. A run an executor holds
+        is kept and named in ``held``. ``dry_run``: delete nothing, name what would go."""
+        if not older_than >= 0:
+            raise UsageError(f"older_than must be seconds >= 0, not {older_than!r}")
+        cutoff = (time.time() if now is None else now) - older_than
+        deleted: list[RunId] = []
+        held: list[RunId] = []
+        for status in sorted(set(statuses), key=lambda s: s.value):
+            # created_at <= updated_at: only runs created before the cutoff can be old enough
+            before: tuple[float, str] = (cutoff, "")
+            while True:
+                page = await self.store.list_runs(500, status=status, before=before)
+                for info in page:
+                    if info.updated_at >= cutoff:
+                        continue
+                    if dry_run:
+                        deleted.append(info.run_id)
+                        continue
+                    try:
+                        await self.store.delete_run(info.run_id)
+                    except RunHeld:
+                        held.append(info.run_id)
+                    except RunNotFound:
+                        continue  # deleted meanwhile by someone else
+                    else:
+                        deleted.append(info.run_id)
+                if len(page) < 500:
+                    break
+                before = (page[-1].created_at, page[-1].run_id)
+        return Pruned(deleted=tuple(deleted), held=tuple(held), dry_run=dry_run)

@@ -38,8 +38,8 @@ def test_ctrl_c_prints_the_resume_command_with_the_run_id(tmp_path: Path) -> Non
     proc.stdout.close()
     proc.stderr.close()
     assert proc.wait(30) == 130
-    assert (
-        err.strip().splitlines()[-1] == "loopkernel: interrupted; resume with: loopkernel resume hc"
+    assert err.strip().splitlines()[-1] == (
+        f"loopkernel: interrupted; resume with: loopkernel --db {db} resume hc"
     )
     assert "Traceback" not in err
 
@@ -59,7 +59,8 @@ def test_wait_names_the_waiting_task(tmp_path: Path) -> None:
     assert cli("--db", db, "run", "lk_testapps:gate", "--run-id", "g").returncode == 3
     out = cli("--db", db, "wait", "g")
     assert out.returncode == 3
-    assert "task gate: ship it?" in out.stdout and "loopkernel approve g gate" in out.stdout
+    assert "task gate: ship it?" in out.stdout
+    assert f"loopkernel --db {db} approve g gate" in out.stdout
     data = json.loads(cli("--db", db, "wait", "g", "--json").stdout)
     assert data["waiting"] == [{"task_id": "gate", "reason": "ship it?"}]
 

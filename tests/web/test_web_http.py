@@ -19,6 +19,7 @@ from lk_web import (
     OPERATOR_TOKEN,
     Served,
     csrf_of,
+    ensure_database,
     make_run,
     run_async,
     sse,
@@ -361,6 +362,7 @@ def test_live_streams_are_capped(db_path: Path, tmp_path: Path) -> None:
 def test_serve_refuses_bad_arguments_with_exit_2(tmp_path: Path) -> None:
     short = tmp_path / "short"
     short.write_text("abc")
+    ensure_database(str(tmp_path / "r.db"))  # a good database: only the token file is bad
     for args in (["--token-file", str(tmp_path / "missing")], ["--token-file", str(short)]):
         out = subprocess.run(
             [*LOOPKERNEL, "--db", str(tmp_path / "r.db"), "serve", "--port", "0", *args],

@@ -11,6 +11,7 @@ from loopkernel.graph import JSON
 from loopkernel.ids import RunId, TaskId, check_id
 
 __all__ = [
+    "approval_payload",
     "count",
     "json_value",
     "key_value",
@@ -69,6 +70,18 @@ def json_value(text: str) -> JSON:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+
+
+def approval_payload(text: str) -> JSON:
+    """An approval's payload: a JSON object of at most ``MAX_PAYLOAD_BYTES`` (UTF-8)."""
+    from loopkernel.client import check_payload
+
+    value = json_value(text)
+    try:
+        check_payload(value)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
 
 
 def key_value(text: str) -> tuple[str, str]:

@@ -22,15 +22,35 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shlex
 import sys
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from loopkernel._app import App, load_app
-from loopkernel.cli._args import count, json_value, max_events, run_id, setting, task_id, whole
+from loopkernel.cli._args import (
+    approval_payload,
+    count,
+    max_events,
+    run_id,
+    setting,
+    task_id,
+    whole,
+)
+from loopkernel.cli._door import (
+    Parser,
+    add_logging_flags,
+    db_flag,
+    extra_for,
+    missing_extra,
+    resume_command,
+    setup_logging,
+    version,
+)
 from loopkernel.cli._render import Progress, one_line, render_inspection
 from loopkernel.client import DEFAULT_STORE_RETRY, Client
 from loopkernel.errors import (
@@ -91,10 +111,10 @@ async def _finish(
             for task in waiting:
                 print(f"  {task.task_id}: {task.wait_reason}")
                 print(
-                    f"    loopkernel approve {outcome.run_id} {task.task_id} "
+                    f"    loopkernel{db_flag(args)} approve {outcome.run_id} {task.task_id} "
                     "[--payload JSON]   (or reject)"
                 )
-            print(f"  then: loopkernel resume {outcome.run_id}")
+            print(f"  then: {resume_command(args, outcome.run_id)}")
     return EXIT_CODES[outcome.status]
 
 
@@ -140,7 +160,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
     # they are stopped on every way out that did not hand them to the run.
     async with client.start_tool_servers(app, params) as servers:
         await servers.spawned()
-        async with client:
+        async with client:  # a store that does not answer before the run exists: exit 8 now
             return await _run(client, args, servers)
 
 
@@ -167,8 +187,32 @@ async def _run(client: Client, args: argparse.Namespace, servers: StartedServers
     return await _finish(client, outcome, args, started.token)
 
 
+async def open_retrying(client: Client, args: argparse.Namespace, run: str | None = None) -> None:
+    """Open the store, retrying one that does not answer (a write lock held, a server
+    down) within ``--store-retry`` seconds in total, as ``Client.execute`` does."""
+    deadline = time.monotonic() + args.store_retry
+    delay, on_retry = 0.05, _retrying(args)
+    wait = float(getattr(client.store, "busy_timeout", 0.0) or 0.0)
+    while True:
+        try:
+            await client.store.open()
+            return
+        except StoreUnavailable as exc:
+            now = time.monotonic()
+            left = deadline - now
+            if left <= 0 or now + min(delay, left) + wait > deadline + 0.05:
+                attrs = {**exc.attrs, **({"run_id": run} if run else {})}
+                raise StoreUnavailable(exc.message, **attrs) from exc
+            on_retry(exc, min(delay, left))
+            await asyncio.sleep(min(delay, left))
+            delay = min(delay * 2, 2.0)
+
+
 def _retrying(args: argparse.Namespace) -> Callable[[StoreUnavailable, float], None]:
     """Say, once, that the store is being retried (the run is not stuck, it waits)."""
+    known: Callable[[StoreUnavailable, float], None] | None = getattr(args, "on_retry", None)
+    if known is not None:  # one line per command, whether opening or executing retried
+        return known
     said = False
 
     def on_retry(exc: StoreUnavailable, delay: float) -> None:
@@ -181,6 +225,7 @@ def _retrying(args: argparse.Namespace) -> Callable[[StoreUnavailable, float], N
             )
             said = True
 
+    args.on_retry = on_retry
     return on_retry
 
 
@@ -200,7 +245,9 @@ async def cmd_demo(args: argparse.Namespace) -> int:
 async def cmd_resume(args: argparse.Namespace) -> int:
     client = Client(args.db, create=False)
     check_keep_finished(client.store, args.keep_finished)  # before the store is opened
-    async with client:
+    await open_retrying(client, args, args.run)
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(client.store.close)
         progress = None if args.quiet or args.json else Progress(sys.stdout)
         outcome = await client.execute(
             args.run,
@@ -227,7 +274,7 @@ async def cmd_decide(args: argparse.Namespace) -> int:
         print(
             f"{args.decision} journaled for task {args.task} of run {args.run} "
             f"(event #{event.seq}); a live executor or a worker picks it up, "
-            f"else: loopkernel resume {args.run}"
+            f"else: {resume_command(args, args.run)}"
         )
         return 0
 
@@ -253,14 +300,30 @@ async def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 async def cmd_runs(args: argparse.Namespace) -> int:
+    from loopkernel.cli._housekeeping import age
+
     async with Client(args.db, create=False) as client:
         status = None if args.status is None else RunStatus(args.status)
-        found = await client.list_runs(args.limit, status=status, app=args.app)
-        for info in found:
+        before = None
+        if args.before is not None:
+            last = await client.info(args.before)
+            before = (last.created_at, str(last.run_id))
+        found = await client.list_runs(args.limit, status=status, app=args.app, before=before)
+        now = time.time()
+        shown = [info for info in found if args.since is None or info.created_at >= args.since]
+        for info in shown:
             counts = " ".join(f"{k}={v}" for k, v in sorted(info.task_counts.items()))
+            started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.created_at))
             print(
-                f"{info.run_id}  {info.app:<12} {info.status.value:<10} events={info.last_seq} "
-                f"{counts}"
+                f"{info.run_id}  {info.app:<12} {info.status.value:<10} {started} "
+                f"{age(now - info.created_at):>4} events={info.last_seq} {counts}".rstrip()
+            )
+        if len(found) == args.limit and len(shown) == len(found):
+            # stdout stays the list (for pipes); the next page's command goes to stderr
+            print(
+                f"(more: loopkernel{db_flag(args)} runs --before {found[-1].run_id}"
+                f"{' --limit ' + str(args.limit) if args.limit != 50 else ''})",
+                file=sys.stderr,
             )
         return 0
 
@@ -312,10 +375,12 @@ def add_app_arguments(p: argparse.ArgumentParser) -> None:
 def build_parser(*, app_commands: bool = True) -> argparse.ArgumentParser:
     """The whole command line; ``app_commands=False`` leaves out the commands installed
     apps contribute (finding them reads every installed package's metadata)."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="loopkernel",
         description="A durable runtime for agentic AI: a task graph patched as it runs.",
     )
+    parser.add_argument("--version", action="version", version=f"loopkernel {version()}")
+    add_logging_flags(parser, top=True)
     parser.add_argument(
         "--db",
         default=None,
@@ -371,7 +436,12 @@ def build_parser(*, app_commands: bool = True) -> argparse.ArgumentParser:
         p = command(decision, cmd_decide, f"{decision} a waiting task (journals human_input)")
         p.add_argument("run", type=run_id)
         p.add_argument("task", type=task_id)
-        p.add_argument("--payload", type=json_value, default=None, help="JSON handed to the task")
+        p.add_argument(
+            "--payload",
+            type=approval_payload,
+            default=None,
+            help="a JSON object handed to the task (at most 64 KiB)",
+        )
         p.add_argument(
             "--token",
             help="the run's approval token; without it, access to the database is the "
@@ -408,6 +478,19 @@ def build_parser(*, app_commands: bool = True) -> argparse.ArgumentParser:
         help="only runs in this status",
     )
     p.add_argument("--app", help="only runs of this app")
+    p.add_argument(
+        "--since",
+        type=_moment,
+        metavar="WHEN",
+        help="only runs started since WHEN: a date (2026-11-30, 2026-11-30T08:00) or an age "
+        "(7d, 12h)",
+    )
+    p.add_argument(
+        "--before",
+        type=run_id,
+        metavar="RUN",
+        help="the next page: runs started before RUN (the last one listed)",
+    )
 
     p = command("export", cmd_export, "write a consistent copy of one run to a new SQLite file")
     p.add_argument("run", type=run_id)
@@ -419,11 +502,25 @@ def build_parser(*, app_commands: bool = True) -> argparse.ArgumentParser:
         "loopkernel.cli._fork",
         "loopkernel.cli._gateway",
         "loopkernel.cli._web",
+        "loopkernel.cli._housekeeping",
     ):
         _add_optional(sub, module)
+    for name in ("run", "resume", "worker", "serve"):
+        if name in sub.choices:
+            add_logging_flags(sub.choices[name])
+    if "serve" in sub.choices:  # serve's own module is the web's: retention joins it here
+        from loopkernel.cli._housekeeping import add_retention_flag
+
+        add_retention_flag(sub.choices["serve"])
     if app_commands:
         _add_app_commands(sub)
     return parser
+
+
+def _moment(text: str) -> float:
+    from loopkernel.cli._housekeeping import moment
+
+    return moment(text)
 
 
 def _command_word(raw: Sequence[str]) -> str | None:
@@ -514,8 +611,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             reexec_without_credentials()
         else:
             scrub()
+    setup_logging(args)
     func = args.func
     try:
+        if args.command == "serve":
+            _require_database(args)
+            if args.retention is not None:
+                from loopkernel.cli._housekeeping import retention_thread
+
+                retention_thread(args.db, args.retention)
         if asyncio.iscoroutinefunction(func):
             return int(asyncio.run(func(args)))
         return int(func(args))
@@ -547,15 +651,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LoopKernelError as exc:
         print(f"loopkernel: {type(exc).__name__}: {one_line(str(exc))}", file=sys.stderr)
         return 1
+    except ModuleNotFoundError as exc:
+        extra = extra_for(exc.name or "")
+        if extra is None:
+            raise
+        print(f"loopkernel: {missing_extra(extra, exc)}", file=sys.stderr)
+        return USAGE
     except BrokenPipeError:
         # The reader went away (``loopkernel runs | head``): stop quietly, as `cat` does.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return BROKEN_PIPE
     except KeyboardInterrupt:
-        run = getattr(args, "started", None) or getattr(args, "run", None)
-        if run is not None and args.command in ("run", "demo", "resume"):
-            print(f"loopkernel: interrupted; resume with: loopkernel resume {run}", file=sys.stderr)
+        run = getattr(args, "started", None)  # set by any command once its run exists
+        if run is None and args.command in ("run", "demo", "resume"):
+            run = getattr(args, "run", None)
+        if run is not None:
+            print(
+                f"loopkernel: interrupted; resume with: {resume_command(args, run)}",
+                file=sys.stderr,
+            )
         else:
             print("loopkernel: interrupted", file=sys.stderr)
         return 130
+
+
+def _require_database(args: argparse.Namespace) -> None:
+    """``NotADatabase`` (exit 9) unless ``--db`` names an existing LoopKernel database:
+    for commands that read one and must never create it (``serve``)."""
+
+    async def check() -> None:
+        async with Client(args.db, create=False):
+            pass
+
+    asyncio.run(check())

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -24,6 +25,7 @@ import sys
 import time
 
 from loopkernel.cli._args import count, positive, run_id
+from loopkernel.cli._door import db_flag
 from loopkernel.cli._main import (
     EXIT_CODES,
     Handler,
@@ -32,7 +34,7 @@ from loopkernel.cli._main import (
     start_run,
 )
 from loopkernel.client import Client
-from loopkernel.graph import TERMINAL_RUN, RunStatus
+from loopkernel.graph import TERMINAL_RUN, EventKind, RunStatus
 from loopkernel.store import open_store
 from loopkernel.worker import RunWorker, WorkerConfig, default_worker_id
 
@@ -58,7 +60,18 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.stop)
-        await worker.serve()
+        retention = None
+        if args.retention is not None:
+            from loopkernel.cli._housekeeping import retain_forever
+
+            retention = asyncio.create_task(retain_forever(Client(store=store), args.retention))
+        try:
+            await worker.serve()
+        finally:
+            if retention is not None:
+                retention.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await retention
     finally:
         await store.close()
     return 0
@@ -88,6 +101,10 @@ async def cmd_wait(args: argparse.Namespace) -> int:
                 break
             await asyncio.sleep(args.interval)
         waiting = await client.waiting(args.run) if info.status is RunStatus.WAITING else []
+        answered: set[str] = set()
+        if waiting:  # an approval journaled that no executor has taken up yet
+            loaded = await client.store.load_run(info.run_id)
+            answered = {str(e.task_id) for e in loaded.unplanned if e.kind is EventKind.HUMAN_INPUT}
     if args.json:
         print(
             json.dumps(
@@ -95,7 +112,14 @@ async def cmd_wait(args: argparse.Namespace) -> int:
                     "run_id": info.run_id,
                     "status": info.status.value,
                     "verdict": info.verdict,
-                    "waiting": [{"task_id": t.task_id, "reason": t.wait_reason} for t in waiting],
+                    "waiting": [
+                        {
+                            "task_id": t.task_id,
+                            "reason": t.wait_reason,
+                            **({"answered": True} if t.task_id in answered else {}),
+                        }
+                        for t in waiting
+                    ],
                 }
             )
         )
@@ -103,11 +127,19 @@ async def cmd_wait(args: argparse.Namespace) -> int:
         print(f"run {info.run_id}: {info.status.value}")
         if info.verdict is not None:
             print(f"verdict: {json.dumps(info.verdict)}")
+        db = db_flag(args)
         for task in waiting:
+            if task.task_id in answered:
+                print(
+                    f"task {task.task_id}: answered, not taken up yet: a worker picks it up "
+                    f"if the run was submitted; else: loopkernel{db} resume {info.run_id}"
+                )
+                continue
             print(
                 f"waiting for a human: task {task.task_id}: {task.wait_reason}\n"
-                f"  loopkernel approve {info.run_id} {task.task_id} (or reject); "
-                "a worker picks it up"
+                f"  loopkernel{db} approve {info.run_id} {task.task_id} (or reject); then a "
+                f"worker picks it up if the run was submitted, else: loopkernel{db} resume "
+                f"{info.run_id}"
             )
     return EXIT_CODES[info.status]
 
@@ -149,6 +181,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="also run this app (a name or module:attribute); repeatable. Without it a "
         "worker runs only installed apps (entry points); a run of any other app fails",
     )
+    from loopkernel.cli._housekeeping import add_retention_flag
+
+    add_retention_flag(p)
 
     p = command("submit", cmd_submit, "start a run for the workers; print its id and token")
     add_app_arguments(p)

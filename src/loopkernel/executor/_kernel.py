@@ -27,7 +27,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loopkernel import telemetry
 from loopkernel._hooks import crashpoint
@@ -176,7 +176,7 @@ class Kernel:
         self,
         store: Store,
         planner: Planner,
-        workers: Mapping[str, Worker],
+        workers: Mapping[str, Callable[[TaskContext], Any]],
         *,
         tools: ToolCaller | None = None,
         models: ModelCaller | None = None,
@@ -190,13 +190,15 @@ class Kernel:
         """``keep_finished``: keep at most about this many succeeded tasks in memory and
         read older ones back from the store when a planner or a worker asks for them, so
         that a long run's memory stays flat (docs/performance.md, "Memory"). ``None``
-        (the default) keeps every task. Needs a store that reads synchronously (SQLite)."""
+        (the default) keeps every task. Needs a store that reads synchronously (SQLite).
+        ``workers``: ``async def`` callables, or plain ``def`` ones, which run in a thread
+        (``as_async_worker`` states how they are cancelled)."""
         if max_concurrency < 1:
             raise UsageError(f"max_concurrency must be at least 1, not {max_concurrency}")
         check_keep_finished(store, keep_finished)
         self.store = store
         self.planner = planner
-        self.workers = dict(workers)
+        self.workers = {skill: as_async_worker(skill, w) for skill, w in workers.items()}
         if isinstance(planner, Flow):
             planner.check_workers(self.workers)
         self.tools = tools
@@ -865,6 +867,46 @@ def proposal_note(
 
 async def _call(worker: Worker, ctx: TaskContext) -> JSON:
     return await worker(ctx)
+
+
+def _is_async(worker: object) -> bool:
+    """An ``async def`` function, a partial of one, or an object whose ``__call__`` is one."""
+    if inspect.iscoroutinefunction(worker):
+        return True
+    return inspect.iscoroutinefunction(type(worker).__call__)
+
+
+def as_async_worker(skill: str, worker: object) -> Worker:
+    """The worker as the executor awaits it. An async callable is kept as it is; a plain
+    ``def`` is run in a thread of the event loop's default executor (``asyncio.to_thread``),
+    so it never blocks the loop. A plain callable that returns an awaitable (a lambda that
+    calls an ``async def``) has it awaited on the loop. Anything that is not callable is a
+    ``UsageError`` here, at ``Kernel(...)``, not a failed run later.
+
+    Cancellation of a sync worker (a patch cancelled its task, the run was cancelled): its
+    task is cancelled on the loop at once and whatever the thread returns later is
+    discarded, never journaled; the thread itself cannot be interrupted and runs to its
+    end (``asyncio.run`` waits for it when the loop closes).
+    """
+    if not callable(worker):
+        raise UsageError(
+            f"worker for skill {skill!r} is a {type(worker).__name__}, not a callable "
+            "that takes the task's context"
+        )
+    if _is_async(worker):
+        return worker
+    sync: Callable[[TaskContext], object] = worker
+
+    async def threaded(ctx: TaskContext) -> JSON:
+        result = await asyncio.to_thread(sync, ctx)
+        if inspect.isawaitable(result):
+            return await result
+        return result
+
+    threaded.__name__ = getattr(worker, "__name__", skill)
+    threaded.__qualname__ = threaded.__name__
+    threaded.__wrapped__ = worker  # type: ignore[attr-defined]
+    return threaded
 
 
 async def _traced(tracer: Tracer, span: Span, worker: Worker, ctx: TaskContext) -> JSON:

@@ -20,6 +20,9 @@ from typing import Any
 
 __all__ = ["add_parser"]
 
+MAX_QUESTION = 2000
+"""The longest question ``investigate`` takes, in characters."""
+
 
 def add_parser(sub: Any) -> None:
     from loopkernel.cli import setting
@@ -37,6 +40,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--model", action="store_true", help="plan with a model through the gateway")
     p.add_argument("--run-id", help="the run id (default: a random one)")
+    p.set_defaults(started=None)
     p.add_argument(
         "--set",
         action="append",
@@ -71,13 +75,19 @@ def cmd_collect(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists():
         raise UsageError(f"{out} exists; give a new directory to --out")
-    summary = collect(
-        out,
-        namespaces=args.namespace,
-        kubeconfig=args.kubeconfig,
-        context=args.context,
-        progress=lambda line: print(line, file=sys.stderr, flush=True),
-    )
+    import os
+
+    umask = os.umask(0o077)  # a cluster's logs and objects: folders 0700, files 0600
+    try:
+        summary = collect(
+            out,
+            namespaces=args.namespace,
+            kubeconfig=args.kubeconfig,
+            context=args.context,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+    finally:
+        os.umask(umask)
     print(f"dump written to {out}: {summary}")
     return 0
 
@@ -100,11 +110,18 @@ async def cmd_investigate(args: argparse.Namespace) -> int:
     for key in ("question", "dump", "namespace", "model"):
         if key in overrides:
             raise UsageError(f"give {key} as its own argument, not with --set")
+    if len(args.question) > MAX_QUESTION:
+        raise UsageError(f"the question may have at most {MAX_QUESTION} characters")
     overrides.update(
         question=args.question, dump=str(dump), namespace=args.namespace, model=args.model
     )
+    from loopkernel import load_app
+
+    app = load_app("sre")  # bad --set values and a missing extra: before a database exists
+    app.build(app.params(None, overrides))
     async with Client(getattr(args, "db", None)) as client:
         _, started = await client.start("sre", overrides=overrides, run_id=args.run_id)
+        args.started = started.run_id  # Ctrl-C prints the resume command
         print(f"run {started.run_id} started in {client.store.url}", file=sys.stderr)
         outcome = await client.execute(started.run_id, observer=Progress(sys.stderr))
         if outcome.status is not RunStatus.SUCCEEDED:

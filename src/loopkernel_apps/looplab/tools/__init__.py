@@ -124,7 +124,10 @@ def build_host(directory: str | os.PathLike[str], run: str | None = None) -> Too
     """The looplab tool set keeping its files under ``directory``."""
     host = ToolHost.from_file(DEFS)
     base = Path(directory)
-    base.mkdir(parents=True, exist_ok=True)
+    existed = base.is_dir()
+    base.mkdir(mode=0o700, parents=True, exist_ok=True)  # mode is masked by the umask:
+    if not existed:
+        base.chmod(0o700)  # a folder of run data is the owner's only, whatever the umask
     ledgers: dict[tuple[str, str], KeyLedger] = {}
 
     def run_of(call: CallInfo) -> str:

@@ -1,0 +1,274 @@
+"""Run housekeeping: ``delete``, ``prune``, retention for ``worker`` / ``serve``, and
+``completion`` (docs/operations.md).
+
+::
+
+    loopkernel delete RUN [RUN ...]                    # every row of each run, at once
+    loopkernel prune --older-than 30d [--status failed]... [--dry-run]
+    loopkernel worker --retention 30d                  # prunes finished runs every hour
+    source <(loopkernel completion bash)
+
+A run an executor holds (a live lease) is never deleted: ``delete`` exits 7 naming the
+holder, ``prune`` keeps it and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+from loopkernel.cli._args import run_id
+from loopkernel.cli._main import HELD, USAGE, Handler
+from loopkernel.client import PRUNED_BY_DEFAULT, Client, Pruned
+from loopkernel.errors import RunHeld, RunNotFound, StoreUnavailable
+from loopkernel.graph import RunStatus
+
+__all__ = ["add_parser", "age", "duration", "moment", "retain_forever", "retention_thread"]
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+RETENTION_EVERY = 3600.0
+"""Seconds between two prunings of a ``--retention`` setting (the first is at start)."""
+
+
+def duration(text: str) -> float:
+    """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` (or a plain number of seconds) in seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
+    if m is None:
+        raise argparse.ArgumentTypeError(
+            f"not a duration: {text!r} (a number and a unit: 45s, 90m, 12h, 30d, 2w)"
+        )
+    return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+
+
+def moment(text: str) -> float:
+    """A point in time, seconds since the epoch: a date or date-time (``2026-11-30``,
+    ``2026-11-30T08:00``, local time unless it names its zone), or a duration back from
+    now (``7d``)."""
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp()
+    except ValueError:
+        pass
+    try:
+        return time.time() - duration(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"not a date or a duration: {text!r} (2026-11-30, 2026-11-30T08:00, 7d, 12h)"
+        ) from None
+
+
+def age(seconds: float) -> str:
+    """``45s``, ``12m``, ``5h``, ``3d``: the largest unit that fits, rounded down."""
+    seconds = max(0.0, seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+async def cmd_delete(args: argparse.Namespace) -> int:
+    code = 0
+    async with Client(args.db, create=False) as client:
+        for run in args.runs:
+            try:
+                await client.delete(run)
+            except RunNotFound as exc:
+                print(f"loopkernel: {exc}", file=sys.stderr)
+                code = code or USAGE
+            except RunHeld as exc:
+                print(f"loopkernel: {exc}", file=sys.stderr)
+                code = code or HELD
+            else:
+                print(f"deleted run {run}")
+    return code
+
+
+def _statuses(args: argparse.Namespace) -> frozenset[RunStatus]:
+    return frozenset(RunStatus(s) for s in args.status) if args.status else PRUNED_BY_DEFAULT
+
+
+def _report(pruned: Pruned, out: Callable[[str], None]) -> None:
+    verb = "would delete" if pruned.dry_run else "deleted"
+    for run in pruned.deleted:
+        out(f"{verb} run {run}")
+    for run in pruned.held:
+        out(f"kept run {run}: an executor holds it")
+    kept = f", kept {len(pruned.held)} held by an executor" if pruned.held else ""
+    out(f"{verb} {len(pruned.deleted)} run(s){kept}")
+
+
+async def cmd_prune(args: argparse.Namespace) -> int:
+    async with Client(args.db, create=False) as client:
+        pruned = await client.prune(args.older_than, statuses=_statuses(args), dry_run=args.dry_run)
+    _report(pruned, print)
+    return 0
+
+
+async def retain_forever(
+    client: Client, retention: float, *, every: float = RETENTION_EVERY
+) -> None:
+    """Prune the finished runs older than ``retention`` now and every ``every`` seconds,
+    until cancelled; each pruning that deletes something says so in one line on stderr."""
+    while True:
+        try:
+            pruned = await client.prune(retention)
+        except StoreUnavailable as exc:  # a fault that passes: the next round tries again
+            print(f"loopkernel: retention skipped: {exc}", file=sys.stderr, flush=True)
+            await asyncio.sleep(every)
+            continue
+        if pruned.deleted or pruned.held:
+            print(
+                f"loopkernel: retention {age(retention)}: {len(pruned.deleted)} run(s) deleted"
+                + (f", {len(pruned.held)} held kept" if pruned.held else ""),
+                file=sys.stderr,
+                flush=True,
+            )
+        await asyncio.sleep(every)
+
+
+def retention_thread(db: str | None, retention: float) -> threading.Thread:
+    """``retain_forever`` on a loop and a store connection of its own, in a daemon thread:
+    for a command whose own loop this module does not own (``serve``)."""
+
+    async def main() -> None:
+        async with Client(db, create=False) as client:
+            await retain_forever(client, retention)
+
+    def run() -> None:
+        try:
+            asyncio.run(main())
+        except Exception as exc:  # a retention fault never stops the server
+            print(f"loopkernel: retention stopped: {exc}", file=sys.stderr, flush=True)
+
+    thread = threading.Thread(target=run, name="loopkernel-retention", daemon=True)
+    thread.start()
+    return thread
+
+
+def add_retention_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--retention",
+        type=duration,
+        default=None,
+        metavar="AGE",
+        help="delete finished runs whose last change is older than AGE (30d, 12h), at start "
+        "and every hour (default: keep every run)",
+    )
+
+
+def _words(parser: argparse.ArgumentParser) -> tuple[list[str], dict[str, list[str]]]:
+    """The commands and each one's options, read from the parser itself."""
+    commands: dict[str, list[str]] = {}
+    top: list[str] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                commands[name] = sorted(
+                    o
+                    for a in sub._actions
+                    if a.help is not argparse.SUPPRESS or "--db" in a.option_strings
+                    for o in a.option_strings
+                    if o.startswith("--")
+                )
+        else:
+            top.extend(o for o in action.option_strings if o.startswith("--"))
+    return sorted(top), commands
+
+
+def bash_completion(parser: argparse.ArgumentParser) -> str:
+    """A bash completion script for ``loopkernel``, generated from its parser."""
+    top, commands = _words(parser)
+    cases = "\n".join(
+        f"        {name}) opts={' '.join(opts)!r} ;;".replace("'", '"')
+        for name, opts in sorted(commands.items())
+    )
+    return f"""# bash completion for loopkernel (generated: loopkernel completion bash)
+_loopkernel() {{
+    local cur cmd i opts
+    cur="${{COMP_WORDS[COMP_CWORD]}}"
+    cmd=""
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        case "${{COMP_WORDS[i]}}" in
+            --db|--log-level) ((i++)) ;;
+            -*) ;;
+            *) cmd="${{COMP_WORDS[i]}}"; break ;;
+        esac
+    done
+    if [[ -z "$cmd" ]]; then
+        if [[ "$cur" == -* ]]; then
+            COMPREPLY=($(compgen -W "{" ".join(top)}" -- "$cur"))
+        else
+            COMPREPLY=($(compgen -W "{" ".join(sorted(commands))}" -- "$cur"))
+        fi
+        return
+    fi
+    case "$cmd" in
+{cases}
+        *) opts="" ;;
+    esac
+    if [[ "$cur" == -* ]]; then
+        COMPREPLY=($(compgen -W "$opts" -- "$cur"))
+    else
+        COMPREPLY=($(compgen -f -- "$cur"))
+    fi
+}}
+complete -F _loopkernel loopkernel
+"""
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    from loopkernel.cli._main import build_parser
+
+    print(bash_completion(build_parser()), end="")
+    return 0
+
+
+def _command(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    handler: Handler | Callable[[argparse.Namespace], int],
+    help: str,
+) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(name, help=help, description=help)
+    p.add_argument("--db", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    p.set_defaults(func=handler)
+    return p
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``delete``, ``prune`` and ``completion`` on the ``loopkernel`` command."""
+    p = _command(
+        subparsers,
+        "delete",
+        cmd_delete,
+        "delete runs: every row of each (journal, tasks, effects, evidence) in one "
+        "transaction; a run an executor holds is refused (exit 7)",
+    )
+    p.add_argument("runs", nargs="+", type=run_id, metavar="RUN")
+
+    p = _command(
+        subparsers,
+        "prune",
+        cmd_prune,
+        "delete the runs whose last change is older than AGE (finished runs unless "
+        "--status says otherwise)",
+    )
+    p.add_argument(
+        "--older-than", type=duration, required=True, metavar="AGE", help="30d, 12h, 90m, 2w"
+    )
+    p.add_argument(
+        "--status",
+        action="append",
+        choices=[s.value for s in RunStatus],
+        help="only runs in this status; repeatable (default: succeeded, failed, escalated, "
+        "cancelled)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="delete nothing; list what would go")
+
+    p = _command(subparsers, "completion", cmd_completion, "print a shell completion script (bash)")
+    p.add_argument("shell", choices=["bash"], help="the shell")
