@@ -65,6 +65,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -242,6 +243,7 @@ def launch(cmd: list[str], env: dict[str, str], trig: Trigger | None, trace: Pat
         text=True,
         start_new_session=True,
     )
+    at_start = _lines(trace)  # the trace file is the run's, across its processes
     err: list[str] = []
     reader = threading.Thread(target=lambda: err.append(proc.stderr.read() if proc.stderr else ""))
     reader.start()
@@ -254,7 +256,7 @@ def launch(cmd: list[str], env: dict[str, str], trig: Trigger | None, trace: Pat
                 os.kill(proc.pid, signal.SIGKILL)
         elif trig is not None and trig.kind == "trace":
             while proc.poll() is None:
-                if _lines(trace) >= trig.n:
+                if _lines(trace) - at_start >= trig.n:
                     os.kill(proc.pid, signal.SIGKILL)
                     break
                 time.sleep(0.005)
@@ -299,19 +301,37 @@ def _kill_tool_server_at(proc: subprocess.Popen[str], tool: str, requests: Path)
     return False
 
 
+def _written(pid: int) -> int:
+    """Bytes the process wrote (``wchar`` of /proc/PID/io), -1 when it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+            if line.startswith("wchar:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return -1
+
+
 def _kill_tool_server(proc: subprocess.Popen[str], delay: float) -> bool:
-    """SIGKILL the executor's tool server ``delay`` seconds after it appears."""
+    """SIGKILL the executor's tool server ``delay`` seconds after it answered its first
+    request (it has written something: the MCP handshake is over; a server killed in its
+    handshake is another case, see ``tests/crash/test_chaos.py``)."""
     server = None
-    while proc.poll() is None and server is None:
+    while proc.poll() is None:
         server = next((c for c in children(proc.pid) if ".tools" in cmdline(c)), None)
-        time.sleep(0.01)
-    if server is None:
+        if server is not None and _written(server) > 0:
+            break
+        time.sleep(0.005)
+    if server is None or proc.poll() is not None:
         return False
     try:
         proc.wait(timeout=delay)
         return False  # the run ended first
     except subprocess.TimeoutExpired:
         pass
+    server = next((c for c in children(proc.pid) if ".tools" in cmdline(c)), None)
+    if server is None:
+        return False
     try:
         os.kill(server, signal.SIGKILL)
     except ProcessLookupError:
@@ -604,7 +624,8 @@ class Planner:
 
     def trigger(self, cfg: Config, rng: random.Random, kinds: Sequence[str]) -> Trigger:
         ref = self.refs[cfg.name]
-        kind = rng.choice(list(kinds))
+        kinds = [k for k in kinds if k != "trace" or ref.trace_lines > 0]
+        kind = rng.choice(kinds)
         if kind in ("point", "double"):
             points = list(KERNEL_POINTS) + (list(TOOL_POINTS) if cfg.tools else [])
             point = rng.choice([*points, "run_returned"] if kind == "point" else points)
@@ -789,16 +810,26 @@ def disk_case(
 # -- PostgreSQL workers ------------------------------------------------------------------------
 
 
-def recreate_database(url: str) -> None:
+def fresh_schema(url: str, name: str) -> str:
+    """An empty schema ``name`` in the database of ``url`` (dropped first if there); the
+    URL of a store that lives in it. A schema, not a database: the suite shares the
+    server, and the database, with whoever gave it the URL (the test suite's own)."""
     import psycopg
 
-    base, _, name = url.rpartition("/")
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-        conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,)
-        )
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+        conn.execute(f"CREATE SCHEMA {name}")
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "options"]
+    query.append(("options", f"-csearch_path={name}"))
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def drop_schema(url: str, name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
 
 
 WORKER_RUNS = [SPECULATION, SPECULATION, LOOPLAB[0], LOOPLAB[0], LOOPLAB[1]]
@@ -898,7 +929,8 @@ def worker_case(
     lab = where / "lab"
     runs = worker_run_ids()
     ids = [r for _, r in runs]
-    recreate_database(url)
+    schema = f"chaos_{os.getpid()}_{index}"
+    base, url = url, fresh_schema(url, schema)
     asyncio.run(_submit(url, runs))
     t0 = time.monotonic()
     procs = [start_worker(url, f"w{k}", lab, where / "workers.log") for k in range(2)]
@@ -960,6 +992,7 @@ def worker_case(
     results[0].kills = landed  # the worker kills, counted once per case
     if all(r.verdict == "exact" for r in results):
         shutil.rmtree(where, ignore_errors=True)
+        drop_schema(base, schema)
     return results
 
 
@@ -1059,8 +1092,7 @@ def load(kind: str, args: argparse.Namespace, work: Path) -> int:
         url = str(work / "load.db")
         Path(url).unlink(missing_ok=True)
     else:
-        url = args.pg
-        recreate_database(url)
+        url = fresh_schema(args.pg, f"chaos_load_{os.getpid()}")
     ref_db = work / "load-ref.db"
     ref_db.unlink(missing_ok=True)
     expected = asyncio.run(_reference_digest(ref_db))
