@@ -832,11 +832,13 @@ def drop_schema(url: str, name: str) -> None:
         conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
 
 
-WORKER_RUNS = [SPECULATION, SPECULATION, LOOPLAB[0], LOOPLAB[0], LOOPLAB[1]]
+WORKER_RUNS = [SPECULATION, LOOPLAB[0], LOOPLAB[1], SPECULATION, LOOPLAB[0]]
 
 
-def worker_run_ids() -> list[tuple[Config, str]]:
-    return [(cfg, f"chaos-w{i}-{cfg.slug}") for i, cfg in enumerate(WORKER_RUNS)]
+def worker_run_ids(quick: bool) -> list[tuple[Config, str]]:
+    """The runs of a worker case (the first three with ``--quick``)."""
+    runs = WORKER_RUNS[:3] if quick else WORKER_RUNS
+    return [(cfg, f"chaos-w{i}-{cfg.slug}") for i, cfg in enumerate(runs)]
 
 
 def start_worker(
@@ -920,14 +922,16 @@ def worker_case(
     index: int,
     seed: int,
     kills: int,
+    quick: bool,
 ) -> list[Result]:
-    """Five runs on two PostgreSQL workers; ``kills`` SIGKILLs of a random worker, each
-    replaced by a new one; every run compared with its own uninterrupted reference."""
+    """Five runs (three: ``quick``) on two PostgreSQL workers; ``kills`` SIGKILLs of a
+    random worker, each replaced by a new one; every run compared with its own
+    uninterrupted reference."""
     where = work / f"workers{index:05d}"
     shutil.rmtree(where, ignore_errors=True)
     where.mkdir(parents=True)
     lab = where / "lab"
-    runs = worker_run_ids()
+    runs = worker_run_ids(quick)
     ids = [r for _, r in runs]
     schema = f"chaos_{os.getpid()}_{index}"
     base, url = url, fresh_schema(url, schema)
@@ -1190,19 +1194,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
     cfgs = configs(args.quick)
-    refs: dict[str, Reference] = {}
+    wanted = [(c.name, c, run_id_of(c)) for c in [*cfgs, LOOPLAB_SLOW]]
+    if args.pg:
+        wanted += [(f"{c.name}@{r}", c, r) for c, r in worker_run_ids(args.quick)]
     with ThreadPoolExecutor(args.jobs) as pool:
-        for cfg, ref in zip(
-            cfgs, pool.map(lambda c: reference(c, work, run_id_of(c)), [*cfgs]), strict=True
-        ):
-            refs[cfg.name] = ref
-        slow_ref = reference(LOOPLAB_SLOW, work, run_id_of(LOOPLAB_SLOW))
-        refs[LOOPLAB_SLOW.name] = slow_ref
-        if args.pg:
-            for cfg, run_id in worker_run_ids():
-                refs[f"{cfg.name}@{run_id}"] = reference(cfg, work, run_id)
+        refs = dict(
+            zip(
+                [name for name, _, _ in wanted],
+                pool.map(lambda w: reference(w[1], work, w[2]), wanted),
+                strict=True,
+            )
+        )
     for name, ref in refs.items():
         print(f"  reference {name}: {ref.status}, {ref.seconds:.1f} s, digest {ref.digest[:12]}")
+    t_cases = time.monotonic()  # the budget is for the cases, not the references
     skipped: list[str] = []
     if not args.pg:
         skipped.append("workers: skipped: no --pg URL (or LOOPKERNEL_CHAOS_PG) given")
@@ -1213,7 +1218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     lock = threading.Lock()
 
     def budget_left() -> bool:
-        return landed < args.kills and time.monotonic() - t_start < args.max_seconds
+        return landed < args.kills and time.monotonic() - t_cases < args.max_seconds
 
     def submit(pool: ThreadPoolExecutor) -> Future[Any] | None:
         nonlocal index
@@ -1235,6 +1240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 index=i,
                 seed=args.seed,
                 kills=rng.randint(1, 3),
+                quick=args.quick,
             )
         after = ""
         if i % 10 == 5:  # the irreversible publish in flight when its server dies
