@@ -67,7 +67,7 @@ def test_the_quick_chaos_setting_loses_doubles_and_diverges_nothing(
     assert not bad, f"{bad}: {json.dumps(got['not_exact'], indent=1)}"
     assert proc.returncode == 0, report
     # it did what it says: kills landed in every app, and every kind of fault was tried
-    assert got["kills"] >= 10, report
+    assert got["kills"] >= 8, report  # 12 unless the time bound came first
     apps = {row for row in got["table"] if row != "total"}
     assert apps >= APPS, apps
     assert any(a.startswith("workers:") for a in apps), apps
