@@ -369,7 +369,7 @@ def inspect(db: str | Path, run_id: str, env: dict[str, str]) -> dict[str, Any] 
 
     async def go() -> dict[str, Any]:
         async with Client(str(db), create=False) as client:
-            return (await client.inspect(run_id)).to_json()  # type: ignore[no-any-return]
+            return (await client.inspect(run_id)).to_json()
 
     try:
         return asyncio.run(go())
@@ -1061,7 +1061,7 @@ async def _reference_digest(db: Path) -> str:
 async def _load_submit(url: str, n: int) -> list[str]:
     from loopkernel.client import Client
 
-    ids = []
+    ids: list[str] = []
     async with Client(url) as client:
         for i in range(n):
             _, started = await client.start(
@@ -1219,7 +1219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     lock = threading.Lock()
 
     def budget_left() -> bool:
-        return landed < args.kills and time.monotonic() - t_cases < args.max_seconds
+        return bool(landed < args.kills and time.monotonic() - t_cases < args.max_seconds)
 
     def submit(pool: ThreadPoolExecutor) -> Future[Any] | None:
         nonlocal index
