@@ -1053,9 +1053,7 @@ async def _reference_digest(db: Path) -> str:
     async with Client(str(db)) as client:
         await client.start("speculation", overrides=LOAD_SPEC, run_id="load-ref")
         await client.execute("load-ref")
-    got = inspect(db, "load-ref", base_env(None))
-    assert got is not None
-    return str(got["digest"])
+        return (await client.inspect("load-ref")).digest
 
 
 async def _load_submit(url: str, n: int) -> list[str]:
@@ -1122,6 +1120,8 @@ def load(kind: str, args: argparse.Namespace, work: Path) -> int:
         for p in procs:
             stop(p)
     final = asyncio.run(_load_digests(url, ids))
+    if kind == "postgres":
+        drop_schema(args.pg, f"chaos_load_{os.getpid()}")
     # the digest leaves the run id out: every run must have the reference's
     exact = sum(1 for s, d in final.values() if s == "succeeded" and d == expected)
     lost = sum(1 for s, _ in final.values() if s != "succeeded")
