@@ -1161,7 +1161,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--pg",
         default=os.environ.get("LOOPKERNEL_CHAOS_PG"),
-        help="a PostgreSQL database the suite may drop and create (worker kills, --load postgres)",
+        help="a PostgreSQL database: worker cases and --load postgres, each in a fresh schema",
     )
     p.add_argument("--worker-every", type=int, default=25, help="one worker case per N cases")
     p.add_argument("--work", type=Path, default=None, help="where cases run (default: a temp dir)")
