@@ -100,12 +100,6 @@ def _written(pid: int) -> int:
     return -1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found by scripts/chaos: a tool server SIGKILLed during its MCP handshake is "
-    "ToolUnavailable(cannot_start), a final error: the run fails instead of restarting "
-    "the server (tools/_source.py _start_error)",
-)
 def test_a_tool_server_killed_in_its_handshake_is_a_fault_that_passes(tmp_path: Path) -> None:
     db, lab = tmp_path / "runs.db", tmp_path / "lab"
     env = cli_env(LOOPLAB_DIR=str(lab))

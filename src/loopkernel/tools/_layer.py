@@ -536,8 +536,21 @@ class ToolLayer:
                     else:
                         await session.wait_ready()
                 except ToolUnavailable as err:
-                    slot.failed = err
-                    raise _again(err, tool) from None
+                    if err.attrs.get("kind") != "server_died":
+                        slot.failed = err  # a setup that is wrong: final for this layer
+                        raise _again(err, tool) from None
+                    # killed while it started: one more start, then a fault that may pass
+                    # (the run stays resumable; nothing was sent)
+                    session = SourceSession(slot.source, schemas=self._schemas)
+                    self.spawns += 1
+                    try:
+                        await session.open()
+                    except ToolUnavailable as again:
+                        if again.attrs.get("kind") != "server_died":
+                            slot.failed = again
+                            raise _again(again, tool) from None
+                        attrs = {**_again(again, tool).attrs, "transient": True}
+                        raise ToolUnavailable(again.message, **attrs) from None
                 if self.on_server is not None:
                     self.on_server(slot.source.name, "ready")
                 slot.session = session

@@ -18,7 +18,7 @@ bad arguments, bad output, handler raised   ``ToolError`` (kind names which)
 the deadline passed (request cancelled)     ``ToolTimeout`` (kind ``timeout``)
 command missing / server exits at start     ``ToolUnavailable`` (``cannot_start``)
 garbage on stdout, no MCP handshake         ``ToolUnavailable`` (``not_mcp``)
-the server process died                     ``ToolUnavailable`` (``server_died``)
+server died, or was killed while starting  ``ToolUnavailable`` (``server_died``)
 ==========================================  =====================================
 
 ``mcp`` is imported only when a session opens, after its server was spawned.
@@ -297,7 +297,14 @@ class SourceSession:
             await self._serve(proc)
         except Exception as exc:  # every failure of the owner task becomes a value
             if not self._ready.done():
-                self._ready.set_exception(self._start_error(_leaf(exc)))
+                error = self._start_error(_leaf(exc))
+                if await _killed_by_signal(proc):
+                    # killed from outside mid-handshake (an OOM killer, an operator, a
+                    # chaos run): a fault that may pass, not a setup that is wrong
+                    error = _unavailable(
+                        src, "server_died", f"killed by a signal while starting ({error.message})"
+                    )
+                self._ready.set_exception(error)
         finally:
             self._session = None
             self._eof = True
@@ -528,6 +535,17 @@ class SourceSession:
 
 class _SchemaMismatch(Exception):
     pass
+
+
+async def _killed_by_signal(proc: asyncio.subprocess.Process | None) -> bool:
+    """Whether the server process ended by a signal (a negative return code). A closed
+    pipe is seen before the exit is reaped: wait for it a little, never long."""
+    if proc is None:
+        return False
+    if proc.returncode is None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), 2.0)
+    return proc.returncode is not None and proc.returncode < 0
 
 
 def _unavailable(
