@@ -1,4 +1,4 @@
-"""The ten detectors: pure functions from observed objects to findings.
+"""The detectors: pure functions from observed objects to findings.
 
 A finding is *verified* only when a detector saw the thing itself: a container status
 that says ``OOMKilled``, an event of the current pod that says ``FailedScheduling``, a
@@ -31,7 +31,10 @@ __all__ = [
     "Finding",
     "detect",
     "edit_distance",
+    "decisive_line",
+    "log_request_errors",
     "rank",
+    "split_symptoms",
     "stale_events",
 ]
 
@@ -46,6 +49,16 @@ DETECTORS = (
     "cert_expired",
     "probe_failure",
     "config_invalid",
+    "init_container",
+    "create_config_error",
+    "pvc_unbound",
+    "taint_untolerated",
+    "evicted",
+    "node_not_ready",
+    "service_no_endpoints",
+    "upstream_unavailable",
+    "job_deadline",
+    "hpa_at_max",
 )
 
 BASE_SCORE = {
@@ -57,6 +70,16 @@ BASE_SCORE = {
     "config_invalid": 86,
     "cert_expired": 86,
     "dns_resolution": 84,
+    "create_config_error": 95,
+    "pvc_unbound": 95,
+    "taint_untolerated": 95,
+    "evicted": 93,
+    "node_not_ready": 93,
+    "service_no_endpoints": 92,
+    "job_deadline": 90,
+    "init_container": 87,
+    "hpa_at_max": 80,
+    "upstream_unavailable": 78,
     "probe_failure": 70,
     "crash_log_reason": 60,
 }
@@ -98,7 +121,31 @@ COMMON_BINARIES = (
     "flask",
     "django-admin",
     "pip",
+    "wget",
+    "curl",
+    "nc",
+    "psql",
+    "mysql",
+    "redis-cli",
+    "migrate",
+    "alembic",
+    "kubectl",
+    "aws",
+    "gsutil",
+    "tar",
+    "cp",
+    "chown",
+    "chmod",
+    "mkdir",
+    "echo",
+    "sleep",
+    "until",
+    "busybox",
 )
+
+GENERIC = ("crash_log_reason", "probe_failure", "upstream_unavailable")
+"""Detectors that state a symptom when a more specific detector explains the same pod:
+the last fatal line, a failing probe, a dependency that answers errors."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -319,6 +366,8 @@ def _image_pull(
 
 
 _INSUFFICIENT = re.compile(r"Insufficient ([\w/-]+(?:\.[\w/-]+)*)")
+_PVC_MSG = re.compile(r"(?i)unbound (?:immediate )?PersistentVolumeClaims|persistentvolumeclaim \"")
+_TAINT_MSG = re.compile(r"untolerated taint")
 
 
 def _unschedulable(
@@ -333,9 +382,11 @@ def _unschedulable(
         if item["event"].get("reason") == "FailedScheduling":
             message = str(item["event"].get("message") or message)
             msg_ref, count = item["ref"] or ref, int(item["event"].get("count") or 1)
-    if not message:
+    if not message or _PVC_MSG.search(message):
         return
     resources = sorted(set(_INSUFFICIENT.findall(message)))
+    if not resources and _TAINT_MSG.search(message):
+        return  # taint_untolerated says which taint
     requests = {}
     for c in pod.get("spec", {}).get("containers", []):
         for r in resources:
@@ -460,7 +511,7 @@ _FATAL = re.compile(
 
 
 def _log_lines(text: str) -> list[str]:
-    return [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+    return [ln.rstrip() for ln in text.splitlines() if ln.strip() and not _LOG_REQUEST_ERROR.search(ln)]
 
 
 def _first(patterns: list[re.Pattern[str]], lines: list[str]) -> tuple[str, re.Match[str]] | None:
@@ -557,12 +608,64 @@ def _crashed(pod: dict[str, Any] | None, container: str) -> bool:
     return False
 
 
+_LOG_REQUEST_ERROR = re.compile(
+    r"(?i)(request log error|unable to retrieve container logs|failed to (?:get|retrieve|read) "
+    r"(?:container )?logs|previous terminated container \S+ in pod \S+ not found"
+    r"|error from server \(BadRequest\)|\(no log: \d+)"
+)
+"""A failed log *request* (kubelet, kubectl or the collector wrote it): never a cause, and the
+log it stands for is missing evidence."""
+
+_STRONG = re.compile(
+    r"(\bpanic:|^fatal error:|\bFATAL\b|\bCRITICAL\b|\bcritical\b|\[emerg\]|^Exception in thread"
+    r"|(?i:unhandled exception|uncaught exception)|^Traceback \(most recent call last\)"
+    r"|\bSEVERE\b|level=fatal|level=panic|\bfatal:)"
+)
+_FRAME = re.compile(r"^\s+(?:at |File \"|/\S+\.\w+:\d+|\S+\.(?:go|rs|py|js|ts|java|rb):\d+)")
+
+
+def log_request_errors(text: str) -> list[str]:
+    """The lines of a log that say the log itself could not be read."""
+    return [ln.strip() for ln in text.splitlines() if _LOG_REQUEST_ERROR.search(ln)]
+
+
+def decisive_line(lines: list[str]) -> tuple[str, str | None] | None:
+    """``(line, stack frame)``: the first panic or fatal line of the instance (for a Python
+    traceback, the exception line that ends it), else its first error line. Lines that
+    report a failed log request are skipped; a generic wrapper printed after the fatal line
+    is never chosen over it."""
+    lines = [ln for ln in lines if not _LOG_REQUEST_ERROR.search(ln)]
+    for i, line in enumerate(lines):
+        if not _STRONG.search(line):
+            continue
+        if line.startswith("Traceback"):
+            frame = None
+            for later in lines[i + 1 :]:
+                if later.lstrip().startswith("File "):
+                    frame = later.strip()
+                elif not later[:1].isspace() and not later.startswith("During handling"):
+                    return later.strip(), frame
+            return line.strip(), frame
+        frame = next((ln.strip() for ln in lines[i + 1 : i + 12] if _FRAME.match(ln)), None)
+        return line.strip(), frame
+    for line in lines:
+        if _FATAL.search(line):
+            frame = next(
+                (ln.strip() for ln in lines[lines.index(line) + 1 :][:8] if _FRAME.match(ln)), None
+            )
+            return line.strip(), frame
+    return None
+
+
 def _crash_reason(
     log: dict[str, Any], pod: dict[str, Any] | None, pod_ref: str | None, lines: list[str]
 ) -> Iterator[Finding]:
     name, c = log["pod"], log["container"]
     if pod is None:
         return
+    init_names = {ic.get("name") for ic in pod.get("spec", {}).get("initContainers", []) or []}
+    if c in init_names:
+        return  # init_container states an init container's failure
     restarted = [cs for cs in _statuses(pod) if cs.get("name") == c]
     if not restarted:
         return
@@ -574,25 +677,27 @@ def _crash_reason(
         return
     if int(cs.get("restartCount", 0)) > 0 and not log.get("previous"):
         return  # the reason of a restart is in the previous instance's log
-    decisive = next((ln for ln in reversed(lines) if _FATAL.search(ln)), None)
-    if decisive is None:
+    found = decisive_line(lines)
+    if found is None:
         return
+    decisive, frame = found
     code = int(term.get("exitCode", 0))
+    at = f" at {frame}" if frame else ""
     text = (
         f"Container {c} of pod {name} exited (exit code {code}, "
         f"{term.get('reason', 'Error')}); the decisive line of its "
-        f"{'previous' if log.get('previous') else 'current'} log: {decisive.strip()!r}"
+        f"{'previous' if log.get('previous') else 'current'} log: {decisive!r}{at}"
     )
     yield Finding(
         detector="crash_log_reason",
         pod=name,
         container=c,
         text=text,
-        quote=decisive.strip(),
+        quote=decisive,
         identifiers=(name, c, f"exit code {code}"),
         refs=_refs(log["ref"], pod_ref),
         weight=int(cs.get("restartCount", 0)),
-        extra={"exit_code": code, "exit_code_ref": pod_ref},
+        extra={"exit_code": code, "exit_code_ref": pod_ref, "frame": frame},
     )
 
 
@@ -603,20 +708,26 @@ def detect(
     pods: list[dict[str, Any]],
     events: list[dict[str, Any]],
     logs: list[dict[str, Any]],
+    context: dict[str, list[dict[str, Any]]] | None = None,
 ) -> tuple[list[Finding], list[tuple[dict[str, Any], str]]]:
-    """Every finding, and the stale events that were set aside."""
+    """Every finding, and the stale events that were set aside. ``context`` holds what the
+    workload tools returned (``{tool: [{"ref", "data"}]}``: services, node_capacity, claims,
+    autoscalers, workload_status, rollout_history), for the detectors that need one object
+    more than the pod (``_detect_workload``)."""
+    from loopkernel_apps.sre._detect_workload import workload_findings
+
     stale = stale_events(events, pods)
     stale_ids = {id(item) for item, _ in stale}
     by_name = {_meta(p["pod"]).get("name", ""): p for p in pods}
+    fresh = [e for e in events if id(e) not in stale_ids]
     findings: list[Finding] = []
     for item in pods:
         pod = item["pod"]
         name = _meta(pod).get("name", "")
         mine = [
             e
-            for e in events
-            if id(e) not in stale_ids
-            and e["event"].get("involvedObject", {}).get("kind") == "Pod"
+            for e in fresh
+            if e["event"].get("involvedObject", {}).get("kind") == "Pod"
             and e["event"].get("involvedObject", {}).get("name") == name
         ]
         findings += _oomkilled(item["ref"], pod)
@@ -629,6 +740,7 @@ def detect(
         findings += _log_detectors(
             log, owner["pod"] if owner else None, owner["ref"] if owner else None
         )
+    findings += workload_findings(pods, fresh, logs, context or {})
     return _dedupe(findings), stale
 
 
@@ -640,29 +752,42 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
     return list(out.values())
 
 
-def rank(findings: list[Finding], focus: set[str]) -> list[tuple[Finding, int, str]]:
-    """``[(finding, score, why)]``, best first; ``focus`` names the pods the question is about."""
-    specific_on = {
-        (f.pod, f.container)
-        for f in findings
-        if f.detector not in ("crash_log_reason", "probe_failure")
-    }
-    scored = []
+def split_symptoms(findings: list[Finding]) -> tuple[list[Finding], list[tuple[Finding, Finding]]]:
+    """``(causes, [(symptom, its cause)])``. A generic finding (``GENERIC``) on a pod that a
+    more specific one explains is that cause's symptom, never a cause of its own: a
+    readiness warning of an OOM-killed container, the last fatal line of a container whose
+    variable is missing, a liveness probe that fails while every request waits on a
+    dependency that answers 503."""
+    by_pod: dict[str, list[Finding]] = {}
     for f in findings:
+        by_pod.setdefault(f.pod, []).append(f)
+    causes, symptoms = [], []
+    for f in findings:
+        mine = by_pod[f.pod]
+        above = [g for g in mine if g.detector not in GENERIC]
+        if not above and f.detector != "upstream_unavailable":
+            above = [g for g in mine if g.detector == "upstream_unavailable"]
+        if f.detector in GENERIC and above:
+            symptoms.append((f, above[0]))
+        else:
+            causes.append(f)
+    return causes, symptoms
+
+
+def rank(findings: list[Finding], focus: set[str]) -> list[tuple[Finding, int, str]]:
+    """``[(cause, score, why)]``, best first; ``focus`` names the pods the question is about.
+    Symptoms (``split_symptoms``) are not ranked: they are not causes."""
+    causes, _ = split_symptoms(findings)
+    scored = []
+    for f in causes:
         score, why = BASE_SCORE[f.detector], [f"{f.detector} base {BASE_SCORE[f.detector]}"]
-        if f.pod in focus:
+        if f.pod in focus or set(f.extra.get("workload_pods", [])) & focus:
             score += 20
             why.append("+20 the workload the question names")
         if f.weight:
             bonus = min(f.weight, 10)
             score += bonus
             why.append(f"+{bonus} seen {f.weight} times")
-        if (
-            f.detector in ("crash_log_reason", "probe_failure")
-            and (f.pod, f.container) in specific_on
-        ):
-            score -= 30
-            why.append("-30 a more specific detector explains the same container")
         scored.append((f, score, "; ".join(why)))
     scored.sort(key=lambda t: (-t[1], DETECTORS.index(t[0].detector), t[0].pod))
     return scored
