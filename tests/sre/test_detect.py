@@ -83,6 +83,8 @@ def test_a_config_line_in_a_healthy_container_is_not_a_cause() -> None:
 
 
 def test_edit_distance() -> None:
-    assert edit_distance("pyhton", "python") == 2
+    assert edit_distance("pyhton", "python") == 1  # one swap
+    assert edit_distance("wgte", "wget") == 1
+    assert edit_distance("pyhon", "python") == 1
     assert edit_distance("", "abc") == 3
     assert edit_distance("node", "node") == 0

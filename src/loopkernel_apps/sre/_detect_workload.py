@@ -49,6 +49,7 @@ HOST = re.compile(
     r"(?:https?://|dial tcp |connect (?:ECONNREFUSED|ETIMEDOUT) |connect to |upstream "
     r"|host[= ]\"?|\bto |\bfrom |\bat )\[?([A-Za-z0-9][\w.-]*\]?:\d{2,5}|[a-z][\w-]*(?:\.[\w-]+)+)"
     r"|([a-z][\w-]*) port (\d{2,5})"
+    r"|(?<![\w.])(\d{1,3}(?:\.\d{1,3}){3}:\d{2,5})"
 )
 """A dependency's address: host:port, a URL's host, ``nc``'s "HOST port N"."""
 
@@ -361,7 +362,7 @@ def _failing_hosts(text: str) -> dict[str, list[str]]:
         m = HOST.search(line)
         if m is None:
             continue
-        host = m.group(1) or f"{m.group(2)}:{m.group(3)}"
+        host = m.group(1) or m.group(4) or f"{m.group(2)}:{m.group(3)}"
         out.setdefault(host.strip("[]"), []).append(line.strip())
     return out
 

@@ -395,6 +395,12 @@ def build_draft(
         "model": _model_note(params, planning or []),
         "planning": planning or [],
     }
+    # The rules path cites only what holds its claim, so validation has nothing to drop here.
+    by_ref = {i["ref"]: i for i in items}
+    for claim in [*facts, *steps]:
+        claim["evidence"] = [
+            r for r in claim["evidence"] if r in by_ref and _supports(by_ref[r], claim)
+        ]
     return {
         "question": params["question"],
         "namespace": params["namespace"],
