@@ -793,7 +793,7 @@ def previous_template(k: Cluster, dep: str, change: Any) -> None:
     "orders-api pods are stuck in Init:0/1 since the database migration, why?",
     {"detector": "service_no_endpoints", "pod_prefix": "orders-api-", "fact": "10.96.112.40",
      "identifiers": ["orders-db"], "not_causes": ["init_container", "upstream_unavailable"],
-     "facts": ["matches NO pod"]},
+     "facts": ["has no endpoints"]},
 )  # fmt: skip
 def _init_service(k: Cluster) -> None:
     k.healthy("frontend")
@@ -882,7 +882,7 @@ def _init_typo(k: Cluster) -> None:
     "storefront keeps crashing since the catalog release",
     {"detector": "service_no_endpoints", "pod_prefix": "storefront-", "fact": "10.96.41.7",
      "identifiers": ["catalog"], "not_causes": ["upstream_unavailable", "crash_log_reason"],
-     "facts": ["matches NO pod"]},
+     "facts": ["has no endpoints"]},
 )  # fmt: skip
 def _selector(k: Cluster) -> None:
     k.healthy("frontend")

@@ -271,7 +271,7 @@ def missing(
 
 _CUE = re.compile(
     r"(?i)\b(is it|could it be|can it be|because|due to|caused by|suspect|i think|i saw|saw|"
-    r"or is|was it|after|related to|blame|maybe)\b"
+    r"or is|was it|after|related to|blame|maybe|do we need|should we)\b"
 )
 _HYPOTHESES: list[tuple[str, re.Pattern[str], tuple[str, ...]]] = [
     ("CPU throttling", re.compile(r"(?i)\bcpu\b|throttl"), ()),

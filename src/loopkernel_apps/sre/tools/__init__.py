@@ -38,7 +38,7 @@ from loopkernel.tools import CallInfo, ToolDefs, ToolHost, ToolSource, load_tool
 from loopkernel_apps.sre._detect import detect, stale_events
 from loopkernel_apps.sre._dump import Dump, Namespace, load_dump
 from loopkernel_apps.sre._redact import redact, secret_values
-from loopkernel_apps.sre.tools import _workload
+from loopkernel_apps.sre.tools import _workload as _wl
 
 __all__ = ["AUDIT_ENV", "DEFS", "ITEM_CAP", "build_host", "main", "tool_source"]
 
@@ -668,7 +668,7 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
         ]
         changes = []
         for old, new in zip(revisions, revisions[1:], strict=False):
-            diff = _workload.template_changes(
+            diff = _wl.template_changes(
                 templates[old["replicaset"]], templates[new["replicaset"]]
             )
             new["changes"] = diff
@@ -732,18 +732,18 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
 
     @scoped("services")
     def services(args: dict[str, JSON]) -> JSON:
-        text, data = _workload.services(scope.ns)
+        text, data = _wl.services(scope.ns)
         return scope.result(f"services.json {namespace}", text, data)
 
     @scoped("claims")
     def claims(args: dict[str, JSON]) -> JSON:
         pod = args.get("pod")
-        text, data = _workload.claims(scope.ns, None if pod is None else str(pod))
+        text, data = _wl.claims(scope.ns, None if pod is None else str(pod))
         return scope.result(f"claims {namespace}" + (f" {pod}" if pod else ""), text, data)
 
     @scoped("autoscalers")
     def autoscalers(args: dict[str, JSON]) -> JSON:
-        text, data = _workload.autoscalers(scope.ns)
+        text, data = _wl.autoscalers(scope.ns)
         return scope.result(f"horizontalpodautoscalers {namespace}", text, data)
 
     host.check_complete()
