@@ -59,8 +59,11 @@ def check(report: dict[str, Any], expected: dict[str, Any]) -> dict[str, Any]:
                 for r in cause["evidence"]:
                     content = by_ref[r]
                     ids = cause.get("identifiers") or []
-                    if not (cause["quote"] in content or str(cause["pod"]) in content
-                            or (ids and all(i in content for i in ids))):
+                    if not (
+                        cause["quote"] in content
+                        or str(cause["pod"]) in content
+                        or (ids and all(i in content for i in ids))
+                    ):
                         problems.append(f"{cause['detector']} cites {r}, which does not hold it")
     claims = [*report["observed_facts"], *report.get("chain", [])]
     for text in expected.get("facts", []):
@@ -87,7 +90,10 @@ def check(report: dict[str, Any], expected: dict[str, Any]) -> dict[str, Any]:
             problems.append(f"refused {refused}, not {expected['refused_namespace']}")
         if not any(expected["refused_namespace"] in d for d in report.get("declined", [])):
             problems.append("the decline is not shown at the top of the report")
-        if any(e["args"].get("namespace") not in (None, report["namespace"]) for e in report["evidence"]):
+        if any(
+            e["args"].get("namespace") not in (None, report["namespace"])
+            for e in report["evidence"]
+        ):
             problems.append("evidence from another namespace")
     for action in report["proposed_remediation"]:
         if action["requires_approval"] is not True or action["executable"] is not False:

@@ -29,9 +29,9 @@ __all__ = [
     "COMMON_BINARIES",
     "DETECTORS",
     "Finding",
+    "decisive_line",
     "detect",
     "edit_distance",
-    "decisive_line",
     "log_request_errors",
     "rank",
     "split_symptoms",
@@ -323,7 +323,9 @@ def edit_distance(a: str, b: str) -> int:
     d = [[i + j if i * j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
     for i in range(1, len(a) + 1):
         for j in range(1, len(b) + 1):
-            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1]))
+            d[i][j] = min(
+                d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])
+            )
             if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
                 d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
     return d[-1][-1]
@@ -513,7 +515,9 @@ _FATAL = re.compile(
 
 
 def _log_lines(text: str) -> list[str]:
-    return [ln.rstrip() for ln in text.splitlines() if ln.strip() and not _LOG_REQUEST_ERROR.search(ln)]
+    return [
+        ln.rstrip() for ln in text.splitlines() if ln.strip() and not _LOG_REQUEST_ERROR.search(ln)
+    ]
 
 
 def _first(patterns: list[re.Pattern[str]], lines: list[str]) -> tuple[str, re.Match[str]] | None:

@@ -69,9 +69,9 @@ def _unhealthy(pod: dict[str, Any]) -> bool:
     if st.get("phase") in ("Pending", "Failed", "Unknown"):
         return True
     for cs in (st.get("containerStatuses") or []) + (st.get("initContainerStatuses") or []):
-        if int(cs.get("restartCount", 0)) > 0 or not cs.get("ready", False):
-            if cs.get("state", {}).get("terminated", {}).get("reason") != "Completed":
-                return True
+        completed = cs.get("state", {}).get("terminated", {}).get("reason") == "Completed"
+        if (int(cs.get("restartCount", 0)) > 0 or not cs.get("ready", False)) and not completed:
+            return True
     return False
 
 
@@ -167,8 +167,11 @@ def _create_config_error(item: dict[str, Any], events: list[dict[str, Any]]) -> 
             quote=message or "CreateContainerConfigError",
             identifiers=(name, c, "CreateContainerConfigError"),
             refs=_refs(ref, *_same(events, {"message": f"Error: {message}"})),
-            weight=sum(int(e["event"].get("count") or 1) for e in events
-                       if message and message in str(e["event"].get("message"))),  # fmt: skip
+            weight=sum(
+                int(e["event"].get("count") or 1)
+                for e in events
+                if message and message in str(e["event"].get("message"))
+            ),
             extra={"kind": kind, "object": obj, "key": key},
         )
 
@@ -285,7 +288,9 @@ def _node_rows(nodes: list[dict[str, Any]]) -> dict[str, tuple[dict[str, Any], s
             for n in item["data"].get("nodes", [])}  # fmt: skip
 
 
-_EVICTED_USE = re.compile(r"Container (\S+) was using (\S+?),? (?:request is|which exceeds its request of) (\S+?)[,.]")
+_EVICTED_USE = re.compile(
+    r"Container (\S+) was using (\S+?),? (?:request is|which exceeds its request of) (\S+?)[,.]"
+)
 
 
 def _evicted(item: dict[str, Any], nodes: list[dict[str, Any]]) -> Iterator[Finding]:
@@ -305,7 +310,11 @@ def _evicted(item: dict[str, Any], nodes: list[dict[str, Any]]) -> Iterator[Find
         if c.get("type", "").endswith("Pressure") and c.get("status") == "True"
     ]
     use = _EVICTED_USE.search(message)
-    by = f"; container {use.group(1)} used {use.group(2)} against a request of {use.group(3)}" if use else ""
+    by = (
+        f"; container {use.group(1)} used {use.group(2)} against a request of {use.group(3)}"
+        if use
+        else ""
+    )
     on = f" (node {node}: {', '.join(pressure)})" if pressure else ""
     text = f"Pod {name} was evicted by the kubelet: {quote}{on}{by}."
     yield Finding(
@@ -344,8 +353,15 @@ def _node_not_ready(
         text=text,
         quote=msg,
         identifiers=(node,),
-        refs=_refs(node_ref, ref, *[e["ref"] for e in mine if e["event"].get("reason")
-                                    in ("NodeNotReady", "TaintManagerEviction")]),  # fmt: skip
+        refs=_refs(
+            node_ref,
+            ref,
+            *[
+                e["ref"]
+                for e in mine
+                if e["event"].get("reason") in ("NodeNotReady", "TaintManagerEviction")
+            ],
+        ),
         extra={"node": node, "status": ready.get("status")},
     )
 
@@ -409,8 +425,9 @@ def _service_no_endpoints(
             name, ip = str(svc.get("name")), str(svc.get("clusterIP") or "")
             addr = re.compile(
                 rf"(?<![\w.-]){re.escape(name)}(?:\.[\w-]+)?(?:\.svc(?:\.cluster\.local)?)?"
-                rf"(?::\d+|\s+port\s+\d+)" + (rf"|(?<![\d.]){re.escape(ip)}(?![\d])" if ip and ip != "None" else "")
-            )  # fmt: skip
+                rf"(?::\d+|\s+port\s+\d+)"
+                + (rf"|(?<![\d.]){re.escape(ip)}(?![\d])" if ip and ip != "None" else "")
+            )
             for log in logs:
                 owner = by_name.get(log["pod"])
                 if owner is None or not _unhealthy(owner["pod"]):
@@ -422,8 +439,9 @@ def _service_no_endpoints(
                 sel = ",".join(f"{k}={v}" for k, v in sorted(svc["selector"].items()))
                 near = svc.get("nearest") or []
                 also = (
-                    f"; pods {', '.join(p['pod'] for p in near[:3])} carry "
-                    f"{near[0]['labels']}" if near else ""
+                    f"; pods {', '.join(p['pod'] for p in near[:3])} carry {near[0]['labels']}"
+                    if near
+                    else ""
                 )
                 token = FAILURE.search(hit)
                 text = (

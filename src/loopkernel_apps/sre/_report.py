@@ -127,8 +127,7 @@ _REMEDY = {
     "crash_log_reason": "Fix what the quoted line names in container {container}{after}",
     "command_not_found": "Fix the command of container {container}: {binary!r} is not in the "
     "image{suggestion_text}",
-    "image_pull": "Push {image} or point the {owner_kind_lower} at an existing tag"
-    "{rollback}",
+    "image_pull": "Push {image} or point the {owner_kind_lower} at an existing tag{rollback}",
     "unschedulable": "Lower the pod's requests or add a node with enough allocatable capacity",
     "missing_env": "Define {variable} for container {container} (env or envFrom) and roll out"
     "{rollback}",

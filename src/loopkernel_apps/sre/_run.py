@@ -306,7 +306,9 @@ _STARTED: dict[str, float] = {}
 _NS_NAME = r"['\"`]?([a-z0-9][a-z0-9-]{0,62})['\"`]?"
 _OTHER_NS = [
     re.compile(rf"(?i)\b(?:namespaces?|ns)[\s:=]+{_NS_NAME}"),
-    re.compile(rf"(?i)\b(?:in|from|of|on|under|across)\s+(?:the\s+)?{_NS_NAME}\s+(?:namespace|ns)\b"),
+    re.compile(
+        rf"(?i)\b(?:in|from|of|on|under|across)\s+(?:the\s+)?{_NS_NAME}\s+(?:namespace|ns)\b"
+    ),
     re.compile(rf"(?:^|\s)(?:-n|--namespace)[\s=]+{_NS_NAME}"),
     re.compile(r"(?i)\b([a-z0-9][a-z0-9-]{0,62})/(?:pods?|deploy(?:ments?)?|svc|services?)/"),
     re.compile(r"(?i)\b[a-z0-9-]+\.([a-z0-9][a-z0-9-]{0,62})\.svc\b"),
@@ -318,10 +320,72 @@ _OTHER_NS = [
 """How a question names another namespace: "namespace X", "the X namespace", "-n X",
 "X/pod/NAME", a Service's DNS name NAME.X.svc, or a system namespace named anywhere."""
 _NOT_NS = set(
-    "the a an this that these those our my your their same other another every all any is are "
-    "was were be been has have had shows show looks look seems seem and or but which where "
-    "when who what why how to for with without in on of it its as at by from if not no so "
-    "too also only just scope".split()
+    [
+        "the",
+        "a",
+        "an",
+        "this",
+        "that",
+        "these",
+        "those",
+        "our",
+        "my",
+        "your",
+        "their",
+        "same",
+        "other",
+        "another",
+        "every",
+        "all",
+        "any",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "has",
+        "have",
+        "had",
+        "shows",
+        "show",
+        "looks",
+        "look",
+        "seems",
+        "seem",
+        "and",
+        "or",
+        "but",
+        "which",
+        "where",
+        "when",
+        "who",
+        "what",
+        "why",
+        "how",
+        "to",
+        "for",
+        "with",
+        "without",
+        "in",
+        "on",
+        "of",
+        "it",
+        "its",
+        "as",
+        "at",
+        "by",
+        "from",
+        "if",
+        "not",
+        "no",
+        "so",
+        "too",
+        "also",
+        "only",
+        "just",
+        "scope",
+    ]
 )
 
 

@@ -52,7 +52,9 @@ def _rollout_line(item: dict[str, Any]) -> str | None:
     )
 
 
-def _fact(text: str, ref: str, quote: str | None = None, ids: list[str] | None = None) -> dict[str, Any]:
+def _fact(
+    text: str, ref: str, quote: str | None = None, ids: list[str] | None = None
+) -> dict[str, Any]:
     return {"text": text, "evidence": [ref], "quote": quote, "identifiers": ids or []}
 
 
@@ -71,9 +73,9 @@ def context_facts(
     for item in _by_tool(items, "workload_status"):
         d = item["data"]
         for c in d.get("status", {}).get("conditions", []) or []:
-            bad = (c.get("type") in ("Available", "Progressing") and c.get("status") == "False") or (
-                c.get("type") == "Failed" and c.get("status") == "True"
-            )
+            bad = (
+                c.get("type") in ("Available", "Progressing") and c.get("status") == "False"
+            ) or (c.get("type") == "Failed" and c.get("status") == "True")
             if bad:
                 quote = f"condition {c.get('type')}={c.get('status')} {c.get('reason', '')}"
                 facts.append(
@@ -100,9 +102,12 @@ def context_facts(
                 elif having:
                     best = max(having, key=lambda n: _quantity(str(n["allocatable"].get(res, 0))))
                     value = best["allocatable"].get(res)
+                    asked = ", ".join(
+                        f"{k} requests {v}" for k, v in f.extra.get("requests", {}).items()
+                    )
                     facts.append(_fact(
                         f"The largest allocatable {res} is {value} on node {best['name']}; "
-                        f"{', '.join(f'{k} requests {v}' for k, v in f.extra.get('requests', {}).items())}.",
+                        f"{asked}.",
                         item["ref"], ids=[str(best["name"]), f"{res}={value}"],
                     ))  # fmt: skip
         for n in nodes:
@@ -276,7 +281,8 @@ _CUE = re.compile(
 _HYPOTHESES: list[tuple[str, re.Pattern[str], tuple[str, ...]]] = [
     ("CPU throttling", re.compile(r"(?i)\bcpu\b|throttl"), ()),
     ("memory", re.compile(r"(?i)\bmemory\b|\boom"), ("oomkilled",)),
-    ("the disk", re.compile(r"(?i)\bdisk\b|ephemeral|\bstorage\b|\bvolume"), ("evicted", "pvc_unbound")),
+    ("the disk", re.compile(r"(?i)\bdisk\b|ephemeral|\bstorage\b|\bvolume"),
+     ("evicted", "pvc_unbound")),
     ("DNS", re.compile(r"(?i)\bdns\b|resolv"), ("dns_resolution",)),
     ("the network", re.compile(r"(?i)\bnetwork|connection|connectivity"),
      ("upstream_unavailable", "service_no_endpoints", "dns_resolution")),
@@ -308,7 +314,9 @@ def answer(
             continue
         hit = next((causes[d] for d in detectors if d in causes), None)
         if hit is not None:
-            said.append(f"You asked about {label}: yes, {hit.detector} verified it (`{hit.quote}`).")
+            said.append(
+                f"You asked about {label}: yes, {hit.detector} verified it (`{hit.quote}`)."
+            )
         elif label == "the last deploy" and changes:
             dep, what = next(iter(changes.items()))
             said.append(

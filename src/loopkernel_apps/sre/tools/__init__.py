@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -213,7 +214,8 @@ def describe(pod: dict[str, Any], events: list[dict[str, Any]], stale: dict[int,
         lines.append(f"  {c.get('type')}={c.get('status')}{extra}")
     statuses = {
         s.get("name"): s
-        for s in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or [])
+        for s in (status.get("containerStatuses") or [])
+        + (status.get("initContainerStatuses") or [])
     }
     sections = [("Init Containers:", spec.get("initContainers") or []),
                 ("Containers:", spec.get("containers", []))]  # fmt: skip
@@ -242,7 +244,7 @@ def _volume(v: dict[str, Any]) -> str | None:
 
 
 def _describe_containers(
-    containers: list[dict[str, Any]], statuses: dict[str, dict[str, Any]]
+    containers: list[dict[str, Any]], statuses: dict[Any, dict[str, Any]]
 ) -> list[str]:
     lines: list[str] = []
     for c in containers:
@@ -413,10 +415,13 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
             containers = []
             st_ = p.get("status", {})
             init_names = {s.get("name") for s in st_.get("initContainerStatuses") or []}
-            for s in (st_.get("initContainerStatuses") or []) + (st_.get("containerStatuses") or []):
-                if s.get("name") in init_names and (s.get("state") or {}).get("terminated", {}).get(
-                    "exitCode"
-                ) == 0:
+            for s in (st_.get("initContainerStatuses") or []) + (
+                st_.get("containerStatuses") or []
+            ):
+                if (
+                    s.get("name") in init_names
+                    and (s.get("state") or {}).get("terminated", {}).get("exitCode") == 0
+                ):
                     continue  # an init container that completed
                 state = next(iter(s.get("state") or {"unknown": {}}))
                 reason = ((s.get("state") or {}).get(state) or {}).get("reason")
@@ -451,7 +456,8 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
             lines.append(
                 f"UNHEALTHY pod {entry['pod']} phase={entry['phase']}"
                 + (f" reason={entry['reason']}" if entry["reason"] else "")
-                + f" owner={entry['owner_kind']}/{entry['owner']}: {desc or 'no containers started'}"
+                + f" owner={entry['owner_kind']}/{entry['owner']}: "
+                + (desc or "no containers started")
             )
         workloads = []
         for h in ns.items("horizontalpodautoscalers"):
@@ -460,9 +466,17 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
                 hspec["maxReplicas"]
             ):
                 target = hspec.get("scaleTargetRef", {}).get("name")
-                workloads.append({"kind": "hpa", "name": _meta(h).get("name"), "target": target,
-                                  "desired": hspec["maxReplicas"], "ready": hs.get("currentReplicas"),
-                                  "failed": 0, "at_max": True})  # fmt: skip
+                workloads.append(
+                    {
+                        "kind": "hpa",
+                        "name": _meta(h).get("name"),
+                        "target": target,
+                        "desired": hspec["maxReplicas"],
+                        "ready": hs.get("currentReplicas"),
+                        "failed": 0,
+                        "at_max": True,
+                    }
+                )
                 lines.append(f"hpa {_meta(h).get('name')}: at maxReplicas {hspec['maxReplicas']}")
         for kind in ("deployments", "daemonsets", "statefulsets", "jobs"):
             for w in ns.items(kind):
@@ -608,7 +622,10 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
                         f"{c.get('reason', '')}: {c.get('message', '')}".rstrip(": ")
                     )
                 wspec = w.get("spec", {})
-                keys = "replicas backoffLimit activeDeadlineSeconds completions parallelism schedule suspend"
+                keys = (
+                    "replicas backoffLimit activeDeadlineSeconds completions parallelism "
+                    "schedule suspend"
+                )
                 spec_subset = {k: wspec[k] for k in keys.split() if k in wspec}
                 for k, v in sorted(spec_subset.items()):
                     lines.append(f"  spec.{k}: {v}")
@@ -667,10 +684,8 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
             for r in revisions
         ]
         changes = []
-        for old, new in zip(revisions, revisions[1:], strict=False):
-            diff = _wl.template_changes(
-                templates[old["replicaset"]], templates[new["replicaset"]]
-            )
+        for old, new in itertools.pairwise(revisions):
+            diff = _wl.template_changes(templates[old["replicaset"]], templates[new["replicaset"]])
             new["changes"] = diff
             lines.append(
                 f"revision {new['revision']} against {old['revision']}: "
@@ -716,7 +731,8 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
                 lines.append(
                     "  taints: "
                     + ", ".join(
-                        f"{t.get('key')}{'=' + t['value'] if t.get('value') else ''}:{t.get('effect')}"
+                        f"{t.get('key')}{'=' + t['value'] if t.get('value') else ''}"
+                        f":{t.get('effect')}"
                         for t in taints
                     )
                 )

@@ -50,8 +50,8 @@ def services(ns: Namespace) -> tuple[str, dict[str, Any]]:
                 nearest.append({"pod": pname, "labels": _labels(labels)})
         sel_text = _labels(sel) if sel else "<none>"
         line = (
-            f"service {name} type={spec.get('type', 'ClusterIP')} clusterIP={spec.get('clusterIP')} "
-            f"ports={ports or '-'} selector={sel_text}: "
+            f"service {name} type={spec.get('type', 'ClusterIP')} "
+            f"clusterIP={spec.get('clusterIP')} ports={ports or '-'} selector={sel_text}: "
         )
         if not sel:
             line += "no selector (endpoints managed by hand)"
@@ -102,7 +102,8 @@ def claims(ns: Namespace, pod: str | None) -> tuple[str, dict[str, Any]]:
             spec, st = obj.get("spec", {}), obj.get("status", {})
             state = (
                 f"phase={st.get('phase')} storageClassName="
-                f"{spec.get('storageClassName') or '<none>'} volumeName={spec.get('volumeName') or '<none>'}"
+                f"{spec.get('storageClassName') or '<none>'} "
+                f"volumeName={spec.get('volumeName') or '<none>'}"
             )
         else:
             state = "object not in the dump"
@@ -133,7 +134,9 @@ def autoscalers(ns: Namespace) -> tuple[str, dict[str, Any]]:
         spec, st = h.get("spec", {}), h.get("status", {})
         ref = spec.get("scaleTargetRef", {})
         target = f"{ref.get('kind', '?')}/{ref.get('name', '?')}"
-        metrics = [_metric(m, spec.get("metrics", []) or []) for m in st.get("currentMetrics", []) or []]
+        metrics = [
+            _metric(m, spec.get("metrics", []) or []) for m in st.get("currentMetrics", []) or []
+        ]
         entry = {
             "name": _meta(h).get("name"),
             "target": target,
