@@ -13,6 +13,7 @@ Shared by ``bench/sre.py`` and ``tests/sre/test_incidents.py``. ``expected.json`
     remediation       texts the remediation states; remediation_not: patterns it must not
     answer            text the summary states (the answer to what the question asked)
     refused_namespace the namespace the report declines to look at
+    declined_name     another team's object named in passing, declined at the top
 """
 
 from __future__ import annotations
@@ -95,6 +96,9 @@ def check(report: dict[str, Any], expected: dict[str, Any]) -> dict[str, Any]:
             for e in report["evidence"]
         ):
             problems.append("evidence from another namespace")
+    name = expected.get("declined_name")
+    if name and not any(name in d for d in report.get("declined", [])):
+        problems.append(f"{name} is not declined at the top of the report")
     for action in report["proposed_remediation"]:
         if action["requires_approval"] is not True or action["executable"] is not False:
             problems.append("a remediation is executable")

@@ -1356,6 +1356,22 @@ def _scope_team(k: Cluster) -> None:
                         restarts=4, last=terminated("Error", 1), previous_log=prev)  # fmt: skip
 
 
+@incident(
+    "scope-other-team",
+    "Why is invoices crashing? The finance team's ledger-api was redeployed at the same time.",
+    {"detector": "dns_resolution", "pod_prefix": "invoices-", "fact": "tax-rates.internal",
+     "identifiers": ["tax-rates.internal"], "not_causes": [], "declined_name": "ledger-api"},
+)  # fmt: skip
+def _scope_other_team(k: Cluster) -> None:
+    k.healthy("frontend")
+    prev = noise("invoices", 20, "iv") + [
+        "2026-11-30T09:18:20.000Z ERROR getaddrinfo ENOTFOUND tax-rates.internal",
+        "2026-11-30T09:18:20.001Z FATAL cannot load tax rates, exiting",
+    ]
+    crashing_deployment(k, "invoices", "registry.example.com/fin/invoices:2.0.4", restarts=3,
+                        last=terminated("Error", 1), previous_log=prev)  # fmt: skip
+
+
 def main() -> None:
     for name, (fn, question, expected, form) in INCIDENTS.items():
         out = HERE / name

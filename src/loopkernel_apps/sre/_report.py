@@ -26,7 +26,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from loopkernel_apps.sre._detect import DETECTORS, Finding
-from loopkernel_apps.sre._story import answer, chain, context_facts, missing, rollout_changes
+from loopkernel_apps.sre._story import (
+    answer,
+    chain,
+    context_facts,
+    missing,
+    out_of_scope,
+    rollout_changes,
+)
 
 __all__ = ["REPORT_FIELDS", "build_draft", "evidence_items", "finalize", "render_markdown"]
 
@@ -393,6 +400,11 @@ def build_draft(
         "planner": "model" if any(p["by"] == "model" for p in planning or []) else "rules",
         "model": _model_note(params, planning or []),
         "planning": planning or [],
+        "out_of_scope": [
+            n
+            for n in out_of_scope(str(params["question"]), str(params["namespace"]), items)
+            if not any(n == r["args"].get("namespace") for r in refused)
+        ],
     }
     # The rules path cites only what holds its claim, so validation has nothing to drop here.
     by_ref = {i["ref"]: i for i in items}
@@ -603,6 +615,11 @@ def _declined(cov: dict[str, Any]) -> list[str]:
         ns = r.get("args", {}).get("namespace")
         what = f"namespace {ns}" if ns else f"{r.get('tool')}"
         out.append(f"Declined: {what} is outside this investigation's scope; it was not looked at.")
+    for name in cov.get("out_of_scope", []):
+        out.append(
+            f"Not looked at: {name} is not a workload, pod or Service of this namespace "
+            "(another namespace's or team's is outside this investigation's scope)."
+        )
     return list(dict.fromkeys(out))
 
 

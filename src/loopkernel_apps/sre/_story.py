@@ -12,7 +12,60 @@ from typing import Any
 
 from loopkernel_apps.sre._detect import Finding, log_request_errors
 
-__all__ = ["answer", "chain", "context_facts", "missing", "rollout_changes"]
+__all__ = ["answer", "chain", "context_facts", "missing", "out_of_scope", "rollout_changes"]
+
+_NAME = re.compile(r"(?<![\w./-])([a-z][a-z0-9]*(?:-[a-z0-9]+)+)(?![\w/-])")
+_WORDS = set(
+    [
+        "crash-loop",
+        "crash-looping",
+        "crash-loops",
+        "start-up",
+        "roll-out",
+        "roll-back",
+        "follow-up",
+        "out-of-memory",
+        "read-only",
+        "re-run",
+        "re-deploy",
+        "long-running",
+        "up-to-date",
+        "built-in",
+        "health-check",
+        "set-up",
+        "non-zero",
+        "time-out",
+        "back-off",
+        "in-flight",
+        "on-call",
+        "real-time",
+    ]
+)
+
+
+def out_of_scope(question: str, namespace: str, items: list[dict[str, Any]]) -> list[str]:
+    """Object names the question mentions (``ledger-api``) that are nothing of the run's
+    namespace: another team's workload named in passing. Not looked at, and said so."""
+    known: set[str] = {namespace}
+    for item in items:
+        d = item["data"]
+        if item["tool"] == "triage":
+            known |= {str(w.get("name")) for w in d.get("workloads", [])}
+            known |= {str(u.get(k)) for u in d.get("unhealthy", []) for k in ("pod", "owner")}
+            known |= {str(c.get("name")) for u in d.get("unhealthy", []) for c in u["containers"]}
+        known |= {str(s.get("name")) for s in d.get("services", [])}
+        known |= {str(n.get("name")) for n in d.get("nodes", [])}
+        pods = d.get("pods")
+        if isinstance(pods, list):
+            known |= {str(p.get("name")) for p in pods if isinstance(p, dict)}
+    out = []
+    for m in _NAME.finditer(question):
+        name = m.group(1)
+        if name in _WORDS or any(k == name or k.startswith(name + "-") for k in known):
+            continue
+        out.append(name)
+    return list(dict.fromkeys(out))
+
 
 _ABSENT = {
     "endpoints": "Endpoints: not in a kubectl cluster-info dump; the Services' endpoints were "
@@ -25,6 +78,10 @@ _ABSENT = {
     "(live: kubectl get storageclass)",
     "horizontalpodautoscalers": "HorizontalPodAutoscalers: not in a kubectl cluster-info dump "
     "(live: kubectl get hpa, or loopkernel sre collect)",
+    "configmaps": "ConfigMaps the pod references: not in a kubectl cluster-info dump "
+    "(live: kubectl get configmap NAME -o yaml; loopkernel sre collect reads their keys)",
+    "secrets": "Secrets the pod references: not in a kubectl cluster-info dump, and never "
+    "collected (live: kubectl get secret NAME -o jsonpath='{.data}' | jq keys)",
 }
 
 
@@ -263,7 +320,8 @@ def missing(
         absent += [a for a in item["data"].get("absent", []) or [] if a not in absent]
     out += [_ABSENT[a] for a in absent if a in _ABSENT]
     for f, _, _ in ranked:
-        if f.detector == "create_config_error" and f.extra.get("object"):
+        kinds = str(f.extra.get("kind")).lower() + "s"
+        if f.detector == "create_config_error" and f.extra.get("object") and kinds in absent:
             out.append(
                 f"{f.extra.get('kind')} {f.extra['object']}: ConfigMaps and Secrets are not in a "
                 f"kubectl cluster-info dump (live: kubectl get {str(f.extra.get('kind')).lower()} "

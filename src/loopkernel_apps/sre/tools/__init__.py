@@ -548,10 +548,14 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
         pod = scope.pod(str(args["pod"]))
         events = scope.events_of(str(args["pod"]))
         stale = scope.stale_map(events)
+        refs = _wl.config_refs(pod)
+        absent = [k for k in ("configmaps", "secrets") if refs[k] and k not in scope.ns.lists]
         data = {
             "pod": _pod_subset(pod),
             "events": [_event_subset(e) for e in events],
             "stale": [stale.get(id(e)) for e in events],
+            "absent": absent,
+            "config_refs": {k: sorted(v) for k, v in refs.items()},
         }
         return scope.result(f"pod {namespace}/{args['pod']}", describe(pod, events, stale), data)
 

@@ -15,13 +15,37 @@ from typing import Any
 
 from loopkernel_apps.sre._dump import Namespace
 
-__all__ = ["ABSENT_NOTE", "autoscalers", "claims", "services", "template_changes"]
+__all__ = ["ABSENT_NOTE", "autoscalers", "claims", "config_refs", "services", "template_changes"]
 
 ABSENT_NOTE = "not in a kubectl cluster-info dump; read it in live mode (loopkernel sre collect)"
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
     return obj.get("metadata", {}) or {}
+
+
+def config_refs(pod: dict[str, Any]) -> dict[str, set[str]]:
+    """The ConfigMaps and Secrets a pod references: env, envFrom, volumes."""
+    out: dict[str, set[str]] = {"configmaps": set(), "secrets": set()}
+    spec = pod.get("spec", {})
+    for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        for e in c.get("env", []) or []:
+            src = e.get("valueFrom") or {}
+            if src.get("configMapKeyRef"):
+                out["configmaps"].add(str(src["configMapKeyRef"].get("name")))
+            if src.get("secretKeyRef"):
+                out["secrets"].add(str(src["secretKeyRef"].get("name")))
+        for e in c.get("envFrom", []) or []:
+            if e.get("configMapRef"):
+                out["configmaps"].add(str(e["configMapRef"].get("name")))
+            if e.get("secretRef"):
+                out["secrets"].add(str(e["secretRef"].get("name")))
+    for v in spec.get("volumes", []) or []:
+        if v.get("configMap"):
+            out["configmaps"].add(str(v["configMap"].get("name")))
+        if v.get("secret"):
+            out["secrets"].add(str(v["secret"].get("secretName")))
+    return out
 
 
 def _matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
@@ -31,6 +55,12 @@ def _matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
 def services(ns: Namespace) -> tuple[str, dict[str, Any]]:
     """Every Service: type, ClusterIP, ports, selector, and the pods the selector matches."""
     pods = ns.items("pods")
+    endpoints = {
+        str(_meta(e).get("name")): sum(
+            len(s.get("addresses", []) or []) for s in e.get("subsets", []) or []
+        )
+        for e in ns.items("endpoints")
+    }
     lines, out = [], []
     for svc in ns.items("services"):
         name = _meta(svc).get("name")
@@ -49,10 +79,13 @@ def services(ns: Namespace) -> tuple[str, dict[str, Any]]:
             elif sel and any(labels.get(k) == v for k, v in sel.items()):
                 nearest.append({"pod": pname, "labels": _labels(labels)})
         sel_text = _labels(sel) if sel else "<none>"
+        eps = endpoints.get(str(name))
         line = (
             f"service {name} type={spec.get('type', 'ClusterIP')} "
             f"clusterIP={spec.get('clusterIP')} ports={ports or '-'} selector={sel_text}: "
         )
+        if eps is not None:
+            line += f"Endpoints object lists {eps} ready address(es); "
         if not sel:
             line += "no selector (endpoints managed by hand)"
         elif matching:
