@@ -172,3 +172,15 @@ def test_config_error_pvc_taint_and_eviction_key_on_status_and_events() -> None:
     gone["pod"]["status"] = {"phase": "Failed", "reason": "Evicted",
                              "message": "The node was low on resource: memory. "}  # fmt: skip
     assert detectors([gone], [], []) == ["evicted"]
+
+
+def test_a_container_killed_by_a_signal_is_not_explained_by_an_incidental_error_line() -> None:
+    killed = pod(last={"reason": "Error", "exitCode": 137})
+    assert detectors([killed], [], [log("ERROR cache miss storm\nINFO warming\n")]) == []
+    assert detectors([killed], [], [log("panic: nil map\n")]) == ["crash_log_reason"]
+
+
+def test_without_a_fatal_line_the_last_causal_error_wins_over_the_wrapper() -> None:
+    text = "ERROR optional plugin x not loaded\nERROR db write failed: disk quota\nERROR exiting\n"
+    found, _ = detect([pod()], [], [log(text)])
+    assert found[0].quote == "ERROR db write failed: disk quota"

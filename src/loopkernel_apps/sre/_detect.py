@@ -654,13 +654,26 @@ def decisive_line(lines: list[str]) -> tuple[str, str | None] | None:
             return line.strip(), frame
         frame = next((ln.strip() for ln in lines[i + 1 : i + 12] if _FRAME.match(ln)), None)
         return line.strip(), frame
-    for line in lines:
-        if _FATAL.search(line):
-            frame = next(
-                (ln.strip() for ln in lines[lines.index(line) + 1 :][:8] if _FRAME.match(ln)), None
-            )
-            return line.strip(), frame
-    return None
+    errors = [i for i, line in enumerate(lines) if _FATAL.search(line)]
+    if not errors:
+        return None
+    # No fatal line: the program's last error before it ended, unless that is only a
+    # wrapper saying it ended ("exiting", "exit status 1", "giving up").
+    causal = [i for i in errors if not _WRAPPER.search(lines[i])]
+    i = causal[-1] if causal else errors[0]
+    frame = next((ln.strip() for ln in lines[i + 1 : i + 9] if _FRAME.match(ln)), None)
+    return lines[i].strip(), frame
+
+
+_WRAPPER = re.compile(
+    r"(?i)(\bexit(?:ing|ed)?\b|exit status \d+|shutting down|\bstopp(?:ed|ing)\b|giving up"
+    r"|see above|terminated|aborting)"
+)
+
+
+def is_strong(line: str) -> bool:
+    """A panic, a fatal line, the end of a traceback: the program said it was dying."""
+    return bool(_STRONG.search(line)) or bool(re.match(r"^[\w.]*(Error|Exception)\b", line))
 
 
 def _crash_reason(
@@ -688,6 +701,8 @@ def _crash_reason(
         return
     decisive, frame = found
     code = int(term.get("exitCode", 0))
+    if code in (137, 143) and not is_strong(decisive):
+        return  # killed by a signal (a probe, a deadline, the node): an error line is no reason
     at = f" at {frame}" if frame else ""
     text = (
         f"Container {c} of pod {name} exited (exit code {code}, "

@@ -91,7 +91,9 @@ def _init_container(
         c = cs.get("name", "")
         state, last = cs.get("state") or {}, cs.get("lastState") or {}
         term = state.get("terminated") or {}
-        if not term or int(term.get("exitCode", 0)) == 0:
+        if term and int(term.get("exitCode", 0)) == 0:
+            continue  # it completed; an earlier failure is history
+        if not term:
             term = last.get("terminated") or {}
         if not term or int(term.get("exitCode", 0)) == 0:
             continue
