@@ -1372,6 +1372,31 @@ def _scope_other_team(k: Cluster) -> None:
                         last=terminated("Error", 1), previous_log=prev)  # fmt: skip
 
 
+@incident(
+    "quota-exceeded",
+    "reports-worker has no pods after the scale-up, why?",
+    {"detector": "failed_create", "pod_prefix": "reports-worker-", "fact": "exceeded quota: compute-quota",
+     "identifiers": ["limits.memory=16Gi"], "not_causes": [],
+     "remediation": ["ResourceQuota"], "remediation_not": ["(?i)restart the pods"]},
+)  # fmt: skip
+def _quota(k: Cluster) -> None:
+    k.healthy("frontend")
+    c = container("reports-worker", "registry.example.com/bi/reports-worker:3.2.0", mem="4Gi")
+    rs, rs_uid = k.deployment("reports-worker", [c], replicas=2, ready=0)
+    dep = k.lists[k.ns]["deployments"][-1]
+    dep["status"].update(replicas=0, updatedReplicas=0, readyReplicas=0, availableReplicas=0)
+    dep["status"]["conditions"].append(
+        {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+         "message": f'pods "{rs}-2xk9q" is forbidden: exceeded quota: compute-quota'})  # fmt: skip
+    for r in k.lists[k.ns]["replicasets"]:
+        if r["metadata"]["name"] == rs:
+            r["status"].update(replicas=0, readyReplicas=0, availableReplicas=0)
+    k.event({"metadata": {"name": rs, "uid": rs_uid}}, "FailedCreate",
+            f'Error creating: pods "{rs}-2xk9q" is forbidden: exceeded quota: compute-quota, '
+            "requested: limits.memory=4Gi, used: limits.memory=14Gi, limited: limits.memory=16Gi",
+            kind="ReplicaSet", count=14, component="replicaset-controller")  # fmt: skip
+
+
 def main() -> None:
     for name, (fn, question, expected, form) in INCIDENTS.items():
         out = HERE / name

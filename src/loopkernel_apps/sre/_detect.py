@@ -59,6 +59,7 @@ DETECTORS = (
     "upstream_unavailable",
     "job_deadline",
     "hpa_at_max",
+    "failed_create",
 )
 
 BASE_SCORE = {
@@ -71,6 +72,7 @@ BASE_SCORE = {
     "cert_expired": 86,
     "dns_resolution": 84,
     "create_config_error": 95,
+    "failed_create": 95,
     "pvc_unbound": 95,
     "taint_untolerated": 95,
     "evicted": 93,

@@ -18,6 +18,7 @@ general shapes (a connection refused to the address a Service holds). Inputs as 
                           and again (refused, timed out, 502/503/504)
     job_deadline          a Job failed with DeadlineExceeded
     hpa_at_max            an autoscaler at maxReplicas that wants more (ScalingLimited)
+    failed_create         a controller's FailedCreate: quota, admission, service account
 """
 
 from __future__ import annotations
@@ -527,6 +528,55 @@ def _hpa_at_max(autoscalers: list[dict[str, Any]]) -> Iterator[Finding]:
             )  # fmt: skip
 
 
+_CREATE_KIND = {
+    "exceeded quota": "quota",
+    "admission webhook": "webhook",
+    "violates PodSecurity": "pod_security",
+    "serviceaccount": "service_account",
+}
+
+
+_CREATE_QUOTE = re.compile(
+    r"(exceeded quota: [^,]+(?:, requested: [^,]+)?"
+    r"|admission webhook \"[^\"]+\" denied the request[^\n]*"
+    r"|violates PodSecurity \"[^\"]+\"[^\n]*"
+    r"|serviceaccount \"[^\"]+\" not found)"
+)
+
+
+def _failed_create(events: list[dict[str, Any]]) -> Iterator[Finding]:
+    seen: set[str] = set()
+    for e in reversed(events):
+        ev = e["event"]
+        obj = ev.get("involvedObject", {})
+        if ev.get("reason") != "FailedCreate" or ev.get("type") != "Warning":
+            continue
+        if obj.get("kind") not in ("ReplicaSet", "Job", "StatefulSet", "DaemonSet"):
+            continue
+        name = str(obj.get("name"))
+        if name in seen:
+            continue
+        seen.add(name)
+        msg = str(ev.get("message") or "")
+        why = next((v for k, v in _CREATE_KIND.items() if k.lower() in msg.lower()), "other")
+        m = _CREATE_QUOTE.search(msg)
+        quote = m.group(1) if m else msg[:160]
+        text = (
+            f"{obj.get('kind')} {name} cannot create its pods ({ev.get('count', 1)} times): {msg}"
+        )
+        yield Finding(
+            detector="failed_create",
+            pod=name,
+            container=None,
+            text=text,
+            quote=quote,
+            identifiers=(name,),
+            refs=_refs(e["ref"], *_same(events, ev)),
+            weight=int(ev.get("count") or 1),
+            extra={"kind": obj.get("kind"), "why": why, "object": name},
+        )
+
+
 def workload_findings(
     pods: list[dict[str, Any]],
     events: list[dict[str, Any]],
@@ -559,6 +609,7 @@ def workload_findings(
     out += _service_no_endpoints(logs, by_name, _data(context, "services"))
     out += _job_deadline(_data(context, "workload_status"))
     out += _hpa_at_max(_data(context, "autoscalers"))
+    out += _failed_create(events)
     return out
 
 

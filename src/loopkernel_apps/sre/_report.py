@@ -125,6 +125,8 @@ _NEXT = {
     "endpoints (kubectl get endpoints).",
     "job_deadline": "Compare how long the job's work takes with activeDeadlineSeconds "
     "({deadline}); read the last pod's log for where it was when it was stopped.",
+    "failed_create": "Read the controller's events (kubectl describe {kind_lower} {object}) and "
+    "the namespace's quotas and admission policies (kubectl describe resourcequota).",
     "hpa_at_max": "Check the workload's load against maxReplicas {max} (kubectl describe hpa "
     "{hpa}) and whether the nodes can hold more replicas.",
 }
@@ -160,8 +162,20 @@ _REMEDY = {
     "upstream_unavailable": "Fix {host} (the failing dependency); {probe_hint}",
     "job_deadline": "Raise activeDeadlineSeconds of job {job} above how long its work takes, "
     "or make the work faster; then re-run it",
+    "failed_create": "{create_fix}",
     "hpa_at_max": "Raise maxReplicas of {hpa} (the nodes permitting), or make each replica "
     "handle more; it is capped at {max}",
+}
+
+
+_CREATE_FIX = {
+    "quota": "Raise the ResourceQuota the message names, or lower the pods' requests/limits "
+    "so the new pods fit in what is left; restarting pods does not help",
+    "webhook": "Fix the pod template so the admission webhook admits it, or fix the webhook",
+    "pod_security": "Make the pod template satisfy the namespace's Pod Security level "
+    "(securityContext: runAsNonRoot, no privilege escalation, dropped capabilities)",
+    "service_account": "Create the ServiceAccount the pod template names, or fix the name",
+    "other": "Fix what the controller's FailedCreate message names",
 }
 
 
@@ -226,6 +240,8 @@ def _fmt(
         "rerun": rerun,
         "after": after,
         "probe_fix": _probe_fix(f),
+        "create_fix": _CREATE_FIX.get(str(extra.get("why")), _CREATE_FIX["other"]),
+        "kind_lower": str(extra.get("kind") or "").lower(),
         "object_kind": obj_kind,
         "object_kind_lower": obj_kind.lower(),
         "object": extra.get("object") or "?",
@@ -293,7 +309,8 @@ def build_draft(
             }
         )
     for f, _, _ in ranked:
-        where = f"pod {f.pod}" + (f", container {f.container}" if f.container else "")
+        kind = "" if f.detector in ("failed_create", "job_deadline", "hpa_at_max") else "pod "
+        where = f"{kind}{f.pod}" + (f", container {f.container}" if f.container else "")
         facts.append(
             {
                 "text": f"{where}: `{f.quote}`",

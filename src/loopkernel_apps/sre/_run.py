@@ -454,6 +454,30 @@ async def plan(ctx: TaskContext) -> JSON:
                     wanted.append(
                         {"tool": step["tool"], "args": args, "why": f"skill {skill['name']}"}
                     )
+    # A workload short of replicas with no pod to show for it: its controller could not
+    # create them (quota, admission, a missing service account). Its history and events say.
+    if n == 1:
+        with_pods = {u.get("workload") for u in tri.get("unhealthy", [])}
+        for w in tri.get("workloads", []):
+            if w.get("kind") not in ("deployment", "statefulset", "daemonset", "job"):
+                continue
+            short = w.get("desired") is not None and int(w.get("ready") or 0) < int(w["desired"])
+            if short and not w.get("pods") and w["name"] not in with_pods:
+                if w["kind"] == "deployment":
+                    wanted.append(
+                        {
+                            "tool": "rollout_history",
+                            "args": {"deployment": w["name"]},
+                            "why": f"{w['kind']} {w['name']} has no pod to show",
+                        }
+                    )
+                wanted.append(
+                    {
+                        "tool": "events",
+                        "args": {"object": w["name"]},
+                        "why": f"{w['kind']} {w['name']} has no pod to show",
+                    }
+                )
     # Follow-ups from what earlier rounds found: a deployment's history names its newest
     # ReplicaSet, whose events (FailedCreate: quota, admission) explain missing pods.
     for c in prior:

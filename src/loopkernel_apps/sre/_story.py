@@ -34,12 +34,23 @@ _WORDS = set(
         "health-check",
         "set-up",
         "non-zero",
+        "scale-up",
+        "scale-out",
+        "scale-down",
+        "fail-over",
+        "rate-limit",
         "time-out",
         "back-off",
         "in-flight",
         "on-call",
         "real-time",
     ]
+)
+
+
+_OBJECT_WORDS = (
+    r"\s+(?:service|svc|deployment|deploy|pod|pods|job|cronjob|app|api|workload|controller"
+    r"|database|db|cluster|statefulset|daemonset|queue|broker|cache)\b"
 )
 
 
@@ -63,7 +74,14 @@ def out_of_scope(question: str, namespace: str, items: list[dict[str, Any]]) -> 
         name = m.group(1)
         if name in _WORDS or any(k == name or k.startswith(name + "-") for k in known):
             continue
-        out.append(name)
+        before, after = question[: m.start()].lower(), question[m.end() :].lower()
+        named = (
+            re.search(r"(?:'s|\bthe|\btheir|\bour)\s+$", before) is not None
+            or re.match(_OBJECT_WORDS, after) is not None
+            or any(ch.isdigit() for ch in name)
+        )
+        if named:
+            out.append(name)
     return list(dict.fromkeys(out))
 
 

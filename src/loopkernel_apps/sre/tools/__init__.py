@@ -495,6 +495,7 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
                         "ready": ready or 0,
                         "failed": failed,
                         "conditions": bad,
+                        "pods": _pod_count(ns, kind, str(_meta(w).get("name"))),
                     }
                 )
                 lines.append(
@@ -768,6 +769,18 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
 
     host.check_complete()
     return host
+
+
+def _pod_count(ns: Namespace, kind: str, name: str) -> int:
+    """How many pods of the namespace a workload owns (a Deployment through its ReplicaSets)."""
+    owners = {name}
+    if kind == "deployments":
+        owners = {
+            str(_meta(rs).get("name"))
+            for rs in ns.items("replicasets")
+            if _owner(rs) == ("Deployment", name)
+        }
+    return sum(1 for p in ns.items("pods") if (_owner(p) or ("", ""))[1] in owners)
 
 
 def _workload(ns: Namespace, owner: tuple[str, str] | None) -> str | None:
