@@ -27,15 +27,9 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from loopkernel_apps.sre._detect import (
-    _EXEC_NOT_FOUND,
-    Finding,
-    _log_lines,
-    _meta,
-    _refs,
-    _same,
-    decisive_line,
-)
+from loopkernel_apps.sre._detect import _EXEC_NOT_FOUND
+from loopkernel_apps.sre._detect_logs import _log_lines, decisive_line
+from loopkernel_apps.sre._finding import Finding, _meta, _refs, _same
 
 __all__ = ["FAILURE", "HOST", "workload_findings"]
 
