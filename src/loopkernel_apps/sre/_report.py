@@ -9,7 +9,7 @@ path today, a model tomorrow). Its rules, in order:
    for a claim without a quote, also the quoted names and exit codes in its text). A
    citation that does not is dropped;
 3. an observed fact left with no citation is dropped; a verified cause left with none, or
-   not named after one of the ten detectors, becomes a suspected cause of ``low``
+   not named after one of the detectors (``DETECTORS``), becomes a suspected cause of ``low``
    confidence; a suspected cause left with none falls to ``low``;
 4. "root cause is confirmed" and its kin on anything unverified get an explicit note;
 5. every proposed remediation has ``requires_approval: true, executable: false``.

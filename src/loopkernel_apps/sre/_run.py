@@ -392,9 +392,14 @@ _NOT_NS = set(
 def other_namespaces(question: str, namespace: str) -> list[str]:
     """The namespaces other than ``namespace`` the question names, in order of mention."""
     found: list[tuple[int, str]] = []
+    # "the billing namespace slow": the word after "namespace" is not a name when the one
+    # before it already was
+    named_before = {m.end() for m in _OTHER_NS[1].finditer(question)}
     for pattern in _OTHER_NS:
         for m in pattern.finditer(question):
             name = m.group(1).lower()
+            if pattern is _OTHER_NS[0] and any(m.start() < e <= m.end() for e in named_before):
+                continue
             if name != namespace and name not in _NOT_NS:
                 found.append((m.start(1), name))
     return list(dict.fromkeys(n for _, n in sorted(found)))
