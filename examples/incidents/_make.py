@@ -1397,6 +1397,50 @@ def _quota(k: Cluster) -> None:
             kind="ReplicaSet", count=14, component="replicaset-controller")  # fmt: skip
 
 
+@incident(
+    "image-pull-auth",
+    "Why is the billing-ui rollout stuck?",
+    {"detector": "image_pull", "pod_prefix": "billing-ui-", "fact": "401 Unauthorized",
+     "identifiers": ["registry.example.com/fin/billing-ui:1.3.0"], "not_causes": [],
+     "remediation": ["imagePullSecret"], "remediation_not": ["(?i)^Push "]},
+)  # fmt: skip
+def _pull_auth(k: Cluster) -> None:
+    k.healthy("frontend")
+    image = "registry.example.com/fin/billing-ui:1.3.0"
+    c = container("billing-ui", image)
+    rs, rs_uid = k.deployment("billing-ui", [c], replicas=1, ready=0)
+    name = podname(rs)
+    s = waiting("billing-ui", image, "ImagePullBackOff", f'Back-off pulling image "{image}"')
+    pod = k.pod(name, [c], [s], owner=("ReplicaSet", rs, rs_uid), phase="Pending")
+    k.event(pod, "Failed", f'Failed to pull image "{image}": rpc error: code = Unknown desc = '
+            f'failed to pull and unpack image "{image}": failed to resolve reference "{image}": '
+            "unexpected status from HEAD request to https://registry.example.com/v2/fin/billing-ui/"
+            "manifests/1.3.0: 401 Unauthorized", count=8, field_path="spec.containers{billing-ui}")  # fmt: skip
+    k.event(pod, "BackOff", f'Back-off pulling image "{image}"', count=30)
+
+
+@incident(
+    "node-selector-mismatch",
+    "etl pods are Pending since the node pool migration",
+    {"detector": "unschedulable", "pod_prefix": "etl-",
+     "fact": "didn't match Pod's node affinity/selector", "identifiers": ["pool=highmem"],
+     "not_causes": ["taint_untolerated"], "remediation": ["nodeSelector"],
+     "remediation_not": ["(?i)add a node"]},
+)  # fmt: skip
+def _selector_mismatch(k: Cluster) -> None:
+    k.healthy("frontend")
+    c = container("etl", "registry.example.com/data/etl:2.0.0", mem="2Gi")
+    rs, rs_uid = k.deployment("etl", [c], replicas=1, ready=0)
+    name = podname(rs)
+    msg = ("0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. "
+           "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.")  # fmt: skip
+    cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": msg}
+    pod = k.pod(name, [c], [], owner=("ReplicaSet", rs, rs_uid), phase="Pending", node=None,
+                scheduled=cond)  # fmt: skip
+    pod["spec"]["nodeSelector"] = {"pool": "highmem"}
+    k.event(pod, "FailedScheduling", msg, count=12, component="default-scheduler")
+
+
 def main() -> None:
     for name, (fn, question, expected, form) in INCIDENTS.items():
         out = HERE / name

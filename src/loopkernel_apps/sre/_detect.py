@@ -323,6 +323,9 @@ def _image_pull(
 _INSUFFICIENT = re.compile(r"Insufficient ([\w/-]+(?:\.[\w/-]+)*)")
 _PVC_MSG = re.compile(r"(?i)unbound (?:immediate )?PersistentVolumeClaims|persistentvolumeclaim \"")
 _TAINT_MSG = re.compile(r"untolerated taint")
+_AFFINITY_MSG = re.compile(
+    r"\d+ node\(s\) didn't match (?:Pod's )?node (?:affinity/selector|selector)"
+)
 
 
 def _unschedulable(
@@ -352,6 +355,13 @@ def _unschedulable(
     short = ", ".join(f"Insufficient {r}" for r in resources) or "no node fits"
     text = f"Pod {name} cannot be scheduled ({short}): {asked or 'no requests found'}."
     quote = f"Insufficient {resources[0]}" if resources else message[:80]
+    affinity = _AFFINITY_MSG.search(message)
+    if affinity and not resources:
+        spec = pod.get("spec", {})
+        sel = ",".join(f"{k}={v}" for k, v in sorted((spec.get("nodeSelector") or {}).items()))
+        wants = f"node selector {sel}" if sel else "node affinity"
+        text = f"Pod {name} cannot be scheduled: no node matches its {wants} ({affinity.group(0)})."
+        quote = affinity.group(0)
     yield Finding(
         detector="unschedulable",
         pod=name,
@@ -361,7 +371,12 @@ def _unschedulable(
         identifiers=(name,),
         refs=_refs(msg_ref, *_same(events, {"message": message}), ref),
         weight=count,
-        extra={"message": message, "requests": requests, "resources": resources},
+        extra={
+            "message": message,
+            "requests": requests,
+            "resources": resources,
+            "affinity": bool(affinity and not resources),
+        },
     )
 
 

@@ -136,8 +136,8 @@ _REMEDY = {
     "crash_log_reason": "Fix what the quoted line names in container {container}{after}",
     "command_not_found": "Fix the command of container {container}: {binary!r} is not in the "
     "image{suggestion_text}",
-    "image_pull": "Push {image} or point the {owner_kind_lower} at an existing tag{rollback}",
-    "unschedulable": "Lower the pod's requests or add a node with enough allocatable capacity",
+    "image_pull": "{pull_fix}{rollback}",
+    "unschedulable": "{schedule_fix}",
     "missing_env": "Define {variable} for container {container} (env or envFrom) and roll out"
     "{rollback}",
     "dns_resolution": "Point the service at a host name that resolves ({host} does not)",
@@ -240,6 +240,17 @@ def _fmt(
         "rerun": rerun,
         "after": after,
         "probe_fix": _probe_fix(f),
+        "pull_fix": "Give the pod an imagePullSecret that can read "
+        f"{str(extra.get('image', '')).split('/')[0]} (or fix the one it has): the registry "
+        "refused the credentials"
+        if re.search(
+            r"(?i)unauthorized|authentication required|access denied|denied:|403", f.get("text", "")
+        )
+        else f"Push {extra.get('image', '')} or point the {kind} at an existing tag",
+        "schedule_fix": "Fix the pod's nodeSelector/affinity, or label the node(s) it should run "
+        "on; no node carries the labels it asks for"
+        if extra.get("affinity")
+        else "Lower the pod's requests or add a node with enough allocatable capacity",
         "create_fix": _CREATE_FIX.get(str(extra.get("why")), _CREATE_FIX["other"]),
         "kind_lower": str(extra.get("kind") or "").lower(),
         "object_kind": obj_kind,
