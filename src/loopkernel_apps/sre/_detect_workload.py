@@ -297,7 +297,7 @@ def _evicted(item: dict[str, Any], nodes: list[dict[str, Any]]) -> Iterator[Find
         return
     name = _meta(pod).get("name", "")
     message = str(st.get("message") or "")
-    m = re.search(r"The node was low on resource: [\w.-]+", message)
+    m = re.search(r"The node was low on resource: [\w-]+", message)
     quote = m.group(0) if m else (message[:120] or "Evicted")
     node = str(pod.get("spec", {}).get("nodeName") or "")
     row, node_ref = _node_rows(nodes).get(node, ({}, None))

@@ -249,6 +249,16 @@ def chain(
     top = ranked[0][0]
     steps: list[dict[str, Any]] = []
     wl = workloads.get(top.pod)
+    node = top.extra.get("node")
+    for item in _by_tool(items, "node_capacity") if node else []:
+        for n in item["data"].get("nodes", []):
+            for c in n.get("conditions", []) if n.get("name") == node else []:
+                if (c.get("type") == "Ready") != (c.get("status") == "True"):
+                    quote = f"condition {c.get('type')}={c.get('status')} {c.get('reason', '')}"
+                    steps.append(_fact(
+                        f"Node {node}: {c.get('type')}={c.get('status')} ({c.get('message', '')})",
+                        item["ref"], quote=quote,
+                    ))  # fmt: skip
     for item in _by_tool(items, "rollout_history"):
         if item["args"].get("deployment") != wl:
             continue
