@@ -4,7 +4,10 @@
 ``examples/incidents`` through ``loopkernel investigate`` in-process (a fresh SQLite file
 per run, the tools server a real stdio MCP process), and prints, per incident: the detector
 ranked first, whether it is the expected one, wall time (median of N), tool calls made and
-calls answered "already collected". Writes ``bench/results/sre.json``.
+calls answered "already collected", whether the main cause is right, how many verified
+causes are FALSE (verified but not the incident's cause: precision), and how many key facts
+the report states with a citation (``examples/incidents/_expect.py`` decides all three).
+Writes ``bench/results/sre.json``.
 
 ``--model`` also runs each incident with ``model=true`` through a real gateway process
 serving the bundled local model (``loopkernel gateway --local smollm2``), interleaved with
@@ -28,10 +31,23 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import importlib.util  # noqa: E402
+
 from bench._results import write_results  # noqa: E402
 from loopkernel.client import Client  # noqa: E402
 
 INCIDENTS = ROOT / "examples" / "incidents"
+
+
+def _check_module() -> Any:
+    spec = importlib.util.spec_from_file_location("_expect", INCIDENTS / "_expect.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+check = _check_module().check
 
 
 async def one(db: Path, params: dict[str, Any]) -> tuple[float, dict[str, Any]]:
@@ -42,8 +58,8 @@ async def one(db: Path, params: dict[str, Any]) -> tuple[float, dict[str, Any]]:
         inspection = await client.inspect(started.run_id)
     elapsed = time.perf_counter() - t0
     assert outcome.status.value == "succeeded", outcome.verdict
-    report = next(t for t in inspection.tasks if t["task_id"] == "report")["result"]["report"]
-    return elapsed, report
+    result = next(t for t in inspection.tasks if t["task_id"] == "report")["result"]
+    return elapsed, {**result["report"], "markdown": result["markdown"]}
 
 
 def main() -> None:
@@ -70,7 +86,10 @@ def main() -> None:
 
 def bench(repeat: int, *, model: bool) -> None:
     rows = []
-    head = f"{'incident':<20} {'detector':<18} {'ok':<4} {'median s':>9} {'calls':>6} {'dup':>4}"
+    head = (
+        f"{'incident':<24} {'detector':<21} {'main':<5} {'FALSE':>5} {'facts':>6} {'ok':<4} "
+        f"{'median s':>9} {'calls':>6} {'dup':>4}"
+    )
     if model:
         head += f" {'model s':>8} {'ratio':>6} {'model det.':<18} {'planned':>7} {'fellback':>8}"
     print(head)
@@ -81,7 +100,8 @@ def bench(repeat: int, *, model: bool) -> None:
             "dump": str(dump),
             "namespace": (d / "namespace.txt").read_text().strip(),
         }
-        expected = json.loads((d / "expected.json").read_text())["detector"]
+        want = json.loads((d / "expected.json").read_text())
+        expected = want["detector"]
         times, model_times = [], []
         report: dict[str, Any] = {}
         model_report: dict[str, Any] = {}
@@ -98,11 +118,17 @@ def bench(repeat: int, *, model: bool) -> None:
         verified = report["verified_causes"]
         found = verified[0]["detector"] if verified else None
         cov = report["coverage"]
+        verdict = check(report, want)
         row = {
             "incident": d.name,
             "expected": expected,
             "detector": found,
-            "correct": found == expected,
+            "main_cause": verdict["main_cause"],
+            "false_verified": verdict["false_verified"],
+            "facts_cited": verdict["facts_cited"],
+            "facts_total": verdict["facts_total"],
+            "problems": verdict["problems"],
+            "correct": verdict["correct"],
             "median_s": round(statistics.median(times), 3),
             "min_s": round(min(times), 3),
             "max_s": round(max(times), 3),
@@ -112,7 +138,9 @@ def bench(repeat: int, *, model: bool) -> None:
             "exit": cov["exit"],
         }
         line = (
-            f"{d.name:<20} {found or '-':<18} {'yes' if row['correct'] else 'NO':<4} "
+            f"{d.name:<24} {found or '-':<21} {'yes' if row['main_cause'] else 'NO':<5} "
+            f"{len(row['false_verified']):>5} {row['facts_cited']:>3}/{row['facts_total']:<2} "
+            f"{'yes' if row['correct'] else 'NO':<4} "
             f"{row['median_s']:>9.3f} {row['tool_calls']:>6} {row['already_collected']:>4}"
         )
         if model:
@@ -134,10 +162,17 @@ def bench(repeat: int, *, model: bool) -> None:
             )
         rows.append(row)
         print(line, flush=True)
+        for problem in row["problems"]:
+            print(f"    {problem}", flush=True)
     med = statistics.median(r["median_s"] for r in rows)
     calls = statistics.mean(r["tool_calls"] for r in rows)
+    false_total = sum(len(r["false_verified"]) for r in rows)
+    cited = sum(r["facts_cited"] for r in rows)
+    facts = sum(r["facts_total"] for r in rows)
     print(
-        f"\n{sum(r['correct'] for r in rows)}/{len(rows)} correct; median {med:.3f} s per "
+        f"\n{sum(r['main_cause'] for r in rows)}/{len(rows)} main cause right, "
+        f"{sum(r['correct'] for r in rows)}/{len(rows)} with every check; {false_total} false "
+        f"verified causes; {cited}/{facts} key facts cited; median {med:.3f} s per "
         f"investigation; {calls:.1f} tool calls per incident on average"
     )
     results: dict[str, Any] = {
@@ -145,6 +180,11 @@ def bench(repeat: int, *, model: bool) -> None:
         "incidents": rows,
         "median_s": med,
         "mean_tool_calls": calls,
+        "main_cause_right": sum(r["main_cause"] for r in rows),
+        "all_checks": sum(r["correct"] for r in rows),
+        "false_verified": false_total,
+        "facts_cited": cited,
+        "facts_total": facts,
     }
     if model:
         mmed = statistics.median(r["model_median_s"] for r in rows)

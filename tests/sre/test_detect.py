@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loopkernel_apps.sre._detect import detect, edit_distance, rank
+from loopkernel_apps.sre._detect import decisive_line, detect, edit_distance, rank, split_symptoms
 
 
 def pod(
@@ -83,6 +83,104 @@ def test_a_config_line_in_a_healthy_container_is_not_a_cause() -> None:
 
 
 def test_edit_distance() -> None:
-    assert edit_distance("pyhton", "python") == 2
+    assert edit_distance("pyhton", "python") == 1  # one swap
+    assert edit_distance("wgte", "wget") == 1
+    assert edit_distance("pyhon", "python") == 1
     assert edit_distance("", "abc") == 3
     assert edit_distance("node", "node") == 0
+
+
+def test_a_log_request_error_is_never_the_crash_reason() -> None:
+    text = (
+        "Request log error: container api is terminated\nunable to retrieve container logs for x\n"
+    )
+    assert detectors([pod()], [], [log(text)]) == []
+
+
+def test_the_decisive_line_is_the_first_panic_with_its_frame_not_the_wrapper_after_it() -> None:
+    text = (
+        "INFO starting\npanic: assignment to entry in nil map\n\ngoroutine 1 [running]:\n"
+        "main.load()\n\t/app/rules.go:57 +0x65\n"
+        'level=error msg="service stopped" error="exit status 2"\n'
+    )
+    found, _ = detect([pod()], [], [log(text)])
+    crash = next(f for f in found if f.detector == "crash_log_reason")
+    assert crash.quote == "panic: assignment to entry in nil map"
+    assert crash.extra["frame"] == "/app/rules.go:57 +0x65"
+    lines = ["Traceback (most recent call last):", '  File "a.py", line 3, in f', "ValueError: bad"]
+    frame = 'File "a.py", line 3, in f'
+    assert decisive_line([*lines, "ERROR exiting"]) == ("ValueError: bad", frame)
+
+
+def test_a_probe_failure_of_an_oomkilled_container_is_a_symptom_not_a_cause() -> None:
+    oom = pod(last={"reason": "OOMKilled", "exitCode": 137})
+    unhealthy = event("Unhealthy", "Readiness probe failed: connect: connection refused")
+    found, _ = detect([oom], [unhealthy], [])
+    causes, symptoms = split_symptoms(found)
+    assert [f.detector for f in causes] == ["oomkilled"]
+    assert [(s.detector, c.detector) for s, c in symptoms] == [("probe_failure", "oomkilled")]
+
+
+def test_a_dependency_is_blamed_only_when_it_failed_again_and_again() -> None:
+    line = "ERROR GET http://pricing:8443/v1: 503 Service Unavailable"
+    assert "upstream_unavailable" not in detectors([pod()], [], [log(line + "\n" + line)])
+    assert detectors([pod()], [], [log("\n".join([line] * 3))])[0] == "upstream_unavailable"
+
+
+def test_a_selector_that_matches_no_pod_is_verified_only_with_a_client_refused() -> None:
+    services = {"services": [{"ref": "E9", "data": {"services": [
+        {"name": "catalog", "clusterIP": "10.96.4.7", "selector": {"app": "catalog"},
+         "matching": [], "nearest": []}]}}]}  # fmt: skip
+    refused = "dial tcp 10.96.4.7:8080: connect: connection refused"
+    found, _ = detect([pod()], [], [log(refused)], services)
+    assert "service_no_endpoints" in [f.detector for f in found]
+    found, _ = detect([pod()], [], [log("INFO all good")], services)
+    assert "service_no_endpoints" not in [f.detector for f in found]
+
+
+def test_config_error_pvc_taint_and_eviction_key_on_status_and_events() -> None:
+    p = pod()
+    p["pod"]["status"]["containerStatuses"][0]["state"] = {"waiting": {
+        "reason": "CreateContainerConfigError",
+        "message": "couldn't find key DB_HOST in ConfigMap prod/orders-config"}}  # fmt: skip
+    found, _ = detect([p], [], [])
+    cfg = next(f for f in found if f.detector == "create_config_error")
+    assert (cfg.extra["kind"], cfg.extra["object"], cfg.extra["key"]) == (
+        "ConfigMap",
+        "orders-config",
+        "DB_HOST",
+    )
+    pending = pod(restarts=0)
+    pending["pod"]["status"] = {"phase": "Pending"}
+    pending["pod"]["spec"]["volumes"] = [
+        {"name": "d", "persistentVolumeClaim": {"claimName": "data"}}
+    ]
+    obj = {"kind": "PersistentVolumeClaim", "name": "data"}
+    ev = {"involvedObject": obj, "reason": "FailedBinding", "type": "Warning",
+          "message": "no storage class is set"}  # fmt: skip
+    claim = {"ref": "E4", "event": ev}
+    assert detectors([pending], [claim], [])[0] == "pvc_unbound"
+    taint = event(
+        "FailedScheduling",
+        "0/3 nodes are available: 3 node(s) had untolerated taint {dedicated: gpu}.",
+    )
+    pending["pod"]["spec"].pop("volumes")
+    assert detectors([pending], [taint], []) == ["taint_untolerated"]
+    pending["pod"]["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Exists"}]
+    assert "taint_untolerated" not in detectors([pending], [taint], [])
+    gone = pod(restarts=0)
+    gone["pod"]["status"] = {"phase": "Failed", "reason": "Evicted",
+                             "message": "The node was low on resource: memory. "}  # fmt: skip
+    assert detectors([gone], [], []) == ["evicted"]
+
+
+def test_a_container_killed_by_a_signal_is_not_explained_by_an_incidental_error_line() -> None:
+    killed = pod(last={"reason": "Error", "exitCode": 137})
+    assert detectors([killed], [], [log("ERROR cache miss storm\nINFO warming\n")]) == []
+    assert detectors([killed], [], [log("panic: nil map\n")]) == ["crash_log_reason"]
+
+
+def test_without_a_fatal_line_the_last_causal_error_wins_over_the_wrapper() -> None:
+    text = "ERROR optional plugin x not loaded\nERROR db write failed: disk quota\nERROR exiting\n"
+    found, _ = detect([pod()], [], [log(text)])
+    assert found[0].quote == "ERROR db write failed: disk quota"

@@ -132,6 +132,7 @@ def test_an_invalid_proposal_falls_back_to_the_rules_with_the_reason(
             "workload_status",
             "rollout_history",
             "node_capacity",
+            "services",
         }
         for a in audit
     )
@@ -172,6 +173,7 @@ def test_a_model_obeying_the_injected_log_adds_no_tool_and_widens_no_scope(
         "events",
         "workload_status",
         "rollout_history",
+        "services",
     }
     assert report["verified_causes"][0]["detector"] == "missing_env"
     assert "disk is full" not in json.dumps(report["verified_causes"])

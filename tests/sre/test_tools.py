@@ -47,6 +47,9 @@ def test_every_tool_is_read_only_and_declares_the_namespace_argument() -> None:
         "workload_status",
         "rollout_history",
         "node_capacity",
+        "services",
+        "claims",
+        "autoscalers",
     }
     for tool in defs:
         assert "namespace" in tool.input_schema["properties"]

@@ -1,4 +1,4 @@
-"""The ten detectors: pure functions from observed objects to findings.
+"""The detectors: pure functions from observed objects to findings.
 
 A finding is *verified* only when a detector saw the thing itself: a container status
 that says ``OOMKilled``, an event of the current pod that says ``FailedScheduling``, a
@@ -21,17 +21,26 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
+
+from loopkernel_apps.sre._detect_logs import (
+    decisive_line,
+    log_detectors,
+    log_request_errors,
+)
+from loopkernel_apps.sre._finding import Finding, _containers, _meta, _refs, _same, _statuses
 
 __all__ = [
     "BASE_SCORE",
     "COMMON_BINARIES",
     "DETECTORS",
     "Finding",
+    "decisive_line",
     "detect",
     "edit_distance",
+    "log_request_errors",
     "rank",
+    "split_symptoms",
     "stale_events",
 ]
 
@@ -46,6 +55,17 @@ DETECTORS = (
     "cert_expired",
     "probe_failure",
     "config_invalid",
+    "init_container",
+    "create_config_error",
+    "pvc_unbound",
+    "taint_untolerated",
+    "evicted",
+    "node_not_ready",
+    "service_no_endpoints",
+    "upstream_unavailable",
+    "job_deadline",
+    "hpa_at_max",
+    "failed_create",
 )
 
 BASE_SCORE = {
@@ -57,6 +77,17 @@ BASE_SCORE = {
     "config_invalid": 86,
     "cert_expired": 86,
     "dns_resolution": 84,
+    "create_config_error": 95,
+    "failed_create": 95,
+    "pvc_unbound": 95,
+    "taint_untolerated": 95,
+    "evicted": 93,
+    "node_not_ready": 93,
+    "service_no_endpoints": 92,
+    "job_deadline": 90,
+    "init_container": 87,
+    "hpa_at_max": 80,
+    "upstream_unavailable": 78,
     "probe_failure": 70,
     "crash_log_reason": 60,
 }
@@ -98,64 +129,31 @@ COMMON_BINARIES = (
     "flask",
     "django-admin",
     "pip",
+    "wget",
+    "curl",
+    "nc",
+    "psql",
+    "mysql",
+    "redis-cli",
+    "migrate",
+    "alembic",
+    "kubectl",
+    "aws",
+    "gsutil",
+    "tar",
+    "cp",
+    "chown",
+    "chmod",
+    "mkdir",
+    "echo",
+    "sleep",
+    "until",
+    "busybox",
 )
 
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Finding:
-    """One detector's observation."""
-
-    detector: str
-    """One of ``DETECTORS``."""
-    pod: str
-    container: str | None
-    text: str
-    """The claim, in one sentence."""
-    quote: str
-    """Text the cited evidence holds verbatim."""
-    identifiers: tuple[str, ...]
-    """Names the claim makes that the evidence must hold."""
-    refs: tuple[str, ...]
-    """Evidence refs it was observed in (empty when run over the dump)."""
-    weight: int = 0
-    """Restarts, event counts: how often it happened."""
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "detector": self.detector,
-            "pod": self.pod,
-            "container": self.container,
-            "text": self.text,
-            "quote": self.quote,
-            "identifiers": list(self.identifiers),
-            "refs": list(self.refs),
-            "weight": self.weight,
-            "extra": self.extra,
-        }
-
-
-def _refs(*refs: str | None) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(r for r in refs if r))
-
-
-def _meta(obj: dict[str, Any]) -> dict[str, Any]:
-    m = obj.get("metadata")
-    return m if isinstance(m, dict) else {}
-
-
-def _containers(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    spec = pod.get("spec", {})
-    return {
-        c.get("name", ""): c for c in spec.get("containers", []) + spec.get("initContainers", [])
-    }
-
-
-def _statuses(pod: dict[str, Any]) -> list[dict[str, Any]]:
-    st = pod.get("status", {})
-    return list(st.get("containerStatuses", []) or []) + list(
-        st.get("initContainerStatuses", []) or []
-    )
+GENERIC = ("crash_log_reason", "probe_failure", "upstream_unavailable")
+"""Detectors that state a symptom when a more specific detector explains the same pod:
+the last fatal line, a failing probe, a dependency that answers errors."""
 
 
 # -- events -----------------------------------------------------------------------------
@@ -271,13 +269,17 @@ def _command_not_found(ref: str | None, pod: dict[str, Any]) -> Iterator[Finding
 
 
 def edit_distance(a: str, b: str) -> int:
-    prev = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        cur = [i]
-        for j, cb in enumerate(b, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
-        prev = cur
-    return prev[-1]
+    """Edits from ``a`` to ``b``: insert, delete, substitute, or swap two neighbours
+    (``wgte`` -> ``wget`` is one)."""
+    d = [[i + j if i * j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            d[i][j] = min(
+                d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])
+            )
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+    return d[-1][-1]
 
 
 def _closest(word: str) -> str | None:
@@ -319,6 +321,11 @@ def _image_pull(
 
 
 _INSUFFICIENT = re.compile(r"Insufficient ([\w/-]+(?:\.[\w/-]+)*)")
+_PVC_MSG = re.compile(r"(?i)unbound (?:immediate )?PersistentVolumeClaims|persistentvolumeclaim \"")
+_TAINT_MSG = re.compile(r"untolerated taint")
+_AFFINITY_MSG = re.compile(
+    r"\d+ node\(s\) didn't match (?:Pod's )?node (?:affinity/selector|selector)"
+)
 
 
 def _unschedulable(
@@ -333,9 +340,11 @@ def _unschedulable(
         if item["event"].get("reason") == "FailedScheduling":
             message = str(item["event"].get("message") or message)
             msg_ref, count = item["ref"] or ref, int(item["event"].get("count") or 1)
-    if not message:
+    if not message or _PVC_MSG.search(message):
         return
     resources = sorted(set(_INSUFFICIENT.findall(message)))
+    if not resources and _TAINT_MSG.search(message):
+        return  # taint_untolerated says which taint
     requests = {}
     for c in pod.get("spec", {}).get("containers", []):
         for r in resources:
@@ -346,6 +355,13 @@ def _unschedulable(
     short = ", ".join(f"Insufficient {r}" for r in resources) or "no node fits"
     text = f"Pod {name} cannot be scheduled ({short}): {asked or 'no requests found'}."
     quote = f"Insufficient {resources[0]}" if resources else message[:80]
+    affinity = _AFFINITY_MSG.search(message)
+    if affinity and not resources:
+        spec = pod.get("spec", {})
+        sel = ",".join(f"{k}={v}" for k, v in sorted((spec.get("nodeSelector") or {}).items()))
+        wants = f"node selector {sel}" if sel else "node affinity"
+        text = f"Pod {name} cannot be scheduled: no node matches its {wants} ({affinity.group(0)})."
+        quote = affinity.group(0)
     yield Finding(
         detector="unschedulable",
         pod=name,
@@ -355,7 +371,12 @@ def _unschedulable(
         identifiers=(name,),
         refs=_refs(msg_ref, *_same(events, {"message": message}), ref),
         weight=count,
-        extra={"message": message, "requests": requests, "resources": resources},
+        extra={
+            "message": message,
+            "requests": requests,
+            "resources": resources,
+            "affinity": bool(affinity and not resources),
+        },
     )
 
 
@@ -394,11 +415,6 @@ def _probe_failure(
         )
 
 
-def _same(events: list[dict[str, Any]], ev: dict[str, Any]) -> list[str | None]:
-    """The refs of every item holding an event with this message (describe and events)."""
-    return [i["ref"] for i in events if i["event"].get("message") == ev.get("message")]
-
-
 def _describe_probe(probe: dict[str, Any]) -> str:
     if "httpGet" in probe:
         h = probe["httpGet"]
@@ -412,190 +428,6 @@ def _describe_probe(probe: dict[str, Any]) -> str:
     return "probe spec not found"
 
 
-# -- log detectors --------------------------------------------------------------------------
-
-_MISSING_ENV = [
-    re.compile(r"KeyError: ['\"]([A-Z][A-Z0-9_]{2,})['\"]"),
-    re.compile(
-        r"(?i)(?:env(?:ironment)?(?: variable| var)?|variable)\s+"
-        r"['\"`]?([A-Z][A-Z0-9_]{2,})['\"`]?"
-        r"\s+(?:is\s+)?(?:not set|unset|missing|undefined|not defined|is required|must be set"
-        r"|empty)"
-    ),
-    re.compile(
-        r"(?i)missing (?:required )?env(?:ironment)?(?: variable| var)?:?\s+['\"`]?"
-        r"([A-Z][A-Z0-9_]{2,})"
-    ),
-    re.compile(r"\b([A-Z][A-Z0-9]*_[A-Z0-9_]+) (?:is not set|must be set|is required|not defined)"),
-]
-_DNS = [
-    re.compile(r"(?i)could not resolve host:?\s*['\"]?([\w.-]+\.[\w-]+)"),
-    re.compile(r"getaddrinfo (?:ENOTFOUND|EAI_AGAIN) ([\w.-]+)"),
-    re.compile(r"lookup ([\w.-]+)(?: on [\d.:\[\]]+)?: (?:no such host|server misbehaving)"),
-    re.compile(
-        r"(?i)(?:failed to resolve|unknown host|unable to resolve)\s+['\"]?([\w.-]+\.[\w-]+)"
-    ),
-    re.compile(
-        r"(?i)(?:host|hostname)[= ]['\"]?([\w.-]+\.[\w-]+)['\"]?.*"
-        r"(?:Name or service not known|Temporary failure in name resolution|nodename nor servname)"
-    ),
-]
-_CERT = [
-    re.compile(r"x509: certificate has expired or is not yet valid[^\n]*"),
-    re.compile(r"(?i)certificate (?:has )?expired[^\n]*"),
-    re.compile(r"(?i)CERTIFICATE_VERIFY_FAILED[^\n]*expired[^\n]*"),
-]
-_CONFIG = [
-    re.compile(r"(?i)\b(?:invalid|malformed|bad) config(?:uration)?\b"),
-    re.compile(r"(?i)\bconfig(?:uration)? (?:error|invalid|is invalid|validation failed)\b"),
-    re.compile(r"(?i)failed to (?:load|parse|read|validate) (?:the )?config"),
-    re.compile(r"\[emerg\][^\n]*(?:unknown directive|invalid|unexpected)"),
-    re.compile(r"(?i)(?:yaml|json|toml): (?:line \d+|unmarshal|cannot unmarshal)"),
-    re.compile(r"(?i)unknown (?:configuration )?(?:key|field|option|directive) ['\"]"),
-]
-_FATAL = re.compile(
-    r"(?i)(\bpanic:|\bfatal\b|\bFATAL\b|\bcritical\b|\bemerg\b|Traceback|^\w*(Error|Exception)\b"
-    r"|\b[A-Z]\w*(Error|Exception):|\berror\b|\bERROR\b|exit(ed|ing)? with)"
-)
-
-
-def _log_lines(text: str) -> list[str]:
-    return [ln.rstrip() for ln in text.splitlines() if ln.strip()]
-
-
-def _first(patterns: list[re.Pattern[str]], lines: list[str]) -> tuple[str, re.Match[str]] | None:
-    for line in reversed(lines):  # the latest occurrence is the one that ended the run
-        for p in patterns:
-            m = p.search(line)
-            if m:
-                return line, m
-    return None
-
-
-def _log_detectors(
-    log: dict[str, Any], pod: dict[str, Any] | None, pod_ref: str | None
-) -> Iterator[Finding]:
-    name, c, ref = log["pod"], log["container"], log["ref"]
-    lines = _log_lines(str(log.get("text") or ""))
-    which = "previous" if log.get("previous") else "current"
-    spec = _containers(pod or {}).get(c, {})
-    found = _first(_MISSING_ENV, lines)
-    if found is not None:
-        line, m = found
-        var = m.group(1)
-        env_names = {e.get("name") for e in spec.get("env", []) or []}
-        has_from = bool(spec.get("envFrom"))
-        if var not in env_names and pod is not None and not has_from:
-            text = (
-                f"Container {c} of pod {name} stops because environment variable {var} is "
-                f"not set; the container spec defines no {var} (and no envFrom)."
-            )
-            yield Finding(
-                detector="missing_env",
-                pod=name,
-                container=c,
-                text=text,
-                quote=line.strip(),
-                identifiers=(var,),
-                refs=_refs(ref),
-                extra={"variable": var, "log": which},
-            )
-    found = _first(_DNS, lines)
-    if found is not None:
-        line, m = found
-        host = m.group(1)
-        text = f"Container {c} of pod {name} cannot resolve host {host} ({which} log)."
-        yield Finding(
-            detector="dns_resolution",
-            pod=name,
-            container=c,
-            text=text,
-            quote=line.strip(),
-            identifiers=(host,),
-            refs=_refs(ref),
-            extra={"host": host, "log": which},
-        )
-    found = _first(_CERT, lines)
-    if found is not None:
-        line, m = found
-        text = f"Container {c} of pod {name} fails a TLS handshake: a certificate has expired."
-        yield Finding(
-            detector="cert_expired",
-            pod=name,
-            container=c,
-            text=text,
-            quote=line.strip(),
-            identifiers=(),
-            refs=_refs(ref),
-            extra={"log": which},
-        )
-    found = _first(_CONFIG, lines)
-    if found is not None and _crashed(pod, c):
-        line, m = found
-        text = f"Container {c} of pod {name} exits on a configuration error ({which} log)."
-        yield Finding(
-            detector="config_invalid",
-            pod=name,
-            container=c,
-            text=text,
-            quote=line.strip(),
-            identifiers=(),
-            refs=_refs(ref),
-            extra={"log": which},
-        )
-    yield from _crash_reason(log, pod, pod_ref, lines)
-
-
-def _crashed(pod: dict[str, Any] | None, container: str) -> bool:
-    for cs in _statuses(pod or {}):
-        if cs.get("name") != container:
-            continue
-        if int(cs.get("restartCount", 0)) > 0:
-            return True
-        term = (cs.get("state") or {}).get("terminated") or {}
-        return bool(term) and int(term.get("exitCode", 0)) != 0
-    return False
-
-
-def _crash_reason(
-    log: dict[str, Any], pod: dict[str, Any] | None, pod_ref: str | None, lines: list[str]
-) -> Iterator[Finding]:
-    name, c = log["pod"], log["container"]
-    if pod is None:
-        return
-    restarted = [cs for cs in _statuses(pod) if cs.get("name") == c]
-    if not restarted:
-        return
-    cs = restarted[0]
-    term = (cs.get("lastState") or {}).get("terminated") or (cs.get("state") or {}).get(
-        "terminated"
-    )
-    if not term or term.get("reason") == "OOMKilled" or int(term.get("exitCode", 0)) == 0:
-        return
-    if int(cs.get("restartCount", 0)) > 0 and not log.get("previous"):
-        return  # the reason of a restart is in the previous instance's log
-    decisive = next((ln for ln in reversed(lines) if _FATAL.search(ln)), None)
-    if decisive is None:
-        return
-    code = int(term.get("exitCode", 0))
-    text = (
-        f"Container {c} of pod {name} exited (exit code {code}, "
-        f"{term.get('reason', 'Error')}); the decisive line of its "
-        f"{'previous' if log.get('previous') else 'current'} log: {decisive.strip()!r}"
-    )
-    yield Finding(
-        detector="crash_log_reason",
-        pod=name,
-        container=c,
-        text=text,
-        quote=decisive.strip(),
-        identifiers=(name, c, f"exit code {code}"),
-        refs=_refs(log["ref"], pod_ref),
-        weight=int(cs.get("restartCount", 0)),
-        extra={"exit_code": code, "exit_code_ref": pod_ref},
-    )
-
-
 # -- all of them ------------------------------------------------------------------------------
 
 
@@ -603,20 +435,26 @@ def detect(
     pods: list[dict[str, Any]],
     events: list[dict[str, Any]],
     logs: list[dict[str, Any]],
+    context: dict[str, list[dict[str, Any]]] | None = None,
 ) -> tuple[list[Finding], list[tuple[dict[str, Any], str]]]:
-    """Every finding, and the stale events that were set aside."""
+    """Every finding, and the stale events that were set aside. ``context`` holds what the
+    workload tools returned (``{tool: [{"ref", "data"}]}``: services, node_capacity, claims,
+    autoscalers, workload_status, rollout_history), for the detectors that need one object
+    more than the pod (``_detect_workload``)."""
+    from loopkernel_apps.sre._detect_workload import workload_findings
+
     stale = stale_events(events, pods)
     stale_ids = {id(item) for item, _ in stale}
     by_name = {_meta(p["pod"]).get("name", ""): p for p in pods}
+    fresh = [e for e in events if id(e) not in stale_ids]
     findings: list[Finding] = []
     for item in pods:
         pod = item["pod"]
         name = _meta(pod).get("name", "")
         mine = [
             e
-            for e in events
-            if id(e) not in stale_ids
-            and e["event"].get("involvedObject", {}).get("kind") == "Pod"
+            for e in fresh
+            if e["event"].get("involvedObject", {}).get("kind") == "Pod"
             and e["event"].get("involvedObject", {}).get("name") == name
         ]
         findings += _oomkilled(item["ref"], pod)
@@ -626,9 +464,10 @@ def detect(
         findings += _probe_failure(item["ref"], pod, mine)
     for log in logs:
         owner = by_name.get(log["pod"])
-        findings += _log_detectors(
+        findings += log_detectors(
             log, owner["pod"] if owner else None, owner["ref"] if owner else None
         )
+    findings += workload_findings(pods, fresh, logs, context or {})
     return _dedupe(findings), stale
 
 
@@ -640,29 +479,42 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
     return list(out.values())
 
 
-def rank(findings: list[Finding], focus: set[str]) -> list[tuple[Finding, int, str]]:
-    """``[(finding, score, why)]``, best first; ``focus`` names the pods the question is about."""
-    specific_on = {
-        (f.pod, f.container)
-        for f in findings
-        if f.detector not in ("crash_log_reason", "probe_failure")
-    }
-    scored = []
+def split_symptoms(findings: list[Finding]) -> tuple[list[Finding], list[tuple[Finding, Finding]]]:
+    """``(causes, [(symptom, its cause)])``. A generic finding (``GENERIC``) on a pod that a
+    more specific one explains is that cause's symptom, never a cause of its own: a
+    readiness warning of an OOM-killed container, the last fatal line of a container whose
+    variable is missing, a liveness probe that fails while every request waits on a
+    dependency that answers 503."""
+    by_pod: dict[str, list[Finding]] = {}
     for f in findings:
+        by_pod.setdefault(f.pod, []).append(f)
+    causes, symptoms = [], []
+    for f in findings:
+        mine = by_pod[f.pod]
+        above = [g for g in mine if g.detector not in GENERIC]
+        if not above and f.detector != "upstream_unavailable":
+            above = [g for g in mine if g.detector == "upstream_unavailable"]
+        if f.detector in GENERIC and above:
+            symptoms.append((f, above[0]))
+        else:
+            causes.append(f)
+    return causes, symptoms
+
+
+def rank(findings: list[Finding], focus: set[str]) -> list[tuple[Finding, int, str]]:
+    """``[(cause, score, why)]``, best first; ``focus`` names the pods the question is about.
+    Symptoms (``split_symptoms``) are not ranked: they are not causes."""
+    causes, _ = split_symptoms(findings)
+    scored = []
+    for f in causes:
         score, why = BASE_SCORE[f.detector], [f"{f.detector} base {BASE_SCORE[f.detector]}"]
-        if f.pod in focus:
+        if f.pod in focus or set(f.extra.get("workload_pods", [])) & focus:
             score += 20
             why.append("+20 the workload the question names")
         if f.weight:
             bonus = min(f.weight, 10)
             score += bonus
             why.append(f"+{bonus} seen {f.weight} times")
-        if (
-            f.detector in ("crash_log_reason", "probe_failure")
-            and (f.pod, f.container) in specific_on
-        ):
-            score -= 30
-            why.append("-30 a more specific detector explains the same container")
         scored.append((f, score, "; ".join(why)))
     scored.sort(key=lambda t: (-t[1], DETECTORS.index(t[0].detector), t[0].pod))
     return scored

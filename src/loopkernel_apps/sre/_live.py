@@ -5,6 +5,12 @@
 restarted (what ``kubectl logs --previous`` returns). Lists are fetched raw
 (``_preload_content=False``), so the files hold the API server's JSON exactly, as kubectl
 writes it. Needs ``pip install 'loopkernel[sre-live]'``.
+
+Beyond what ``kubectl cluster-info dump`` writes, it reads the kinds the dump lacks and the
+investigator uses when present: Endpoints, PersistentVolumeClaims, HorizontalPodAutoscalers,
+CronJobs, StatefulSets, Jobs, and ConfigMaps with their *keys only* (each value replaced by
+``""``: a key that is missing is what a CreateContainerConfigError names, and values may hold
+credentials). Secrets are never read. It writes init containers' logs too.
 """
 
 from __future__ import annotations
@@ -28,6 +34,11 @@ LISTS = (
     ("daemonsets", "apps", "list_namespaced_daemon_set"),
     ("statefulsets", "apps", "list_namespaced_stateful_set"),
     ("jobs", "batch", "list_namespaced_job"),
+    ("cronjobs", "batch", "list_namespaced_cron_job"),
+    ("endpoints", "core", "list_namespaced_endpoints"),
+    ("persistentvolumeclaims", "core", "list_namespaced_persistent_volume_claim"),
+    ("horizontalpodautoscalers", "autoscaling", "list_namespaced_horizontal_pod_autoscaler"),
+    ("configmaps", "core", "list_namespaced_config_map"),
 )
 """File stem, API group, client method: what is read per namespace."""
 
@@ -80,7 +91,8 @@ def _collect(
     from kubernetes.client.exceptions import ApiException
 
     groups: dict[str, Any] = {"core": client.CoreV1Api(api), "apps": client.AppsV1Api(api),
-              "batch": client.BatchV1Api(api)}  # fmt: skip
+              "batch": client.BatchV1Api(api),
+              "autoscaling": client.AutoscalingV2Api(api)}  # fmt: skip
     core = groups["core"]
     root.mkdir(parents=True)
     (root / "nodes.json").write_bytes(_raw(core.list_node))
@@ -95,6 +107,8 @@ def _collect(
         pods: list[dict[str, Any]] = []
         for stem, group, method in LISTS:
             data = _raw(getattr(groups[group], method), ns)
+            if stem == "configmaps":
+                data = _keys_only(data)
             (ns_dir / f"{stem}.json").write_bytes(data)
             if stem == "pods":
                 pods = json.loads(data).get("items", [])
@@ -107,7 +121,10 @@ def _collect(
                 for s in pod.get("status", {}).get("containerStatuses", []) or []
             }
             blocks = []
-            for c in pod.get("spec", {}).get("containers", []):
+            spec = pod.get("spec", {})
+            for s in pod.get("status", {}).get("initContainerStatuses", []) or []:
+                restarts[s.get("name")] = int(s.get("restartCount", 0))
+            for c in (spec.get("initContainers") or []) + spec.get("containers", []):
                 cname = c["name"]
                 text = _log(core, name, ns, cname, previous=False)
                 blocks.append(
@@ -129,6 +146,16 @@ def _collect(
     return (
         f"{len(namespaces)} namespace(s), {pods_n} pod(s), {logs_n} log(s), {previous_n} previous"
     )
+
+
+def _keys_only(data: bytes) -> bytes:
+    """A ConfigMapList with every value replaced by ``""``: the keys, never the contents."""
+    doc = json.loads(data)
+    for item in doc.get("items", []) or []:
+        for field in ("data", "binaryData"):
+            if isinstance(item.get(field), dict):
+                item[field] = {k: "" for k in item[field]}
+    return json.dumps(doc).encode()
 
 
 def _log(core: Any, pod: str, ns: str, container: str, *, previous: bool) -> str:

@@ -9,7 +9,7 @@ path today, a model tomorrow). Its rules, in order:
    for a claim without a quote, also the quoted names and exit codes in its text). A
    citation that does not is dropped;
 3. an observed fact left with no citation is dropped; a verified cause left with none, or
-   not named after one of the ten detectors, becomes a suspected cause of ``low``
+   not named after one of the detectors (``DETECTORS``), becomes a suspected cause of ``low``
    confidence; a suspected cause left with none falls to ``low``;
 4. "root cause is confirmed" and its kin on anything unverified get an explicit note;
 5. every proposed remediation has ``requires_approval: true, executable: false``.
@@ -26,6 +26,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from loopkernel_apps.sre._detect import DETECTORS, Finding
+from loopkernel_apps.sre._story import (
+    answer,
+    chain,
+    context_facts,
+    missing,
+    out_of_scope,
+    rollout_changes,
+)
 
 __all__ = ["REPORT_FIELDS", "build_draft", "evidence_items", "finalize", "render_markdown"]
 
@@ -98,29 +106,123 @@ _NEXT = {
     "probe's timeout and initial delay.",
     "config_invalid": "Diff the configuration of the failing revision against the last "
     "working one (kubectl rollout history, the ConfigMap's history).",
+    "init_container": "Read the init container's full log (kubectl logs {pod} -c {container} "
+    "--previous) and check what it waits for.",
+    "create_config_error": "Check that {object_kind} {object} exists in the namespace with the "
+    "keys the pod references (kubectl get {object_kind_lower} {object} -o yaml).",
+    "pvc_unbound": "Check the claim {claim} and the StorageClasses (kubectl get pvc {claim}; "
+    "kubectl get storageclass): which class it asks for and whether one is the default.",
+    "taint_untolerated": "List the nodes' taints (kubectl describe nodes | grep Taints) and "
+    "decide whether the pod belongs on those nodes.",
+    "evicted": "Check the node's {resource} (kubectl describe node {node}) and the pod's "
+    "usage against its requests.",
+    "node_not_ready": "Check the node {node} (kubectl describe node {node}; the kubelet's "
+    "log on the node).",
+    "service_no_endpoints": "Compare the Service's selector with the pods' labels "
+    "(kubectl get svc {service} -o wide; kubectl get pods --show-labels; kubectl get endpoints "
+    "{service}).",
+    "upstream_unavailable": "Check {host} itself: its pods, its latency and error rate, its "
+    "endpoints (kubectl get endpoints).",
+    "job_deadline": "Compare how long the job's work takes with activeDeadlineSeconds "
+    "({deadline}); read the last pod's log for where it was when it was stopped.",
+    "failed_create": "Read the controller's events (kubectl describe {kind_lower} {object}) and "
+    "the namespace's quotas and admission policies (kubectl describe resourcequota).",
+    "hpa_at_max": "Check the workload's load against maxReplicas {max} (kubectl describe hpa "
+    "{hpa}) and whether the nodes can hold more replicas.",
 }
 _REMEDY = {
     "oomkilled": "Raise the memory limit of container {container} above {limit}, "
     "or reduce its working set, then roll out",
-    "crash_log_reason": "Roll back {workload} to its previous revision "
-    "(kubectl rollout undo deployment/{workload}) while the crash is fixed",
+    "crash_log_reason": "Fix what the quoted line names in container {container}{after}",
     "command_not_found": "Fix the command of container {container}: {binary!r} is not in the "
     "image{suggestion_text}",
-    "image_pull": "Push {image} or point the deployment at an existing tag; "
-    "or roll back to the previous revision",
-    "unschedulable": "Lower the pod's requests or add a node with enough allocatable capacity",
-    "missing_env": "Define {variable} for container {container} (env or envFrom) and roll out",
+    "image_pull": "{pull_fix}{rollback}",
+    "unschedulable": "{schedule_fix}",
+    "missing_env": "Define {variable} for container {container} (env or envFrom) and roll out"
+    "{rollback}",
     "dns_resolution": "Point the service at a host name that resolves ({host} does not)",
-    "cert_expired": "Renew the expired certificate (or the trust bundle) and restart the job",
-    "probe_failure": "Make the probe match the start-up time (initialDelaySeconds, "
-    "timeoutSeconds, or a startupProbe), or fix the endpoint",
+    "cert_expired": "Renew the expired certificate (or the trust bundle), then {rerun}",
+    "probe_failure": "{probe_fix}",
     "config_invalid": "Fix the configuration named in the quoted line, or roll back "
     "the revision that introduced it",
+    "init_container": "Fix what init container {container} fails on (the quoted line); the "
+    "pod's containers start once it exits 0",
+    "create_config_error": "Create {object_kind} {object}{key_text} in the namespace, or fix "
+    "the reference in the pod template",
+    "pvc_unbound": "Give claim {claim} a StorageClass that exists (or make one the default), "
+    "or create a PersistentVolume it can bind; adding a node does not help",
+    "taint_untolerated": "Add a toleration for {taint_key} to the pod template if it belongs "
+    "on those nodes, or remove the taint / add untainted capacity",
+    "evicted": "Give the pod a {resource} request and limit that fits its use, and free "
+    "{resource} on node {node}; the controller recreates evicted pods",
+    "node_not_ready": "Restore node {node} (kubelet, network, cloud instance), or cordon and "
+    "drain it so the pods are rescheduled elsewhere",
+    "service_no_endpoints": "Make Service {service}'s selector ({selector}) match the pods' "
+    "labels again (or relabel the pods)",
+    "upstream_unavailable": "Fix {host} (the failing dependency); {probe_hint}",
+    "job_deadline": "Raise activeDeadlineSeconds of job {job} above how long its work takes, "
+    "or make the work faster; then re-run it",
+    "failed_create": "{create_fix}",
+    "hpa_at_max": "Raise maxReplicas of {hpa} (the nodes permitting), or make each replica "
+    "handle more; it is capped at {max}",
 }
 
 
-def _fmt(template: str, f: dict[str, Any], workload: str | None) -> str:
+_CREATE_FIX = {
+    "quota": "Raise the ResourceQuota the message names, or lower the pods' requests/limits "
+    "so the new pods fit in what is left; restarting pods does not help",
+    "webhook": "Fix the pod template so the admission webhook admits it, or fix the webhook",
+    "pod_security": "Make the pod template satisfy the namespace's Pod Security level "
+    "(securityContext: runAsNonRoot, no privilege escalation, dropped capabilities)",
+    "service_account": "Create the ServiceAccount the pod template names, or fix the name",
+    "other": "Fix what the controller's FailedCreate message names",
+}
+
+
+def _probe_fix(f: dict[str, Any]) -> str:
+    quote = str(f.get("quote", ""))
+    m = re.search(r"statuscode: (\d{3})", quote)
+    if m and m.group(1).startswith("4"):
+        return (
+            f"Point the probe at a path the container serves: it answers HTTP {m.group(1)} "
+            "(a wrong path or port, not a timing problem)"
+        )
+    if "connection refused" in quote:
+        return (
+            "Check the probe's port against the port the container listens on; if it only "
+            "listens after start-up, add a startupProbe"
+        )
+    return (
+        "Make the probe match the start-up time (initialDelaySeconds, timeoutSeconds, "
+        "or a startupProbe), or speed up the endpoint"
+    )
+
+
+def _fmt(
+    template: str,
+    f: dict[str, Any],
+    workload: str | None,
+    owner_kind: str | None = None,
+    changed: str | None = None,
+) -> str:
     extra = f.get("extra", {})
+    kind = {"ReplicaSet": "deployment", None: "pod"}.get(owner_kind, str(owner_kind).lower())
+    rollback = (
+        f"; or roll back {kind}/{workload} (the newest revision changed: {changed})"
+        if changed and kind == "deployment"
+        else ""
+    )
+    if kind in ("job", "cronjob"):
+        rerun = f"re-run the job (kubectl create job --from=cronjob/... or re-apply {workload})"
+        after = f", then re-run the job ({kind} {workload})"
+    else:
+        rerun = f"restart the pods (kubectl rollout restart {kind}/{workload or f['pod']})"
+        after = (
+            f"; the newest revision changed {changed}: rolling back {kind}/{workload} is an option"
+            if changed and kind == "deployment"
+            else ""
+        )
+    obj_kind = str(extra.get("kind") or "ConfigMap")
     values = {
         "pod": f["pod"],
         "container": f.get("container") or "",
@@ -133,6 +235,41 @@ def _fmt(template: str, f: dict[str, Any], workload: str | None) -> str:
         "suggestion_text": f" (did you mean {extra['suggestion']!r}?)"
         if extra.get("suggestion")
         else "",
+        "owner_kind_lower": kind,
+        "rollback": rollback,
+        "rerun": rerun,
+        "after": after,
+        "probe_fix": _probe_fix(f),
+        "pull_fix": "Give the pod an imagePullSecret that can read "
+        f"{str(extra.get('image', '')).split('/')[0]} (or fix the one it has): the registry "
+        "refused the credentials"
+        if re.search(
+            r"(?i)unauthorized|authentication required|access denied|denied:|403", f.get("text", "")
+        )
+        else f"Push {extra.get('image', '')} or point the {kind} at an existing tag",
+        "schedule_fix": "Fix the pod's nodeSelector/affinity, or label the node(s) it should run "
+        "on; no node carries the labels it asks for"
+        if extra.get("affinity")
+        else "Lower the pod's requests or add a node with enough allocatable capacity",
+        "create_fix": _CREATE_FIX.get(str(extra.get("why")), _CREATE_FIX["other"]),
+        "kind_lower": str(extra.get("kind") or "").lower(),
+        "object_kind": obj_kind,
+        "object_kind_lower": obj_kind.lower(),
+        "object": extra.get("object") or "?",
+        "key_text": f" with key {extra['key']}" if extra.get("key") else "",
+        "claim": extra.get("claim", ""),
+        "taint_key": extra.get("key", ""),
+        "resource": extra.get("resource", "the resource"),
+        "node": extra.get("node", ""),
+        "service": extra.get("service", ""),
+        "selector": extra.get("selector", ""),
+        "deadline": extra.get("deadline"),
+        "job": extra.get("job", ""),
+        "hpa": extra.get("hpa", ""),
+        "max": extra.get("max"),
+        "probe_hint": "the probe failures and restarts follow from it, so do not tune the probe"
+        if extra.get("symptom_probe")
+        else "retries and timeouts in the client only hide it",
     }
     return template.format(**values)
 
@@ -148,10 +285,13 @@ def build_draft(
     skills: list[dict[str, Any]],
     stop: str | None,
     planning: list[dict[str, Any]] | None = None,
+    symptoms: list[tuple[Finding, Finding]] | None = None,
 ) -> dict[str, Any]:
     """The report before validation (the rules path's; ``planning``: the model rounds)."""
     triage_ref = next((i["ref"] for i in items if i["tool"] == "triage"), None)
     workloads = {u["pod"]: u.get("workload") for u in triage.get("unhealthy", [])}
+    owner_kinds = {u["pod"]: u.get("owner_kind") for u in triage.get("unhealthy", [])}
+    changes = rollout_changes(items)
     facts: list[dict[str, Any]] = []
     for u in triage.get("unhealthy", []):
         desc = "; ".join(
@@ -180,7 +320,8 @@ def build_draft(
             }
         )
     for f, _, _ in ranked:
-        where = f"pod {f.pod}" + (f", container {f.container}" if f.container else "")
+        kind = "" if f.detector in ("failed_create", "job_deadline", "hpa_at_max") else "pod "
+        where = f"{kind}{f.pod}" + (f", container {f.container}" if f.container else "")
         facts.append(
             {
                 "text": f"{where}: `{f.quote}`",
@@ -202,6 +343,8 @@ def build_draft(
                 "stale": True,
             }
         )
+    facts += context_facts(items, ranked)
+    steps = chain(ranked, symptoms or [], items, workloads)
     facts = _merge(facts)
     verified = []
     for i, (f, score, why) in enumerate(ranked, 1):
@@ -239,29 +382,23 @@ def build_draft(
                         "identifiers": [u["pod"], c["name"]],
                     }
                 )
-    missing = [
-        item["content"]
-        for item in items
-        if item["tool"] == "pod_logs" and not item["data"].get("available")
-    ]
-    missing += [
-        f"{call['tool']} {json.dumps(call['args'], sort_keys=True)} not collected: {call['note']}"
-        for call in calls
-        if call["status"] == "skipped"
-    ]
-    if any(f.detector == "oomkilled" for f, _, _ in ranked):
-        missing.append("memory usage over time (a cluster-info dump holds no metrics)")
-    if not triage.get("unhealthy"):
-        missing.append("no unhealthy pod in the namespace: nothing to explain from this dump")
+    gaps = missing(items, calls, ranked, triage)
     next_steps, remediation, seen = [], [], set()
     for f, _, _ in ranked:
         fj = f.to_json()
         if f.detector in seen:
             continue
         seen.add(f.detector)
-        next_steps.append(_fmt(_NEXT[f.detector], fj, workloads.get(f.pod)))
+        if any(s.pod == f.pod and s.detector == "probe_failure" for s, _ in symptoms or []):
+            fj["extra"] = {**fj["extra"], "symptom_probe": True}
+        wl = workloads.get(f.pod)
+        changed = "; ".join(changes.get(wl or "", [])[:3]) or None
+        next_steps.append(_fmt(_NEXT[f.detector], fj, wl, owner_kinds.get(f.pod), changed))
         remediation.append(
-            {"action": _fmt(_REMEDY[f.detector], fj, workloads.get(f.pod)), "detector": f.detector}
+            {
+                "action": _fmt(_REMEDY[f.detector], fj, wl, owner_kinds.get(f.pod), changed),
+                "detector": f.detector,
+            }
         )
     refused = [
         {"tool": c["tool"], "args": c["args"], "reason": c["result"]["refused"]}
@@ -291,14 +428,27 @@ def build_draft(
         "planner": "model" if any(p["by"] == "model" for p in planning or []) else "rules",
         "model": _model_note(params, planning or []),
         "planning": planning or [],
+        "out_of_scope": [
+            n
+            for n in out_of_scope(str(params["question"]), str(params["namespace"]), items)
+            if not any(n == r["args"].get("namespace") for r in refused)
+        ],
     }
+    # The rules path cites only what holds its claim, so validation has nothing to drop here.
+    by_ref = {i["ref"]: i for i in items}
+    for claim in [*facts, *steps]:
+        claim["evidence"] = [
+            r for r in claim["evidence"] if r in by_ref and _supports(by_ref[r], claim)
+        ]
     return {
         "question": params["question"],
         "namespace": params["namespace"],
         "observed_facts": facts,
         "verified_causes": verified,
         "suspected_causes": suspected,
-        "missing_evidence": missing,
+        "missing_evidence": gaps,
+        "chain": steps,
+        "answer": answer(str(params["question"]), ranked, symptoms or [], items),
         "next_steps": next_steps,
         "proposed_remediation": remediation,
         "coverage": coverage,
@@ -387,6 +537,11 @@ def finalize(draft: dict[str, Any], evidence: list[dict[str, Any]]) -> dict[str,
             facts.append({"text": fact["text"], "evidence": refs, **_opt(fact, "stale")})
         else:
             dropped.append(f"fact {n} dropped: no supporting evidence ({fact['text'][:60]})")
+    steps = []
+    for n, step in enumerate(draft.get("chain", []), 1):
+        refs = check(step, f"chain {n}")
+        if refs:
+            steps.append({"text": step["text"], "evidence": refs})
     verified, suspected = [], []
     for cause in draft.get("verified_causes", []):
         refs = check(cause, f"cause {cause.get('detector')}")
@@ -397,6 +552,7 @@ def finalize(draft: dict[str, Any], evidence: list[dict[str, Any]]) -> dict[str,
                     "text": str(cause["text"]),
                     "evidence": refs,
                     "quote": str(cause.get("quote") or ""),
+                    "identifiers": [str(i) for i in cause.get("identifiers") or []],
                     "pod": cause.get("pod"),
                     "container": cause.get("container"),
                     "score": cause.get("score"),
@@ -436,6 +592,9 @@ def finalize(draft: dict[str, Any], evidence: list[dict[str, Any]]) -> dict[str,
     summary = _summary(draft, verified, coverage)
     report = {
         "summary": summary,
+        "answer": draft.get("answer"),
+        "declined": _declined(coverage),
+        "chain": steps,
         "observed_facts": facts,
         "verified_causes": verified,
         "suspected_causes": suspected,
@@ -469,10 +628,27 @@ def _summary(draft: dict[str, Any], verified: list[dict[str, Any]], cov: dict[st
             if len(verified) > 1
             else ""
         )
-        return f"Verified ({top['detector']}): {top['text']}{more}"
-    if draft.get("suspected_causes"):
-        return "No cause verified; suspected: " + str(draft["suspected_causes"][0]["text"])
-    return f"No failure found in namespace {draft.get('namespace')}: no detector fired."
+        head = f"Verified ({top['detector']}): {top['text']}{more}"
+    elif draft.get("suspected_causes"):
+        head = "No cause verified; suspected: " + str(draft["suspected_causes"][0]["text"])
+    else:
+        head = f"No failure found in namespace {draft.get('namespace')}: no detector fired."
+    return head + (f" {draft['answer']}" if draft.get("answer") else "")
+
+
+def _declined(cov: dict[str, Any]) -> list[str]:
+    """One line per request outside the run's scope, for the top of the report."""
+    out = []
+    for r in cov.get("refused_requests", []):
+        ns = r.get("args", {}).get("namespace")
+        what = f"namespace {ns}" if ns else f"{r.get('tool')}"
+        out.append(f"Declined: {what} is outside this investigation's scope; it was not looked at.")
+    for name in cov.get("out_of_scope", []):
+        out.append(
+            f"Not looked at: {name} is not a workload, pod or Service of this namespace "
+            "(another namespace's or team's is outside this investigation's scope)."
+        )
+    return list(dict.fromkeys(out))
 
 
 # -- Markdown --------------------------------------------------------------------------------------
@@ -493,24 +669,44 @@ def render_markdown(r: dict[str, Any]) -> str:
         f"**Summary.** {r['summary']}",
         "",
     ]
-    out += ["## Verified causes", ""]
-    out += [
-        f"{v['rank']}. **{v['detector']}**: {v['text']}{_cite(v['evidence'])}\n"
-        f"   - quote: `{v['quote']}`\n   - ranking: {v['ranking']}"
-        for v in r["verified_causes"]
-    ] or ["None: no detector observed a cause directly."]
+    out += [f"**{d}**" for d in r.get("declined", [])]
+    if r.get("declined"):
+        out.append("")
+    verified = r["verified_causes"]
+    out += ["## Cause", ""]
+    if verified:
+        top = verified[0]
+        out += [
+            f"**{top['detector']}**: {top['text']}{_cite(top['evidence'])}",
+            "",
+            f"> {top['quote']}",
+        ]
+    else:
+        out.append("None verified: no detector observed a cause directly.")
+    if r.get("chain"):
+        out += ["", "## Chain (cause → symptom)", ""]
+        out += [f"{n}. {s['text']}{_cite(s['evidence'])}" for n, s in enumerate(r["chain"], 1)]
+    out += ["", "## Proposed remediation (requires approval; nothing is executed)", ""]
+    out += [f"- {p['action']}" for p in r["proposed_remediation"]] or ["None."]
+    out += ["", "## Missing evidence", ""]
+    out += [f"- {m}" for m in r["missing_evidence"]] or ["None."]
+    if len(verified) > 1:
+        out += ["", "## Other verified causes", ""]
+        out += [
+            f"{v['rank']}. **{v['detector']}**: {v['text']}{_cite(v['evidence'])}\n"
+            f"   - quote: `{v['quote']}`\n   - ranking: {v['ranking']}"
+            for v in verified[1:]
+        ]
+    if verified:
+        out += ["", f"Ranking of the cause: {verified[0]['ranking']}."]
     out += ["", "## Suspected causes", ""]
     out += [
         f"- ({s['confidence']}) {s['text']}{_cite(s['evidence'])}" for s in r["suspected_causes"]
     ] or ["None."]
     out += ["", "## Observed facts", ""]
     out += [f"- {f['text']}{_cite(f['evidence'])}" for f in r["observed_facts"]] or ["None."]
-    out += ["", "## Missing evidence", ""]
-    out += [f"- {m}" for m in r["missing_evidence"]] or ["None."]
     out += ["", "## Next steps", ""]
     out += [f"- {s}" for s in r["next_steps"]] or ["None."]
-    out += ["", "## Proposed remediation (requires approval; nothing is executed)", ""]
-    out += [f"- {p['action']}" for p in r["proposed_remediation"]] or ["None."]
     out += [
         "",
         "## Coverage",
@@ -529,8 +725,6 @@ def render_markdown(r: dict[str, Any]) -> str:
         out.append(f"- failed: {f['tool']} {json.dumps(f['args'], sort_keys=True)}: {f['error']}")
     if cov.get("model"):
         out.append(f"- model: {cov['model']}")
-    if r.get("validation"):
-        out += ["", "## Validation", ""] + [f"- {v}" for v in r["validation"]]
     out += ["", "## Evidence", ""]
     for e in r["evidence"]:
         cut = " (truncated)" if e["truncated"] else ""

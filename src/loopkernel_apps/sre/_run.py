@@ -30,7 +30,7 @@ from typing import Any
 
 from loopkernel import JSON, TaskContext, ToolError, ToolTimeout, ToolUnavailable
 from loopkernel.planner import At, Flow, Step, repeat
-from loopkernel_apps.sre._detect import detect, rank
+from loopkernel_apps.sre._detect import detect, rank, split_symptoms
 from loopkernel_apps.sre._report import build_draft, evidence_items, finalize
 
 __all__ = ["WORKERS", "collected_calls", "investigation_flow", "load_skills", "select_skills"]
@@ -273,12 +273,23 @@ async def skills(ctx: TaskContext) -> JSON:
             continue
         if u.get("phase") == "Pending":
             symptoms.add("Pending")
+        if u.get("reason"):
+            symptoms.add(str(u["reason"]))
+        if u.get("node_ready") is False:
+            symptoms.add("NodeNotReady")
         if u.get("owner_kind"):
             kinds.add("Deployment" if u["owner_kind"] == "ReplicaSet" else u["owner_kind"])
         for c in u.get("containers", []):
             symptoms.update(x for x in (c.get("reason"), c.get("last_reason")) if x)
             if int(c.get("restarts", 0)) > 0:
                 symptoms.add("restarts")
+            if c.get("init"):
+                symptoms.add("Init")
+    for w in tri.get("workloads", []):
+        if w.get("at_max"):
+            symptoms.add("HPAAtMax")
+        if any(str(c).startswith("Failed=") for c in w.get("conditions", [])):
+            symptoms.add("JobFailed")
     detectors = _current_findings(_ev(ctx))
     chosen = select_skills(
         detectors=detectors, symptoms=symptoms, question=str(ctx.params["question"]), kinds=kinds
@@ -292,7 +303,106 @@ async def skills(ctx: TaskContext) -> JSON:
 
 
 _STARTED: dict[str, float] = {}
-_OTHER_NS = re.compile(r"(?i)\b(?:namespace|ns)\s+['\"`]?([a-z0-9][a-z0-9-]{0,62})")
+_NS_NAME = r"['\"`]?([a-z0-9][a-z0-9-]{0,62})['\"`]?"
+_OTHER_NS = [
+    re.compile(rf"(?i)\b(?:namespaces?|ns)[\s:=]+{_NS_NAME}"),
+    re.compile(
+        rf"(?i)\b(?:in|from|of|on|under|across)\s+(?:the\s+)?{_NS_NAME}\s+(?:namespace|ns)\b"
+    ),
+    re.compile(rf"(?:^|\s)(?:-n|--namespace)[\s=]+{_NS_NAME}"),
+    re.compile(r"(?i)\b([a-z0-9][a-z0-9-]{0,62})/(?:pods?|deploy(?:ments?)?|svc|services?)/"),
+    re.compile(r"(?i)\b[a-z0-9-]+\.([a-z0-9][a-z0-9-]{0,62})\.svc\b"),
+    re.compile(
+        r"\b(kube-system|kube-public|kube-node-lease|monitoring|istio-system|ingress-nginx"
+        r"|cert-manager|argocd|flux-system|gatekeeper-system|calico-system|tigera-operator)\b"
+    ),
+]
+"""How a question names another namespace: "namespace X", "the X namespace", "-n X",
+"X/pod/NAME", a Service's DNS name NAME.X.svc, or a system namespace named anywhere."""
+_NOT_NS = set(
+    [
+        "the",
+        "a",
+        "an",
+        "this",
+        "that",
+        "these",
+        "those",
+        "our",
+        "my",
+        "your",
+        "their",
+        "same",
+        "other",
+        "another",
+        "every",
+        "all",
+        "any",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "has",
+        "have",
+        "had",
+        "shows",
+        "show",
+        "looks",
+        "look",
+        "seems",
+        "seem",
+        "and",
+        "or",
+        "but",
+        "which",
+        "where",
+        "when",
+        "who",
+        "what",
+        "why",
+        "how",
+        "to",
+        "for",
+        "with",
+        "without",
+        "in",
+        "on",
+        "of",
+        "it",
+        "its",
+        "as",
+        "at",
+        "by",
+        "from",
+        "if",
+        "not",
+        "no",
+        "so",
+        "too",
+        "also",
+        "only",
+        "just",
+        "scope",
+    ]
+)
+
+
+def other_namespaces(question: str, namespace: str) -> list[str]:
+    """The namespaces other than ``namespace`` the question names, in order of mention."""
+    found: list[tuple[int, str]] = []
+    # "the billing namespace slow": the word after "namespace" is not a name when the one
+    # before it already was
+    named_before = {m.end() for m in _OTHER_NS[1].finditer(question)}
+    for pattern in _OTHER_NS:
+        for m in pattern.finditer(question):
+            name = m.group(1).lower()
+            if pattern is _OTHER_NS[0] and any(m.start() < e <= m.end() for e in named_before):
+                continue
+            if name != namespace and name not in _NOT_NS:
+                found.append((m.start(1), name))
+    return list(dict.fromkeys(n for _, n in sorted(found)))
 
 
 def _expand(step: dict[str, Any], pod: dict[str, Any]) -> dict[str, JSON] | None:
@@ -332,15 +442,14 @@ async def plan(ctx: TaskContext) -> JSON:
     focus = [u for u in tri.get("unhealthy", []) if u["pod"] in tri.get("focus", [])]
     wanted: list[dict[str, Any]] = []
     if n == 1:
-        for m in _OTHER_NS.finditer(str(params["question"])):
-            if m.group(1) != params["namespace"]:
-                wanted.append(
-                    {
-                        "tool": "events",
-                        "args": {"namespace": m.group(1)},
-                        "why": f"the question names namespace {m.group(1)}",
-                    }
-                )
+        for other in other_namespaces(str(params["question"]), str(params["namespace"])):
+            wanted.append(
+                {
+                    "tool": "events",
+                    "args": {"namespace": other},
+                    "why": f"the question names namespace {other}",
+                }
+            )
     skills_result: Any = _ev(ctx)["skills"]
     for skill in skills_result["skills"]:
         for step in skill["steps"]:
@@ -350,6 +459,30 @@ async def plan(ctx: TaskContext) -> JSON:
                     wanted.append(
                         {"tool": step["tool"], "args": args, "why": f"skill {skill['name']}"}
                     )
+    # A workload short of replicas with no pod to show for it: its controller could not
+    # create them (quota, admission, a missing service account). Its history and events say.
+    if n == 1:
+        with_pods = {u.get("workload") for u in tri.get("unhealthy", [])}
+        for w in tri.get("workloads", []):
+            if w.get("kind") not in ("deployment", "statefulset", "daemonset", "job"):
+                continue
+            short = w.get("desired") is not None and int(w.get("ready") or 0) < int(w["desired"])
+            if short and not w.get("pods") and w["name"] not in with_pods:
+                if w["kind"] == "deployment":
+                    wanted.append(
+                        {
+                            "tool": "rollout_history",
+                            "args": {"deployment": w["name"]},
+                            "why": f"{w['kind']} {w['name']} has no pod to show",
+                        }
+                    )
+                wanted.append(
+                    {
+                        "tool": "events",
+                        "args": {"object": w["name"]},
+                        "why": f"{w['kind']} {w['name']} has no pod to show",
+                    }
+                )
     # Follow-ups from what earlier rounds found: a deployment's history names its newest
     # ReplicaSet, whose events (FailedCreate: quota, admission) explain missing pods.
     for c in prior:
@@ -431,12 +564,30 @@ async def act(ctx: TaskContext) -> JSON:
     return col.done()
 
 
+_CONTEXT_TOOLS = (
+    "services",
+    "node_capacity",
+    "claims",
+    "autoscalers",
+    "workload_status",
+    "rollout_history",
+)
+
+
 def _detector_inputs(
     items: list[dict[str, Any]],
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[
+    list[dict[str, Any]],
+    list[dict[str, Any]],
+    list[dict[str, Any]],
+    dict[str, list[dict[str, Any]]],
+]:
     pods, events, logs_ = [], [], []
+    context: dict[str, list[dict[str, Any]]] = {}
     for e in items:
         data = e["data"]
+        if e["tool"] in _CONTEXT_TOOLS:
+            context.setdefault(e["tool"], []).append({"ref": e["ref"], "data": data})
         if e["tool"] == "describe_pod":
             pods.append({"ref": e["ref"], "pod": data["pod"]})
         if e["tool"] in ("describe_pod", "events"):
@@ -451,7 +602,7 @@ def _detector_inputs(
                     "text": e["content"],
                 }
             )
-    return pods, events, logs_
+    return pods, events, logs_, context
 
 
 async def correlate(ctx: TaskContext) -> JSON:
@@ -462,6 +613,7 @@ async def correlate(ctx: TaskContext) -> JSON:
     tri = _triage(ctx)
     focus = set(tri.get("focus", []))
     ranked = rank(findings, focus)
+    _, symptoms = split_symptoms(findings)
     stops = [
         r.get("stop") or r.get("exhausted")
         for tid, r in sorted(_ev(ctx).items())
@@ -486,6 +638,7 @@ async def correlate(ctx: TaskContext) -> JSON:
         skills=skills_result["skills"],
         stop=stops[0] if stops else None,
         planning=planning,
+        symptoms=symptoms,
     )
     return {"draft": draft, "evidence": items}
 

@@ -10,8 +10,11 @@
     pod_logs         current or previous instance, last N lines
     events           of the namespace or of one object; stale ones labelled
     workload_status  deployment / replicaset / job / daemonset / statefulset
-    rollout_history  a deployment's revisions
-    node_capacity    capacity and allocatable per node
+    rollout_history  a deployment's revisions, and what each changed (image, env, probes)
+    node_capacity    capacity, allocatable, conditions and taints per node
+    services         each Service's selector against the pods' labels (its endpoints)
+    claims           the PersistentVolumeClaims the pods mount, and the events on them
+    autoscalers      HorizontalPodAutoscalers: replicas against min/max, conditions
 
 All are ``read_only`` (``tool-defs.json``, frozen). The server, not its caller, holds the
 scope: the namespace is given on its command line by the run, and a request naming any
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -35,6 +39,15 @@ from loopkernel.tools import CallInfo, ToolDefs, ToolHost, ToolSource, load_tool
 from loopkernel_apps.sre._detect import detect, stale_events
 from loopkernel_apps.sre._dump import Dump, Namespace, load_dump
 from loopkernel_apps.sre._redact import redact, secret_values
+from loopkernel_apps.sre.tools import _workload as _wl
+from loopkernel_apps.sre.tools._render import (
+    _event_line,
+    _event_subset,
+    _meta,
+    _owner,
+    _pod_subset,
+    describe,
+)
 
 __all__ = ["AUDIT_ENV", "DEFS", "ITEM_CAP", "build_host", "main", "tool_source"]
 
@@ -64,160 +77,6 @@ def tool_source(dump: str, namespace: str, *, timeout: float = 30.0) -> ToolSour
         defs=_defs(),
         timeouts={name: timeout for name in _defs().names()},
     )
-
-
-# -- rendering ----------------------------------------------------------------------------------
-
-
-def _meta(obj: dict[str, Any]) -> dict[str, Any]:
-    return obj.get("metadata", {}) or {}
-
-
-def _owner(obj: dict[str, Any]) -> tuple[str, str] | None:
-    for ref in _meta(obj).get("ownerReferences", []) or []:
-        if ref.get("controller", True):
-            return str(ref.get("kind")), str(ref.get("name"))
-    return None
-
-
-def _state(state: dict[str, Any] | None) -> str:
-    if not state:
-        return "-"
-    for kind, d in state.items():
-        d = d or {}
-        parts = [kind.capitalize()]
-        if d.get("reason"):
-            parts.append(f"({d['reason']})")
-        if "exitCode" in d:
-            parts.append(f"exit code {d['exitCode']}")
-        if d.get("startedAt"):
-            parts.append(f"started {d['startedAt']}")
-        if d.get("finishedAt"):
-            parts.append(f"finished {d['finishedAt']}")
-        line = " ".join(parts)
-        if d.get("message"):
-            line += f"\n        Message: {d['message']}"
-        return line
-    return "-"
-
-
-def _probe(p: dict[str, Any]) -> str:
-    if "httpGet" in p:
-        how = f"http-get {p['httpGet'].get('path', '/')} on port {p['httpGet'].get('port')}"
-    elif "tcpSocket" in p:
-        how = f"tcp-socket port {p['tcpSocket'].get('port')}"
-    elif "exec" in p:
-        how = "exec " + " ".join(p["exec"].get("command", []))
-    else:
-        how = "?"
-    return (
-        f"{how} delay={p.get('initialDelaySeconds', 0)}s timeout={p.get('timeoutSeconds', 1)}s "
-        f"period={p.get('periodSeconds', 10)}s #failure={p.get('failureThreshold', 3)}"
-    )
-
-
-def _pod_subset(pod: dict[str, Any]) -> dict[str, Any]:
-    m = _meta(pod)
-    spec = pod.get("spec", {})
-    keep = [
-        "name",
-        "image",
-        "command",
-        "args",
-        "env",
-        "envFrom",
-        "resources",
-        "livenessProbe",
-        "readinessProbe",
-        "startupProbe",
-    ]
-    containers = [{k: c[k] for k in keep if k in c} for c in spec.get("containers", [])]
-    status = pod.get("status", {})
-    return {
-        "metadata": {
-            k: m[k]
-            for k in ("name", "namespace", "uid", "creationTimestamp", "ownerReferences", "labels")
-            if k in m
-        },
-        "spec": {"containers": containers, "nodeName": spec.get("nodeName")},
-        "status": {
-            k: status[k]
-            for k in (
-                "phase",
-                "conditions",
-                "containerStatuses",
-                "initContainerStatuses",
-                "startTime",
-                "reason",
-                "message",
-            )
-            if k in status
-        },
-    }
-
-
-def _event_subset(ev: dict[str, Any]) -> dict[str, Any]:
-    keep = "involvedObject reason message type count firstTimestamp lastTimestamp eventTime"
-    return {k: ev[k] for k in keep.split() if k in ev}
-
-
-def _event_line(ev: dict[str, Any], stale: str | None = None) -> str:
-    obj = ev.get("involvedObject", {})
-    when = ev.get("lastTimestamp") or ev.get("eventTime") or ev.get("firstTimestamp") or "?"
-    line = (
-        f"{when} {ev.get('type', '?')} {ev.get('reason', '?')} x{ev.get('count', 1)} "
-        f"{obj.get('kind', '?')}/{obj.get('name', '?')}: {ev.get('message', '')}"
-    )
-    return line + (f"  [STALE: {stale}]" if stale else "")
-
-
-def describe(pod: dict[str, Any], events: list[dict[str, Any]], stale: dict[int, str]) -> str:
-    m, spec, status = _meta(pod), pod.get("spec", {}), pod.get("status", {})
-    owner = _owner(pod)
-    lines = [
-        f"Name:          {m.get('name')}",
-        f"Namespace:     {m.get('namespace')}",
-        f"UID:           {m.get('uid')}",
-        f"Created:       {m.get('creationTimestamp')}",
-        f"Node:          {spec.get('nodeName') or '<none>'}",
-        f"Controlled By: {owner[0] + '/' + owner[1] if owner else '<none>'}",
-        f"Status:        {status.get('phase')}",
-        "Conditions:",
-    ]
-    for c in status.get("conditions", []) or []:
-        extra = f" ({c['reason']}: {c.get('message', '')})" if c.get("reason") else ""
-        lines.append(f"  {c.get('type')}={c.get('status')}{extra}")
-    statuses = {s.get("name"): s for s in status.get("containerStatuses", []) or []}
-    lines.append("Containers:")
-    for c in spec.get("containers", []):
-        s = statuses.get(c.get("name"), {})
-        lines.append(f"  {c.get('name')}:")
-        lines.append(f"    Image:         {c.get('image')}")
-        if c.get("command"):
-            lines.append(f"    Command:       {' '.join(c['command'])}")
-        lines.append(f"    State:         {_state(s.get('state'))}")
-        if s.get("lastState"):
-            lines.append(f"    Last State:    {_state(s.get('lastState'))}")
-        lines.append(f"    Ready:         {s.get('ready', False)}")
-        lines.append(f"    Restart Count: {s.get('restartCount', 0)}")
-        res = c.get("resources", {})
-        for key in ("limits", "requests"):
-            if res.get(key):
-                vals = " ".join(f"{k}={v}" for k, v in sorted(res[key].items()))
-                lines.append(f"    {key.capitalize() + ':':<15}{vals}")
-        for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
-            if c.get(probe):
-                lines.append(f"    {probe[:-5].capitalize() + ':':<15}{_probe(c[probe])}")
-        env = ", ".join(f"{e.get('name')}={e.get('value', '<from ref>')}" for e in c.get("env", []))
-        lines.append(f"    Environment:   {env or '<none>'}")
-        if c.get("envFrom"):
-            lines.append(f"    EnvFrom:       {c['envFrom']}")
-    lines.append("Events:")
-    for ev in events:
-        lines.append("  " + _event_line(ev, stale.get(id(ev))))
-    if not events:
-        lines.append("  <none>")
-    return "\n".join(lines)
 
 
 # -- the host --------------------------------------------------------------------------------
@@ -340,12 +199,28 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
         findings, stale = detect(pods, events, [])
         unhealthy = []
         lines = [f"namespace {namespace}: {len(pods)} pods"]
+        node_ready = {
+            str(_meta(n).get("name")): any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in n.get("status", {}).get("conditions", []) or []
+            )
+            for n in scope.dump.nodes
+        }
         for p in ns.items("pods"):
             if not _unhealthy(p):
                 continue
             owner = _owner(p)
             containers = []
-            for s in p.get("status", {}).get("containerStatuses", []) or []:
+            st_ = p.get("status", {})
+            init_names = {s.get("name") for s in st_.get("initContainerStatuses") or []}
+            for s in (st_.get("initContainerStatuses") or []) + (
+                st_.get("containerStatuses") or []
+            ):
+                if (
+                    s.get("name") in init_names
+                    and (s.get("state") or {}).get("terminated", {}).get("exitCode") == 0
+                ):
+                    continue  # an init container that completed
                 state = next(iter(s.get("state") or {"unknown": {}}))
                 reason = ((s.get("state") or {}).get(state) or {}).get("reason")
                 last = ((s.get("lastState") or {}).get("terminated") or {}).get("reason")
@@ -356,6 +231,7 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
                         "state": state,
                         "reason": reason,
                         "last_reason": last,
+                        **({"init": True} if s.get("name") in init_names else {}),
                     }
                 )
             entry = {
@@ -365,6 +241,9 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
                 "owner": owner[1] if owner else None,
                 "workload": _workload(ns, owner),
                 "containers": containers,
+                "reason": st_.get("reason"),
+                "node": p.get("spec", {}).get("nodeName"),
+                "node_ready": node_ready.get(str(p.get("spec", {}).get("nodeName"))),
             }
             unhealthy.append(entry)
             desc = ", ".join(
@@ -373,16 +252,39 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
                 for c in containers
             )
             lines.append(
-                f"UNHEALTHY pod {entry['pod']} phase={entry['phase']} "
-                f"owner={entry['owner_kind']}/{entry['owner']}: {desc or 'no containers started'}"
+                f"UNHEALTHY pod {entry['pod']} phase={entry['phase']}"
+                + (f" reason={entry['reason']}" if entry["reason"] else "")
+                + f" owner={entry['owner_kind']}/{entry['owner']}: "
+                + (desc or "no containers started")
             )
         workloads = []
+        for h in ns.items("horizontalpodautoscalers"):
+            hs, hspec = h.get("status", {}), h.get("spec", {})
+            if hspec.get("maxReplicas") and int(hs.get("currentReplicas") or 0) >= int(
+                hspec["maxReplicas"]
+            ):
+                target = hspec.get("scaleTargetRef", {}).get("name")
+                workloads.append(
+                    {
+                        "kind": "hpa",
+                        "name": _meta(h).get("name"),
+                        "target": target,
+                        "desired": hspec["maxReplicas"],
+                        "ready": hs.get("currentReplicas"),
+                        "failed": 0,
+                        "at_max": True,
+                    }
+                )
+                lines.append(f"hpa {_meta(h).get('name')}: at maxReplicas {hspec['maxReplicas']}")
         for kind in ("deployments", "daemonsets", "statefulsets", "jobs"):
             for w in ns.items(kind):
                 st = w.get("status", {})
                 want = w.get("spec", {}).get("replicas", st.get("desiredNumberScheduled"))
                 ready = st.get("readyReplicas", st.get("numberReady", st.get("succeeded", 0)))
                 failed = st.get("failed", 0)
+                bad = [f"{c.get('type')}={c.get('reason')}" for c in st.get("conditions", []) or []
+                       if (c.get("type") == "Failed" and c.get("status") == "True")
+                       or c.get("reason") == "ProgressDeadlineExceeded"]  # fmt: skip
                 workloads.append(
                     {
                         "kind": kind[:-1],
@@ -390,11 +292,14 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
                         "desired": want,
                         "ready": ready or 0,
                         "failed": failed,
+                        "conditions": bad,
+                        "pods": _pod_count(ns, kind, str(_meta(w).get("name"))),
                     }
                 )
                 lines.append(
                     f"{kind[:-1]} {_meta(w).get('name')}: ready {ready or 0}/{want}"
                     + (f", failed {failed}" if failed else "")
+                    + (f" ({', '.join(bad)})" if bad else "")
                 )
         lines.append("findings:")
         lines += [f"- {f.detector}: {f.text}" for f in findings] or [
@@ -442,10 +347,14 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
         pod = scope.pod(str(args["pod"]))
         events = scope.events_of(str(args["pod"]))
         stale = scope.stale_map(events)
+        refs = _wl.config_refs(pod)
+        absent = [k for k in ("configmaps", "secrets") if refs[k] and k not in scope.ns.lists]
         data = {
             "pod": _pod_subset(pod),
             "events": [_event_subset(e) for e in events],
             "stale": [stale.get(id(e)) for e in events],
+            "absent": absent,
+            "config_refs": {k: sorted(v) for k, v in refs.items()},
         }
         return scope.result(f"pod {namespace}/{args['pod']}", describe(pod, events, stale), data)
 
@@ -453,14 +362,18 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
     def pod_logs(args: dict[str, JSON]) -> JSON:
         name = str(args["pod"])
         pod = scope.pod(name)
-        names = [c.get("name") for c in pod.get("spec", {}).get("containers", [])]
+        spec_ = pod.get("spec", {})
+        names = [c.get("name") for c in spec_.get("containers", [])]
+        inits = [c.get("name") for c in spec_.get("initContainers", []) or []]
         container = args.get("container")
         if container is None:
             if len(names) != 1:
                 raise ToolError(f"pod {name} has containers {names}: name one", tool="pod_logs")
             container = names[0]
-        if container not in names:
-            raise ToolError(f"pod {name} has no container {container!r} ({names})", tool="pod_logs")
+        if container not in names + inits:
+            raise ToolError(
+                f"pod {name} has no container {container!r} ({names + inits})", tool="pod_logs"
+            )
         previous = bool(args.get("previous", False))
         tail = int(str(args.get("tail", 200)))
         text = scope.ns.logs.get((name, str(container), previous))
@@ -468,7 +381,11 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
         source = f"logs {namespace}/{name}/{container} ({which})"
         if text is None:
             note = f"no {which} log for container {container} of pod {name} in the dump" + (
-                " (collect it with kubectl logs --previous)" if previous else ""
+                " (collect it with kubectl logs --previous)"
+                if previous
+                else " (kubectl cluster-info dump writes no init container logs; sre collect does)"
+                if container in inits
+                else ""
             )
             data = {"pod": name, "container": container, "previous": previous, "available": False}
             return scope.result(source, note, data)
@@ -507,11 +424,26 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
                         f"  condition {c.get('type')}={c.get('status')} "
                         f"{c.get('reason', '')}: {c.get('message', '')}".rstrip(": ")
                     )
+                wspec = w.get("spec", {})
+                keys = (
+                    "replicas backoffLimit activeDeadlineSeconds completions parallelism "
+                    "schedule suspend"
+                )
+                spec_subset = {k: wspec[k] for k in keys.split() if k in wspec}
+                for k, v in sorted(spec_subset.items()):
+                    lines.append(f"  spec.{k}: {v}")
+                pods = [
+                    str(_meta(p).get("name"))
+                    for p in scope.ns.items("pods")
+                    if _owner(p) is not None and _owner(p)[1] == name  # type: ignore[index]
+                ]
                 data = {
                     "kind": kind,
                     "name": name,
                     "status": st,
-                    "replicas": w.get("spec", {}).get("replicas"),
+                    "replicas": wspec.get("replicas"),
+                    "spec": spec_subset,
+                    "pods": pods,
                 }
                 return scope.result(f"{kind}s.json {namespace}/{name}", "\n".join(lines), data)
         raise ToolError(f"no {kind} {name!r} in namespace {namespace!r}", tool="workload_status")
@@ -520,6 +452,7 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
     def rollout_history(args: dict[str, JSON]) -> JSON:
         dep = str(args["deployment"])
         revisions = []
+        templates: dict[str, Any] = {}
         for rs in scope.ns.items("replicasets"):
             owner = _owner(rs)
             if owner != ("Deployment", dep):
@@ -533,6 +466,7 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
                 .get("containers", [])
             ]
             st = rs.get("status", {})
+            templates[str(_meta(rs).get("name"))] = rs.get("spec", {}).get("template", {})
             revisions.append(
                 {
                     "revision": rev,
@@ -552,8 +486,20 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
             f"{r['ready']}/{r['replicas']} {r['created']}"
             for r in revisions
         ]
+        changes = []
+        for old, new in itertools.pairwise(revisions):
+            diff = _wl.template_changes(templates[old["replicaset"]], templates[new["replicaset"]])
+            new["changes"] = diff
+            lines.append(
+                f"revision {new['revision']} against {old['revision']}: "
+                + ("; ".join(diff) or "no change to the containers")
+            )
+            changes += [{"revision": new["revision"], "from": old["revision"], "change": d}
+                        for d in diff]  # fmt: skip
         return scope.result(
-            f"rollout {namespace}/{dep}", "\n".join(lines), {"revisions": revisions}
+            f"rollout {namespace}/{dep}",
+            "\n".join(lines),
+            {"revisions": revisions, "changes": changes},
         )
 
     @scoped("node_capacity")
@@ -562,19 +508,77 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
         for n in scope.dump.nodes:
             st = n.get("status", {})
             cap, alloc = st.get("capacity", {}), st.get("allocatable", {})
-            conds = ",".join(
-                c.get("type", "") for c in st.get("conditions", []) if c.get("status") == "True"
-            )
+            name = _meta(n).get("name")
+            conds = st.get("conditions", []) or []
+            true = ",".join(c.get("type", "") for c in conds if c.get("status") == "True")
+            extended = " ".join(
+                f"{k}={v}" for k, v in sorted(cap.items()) if k not in ("cpu", "memory", "pods")
+                and not k.startswith("hugepages")
+            )  # fmt: skip
+            taints = n.get("spec", {}).get("taints", []) or []
             lines.append(
-                f"node {_meta(n).get('name')}: capacity cpu={cap.get('cpu')} "
-                f"memory={cap.get('memory')} pods={cap.get('pods')}; allocatable "
-                f"cpu={alloc.get('cpu')} memory={alloc.get('memory')}; conditions {conds}"
+                f"node {name}: capacity cpu={cap.get('cpu')} "
+                f"memory={cap.get('memory')} pods={cap.get('pods')}"
+                + (f" {extended}" if extended else "")
+                + f"; allocatable cpu={alloc.get('cpu')} memory={alloc.get('memory')}; "
+                f"conditions {true or '<none true>'}"
             )
-            data.append({"name": _meta(n).get("name"), "capacity": cap, "allocatable": alloc})
+            for c in conds:
+                nominal = (c.get("type") == "Ready") == (c.get("status") == "True")
+                if not nominal:
+                    lines.append(
+                        f"  condition {c.get('type')}={c.get('status')} {c.get('reason', '')}: "
+                        f"{c.get('message', '')}"
+                    )
+            if taints:
+                lines.append(
+                    "  taints: "
+                    + ", ".join(
+                        f"{t.get('key')}{'=' + t['value'] if t.get('value') else ''}"
+                        f":{t.get('effect')}"
+                        for t in taints
+                    )
+                )
+            if n.get("spec", {}).get("unschedulable"):
+                lines.append("  unschedulable (cordoned)")
+            here = [str(_meta(p).get("name")) for p in scope.ns.items("pods")
+                    if p.get("spec", {}).get("nodeName") == name]  # fmt: skip
+            if here:
+                lines.append(f"  pods of {namespace} here: {', '.join(here)}")
+            data.append({"name": name, "capacity": cap, "allocatable": alloc,
+                         "conditions": conds, "taints": taints, "pods": here})  # fmt: skip
         return scope.result("nodes.json", "\n".join(lines) or "<no nodes>", {"nodes": data})
+
+    @scoped("services")
+    def services(args: dict[str, JSON]) -> JSON:
+        text, data = _wl.services(scope.ns)
+        return scope.result(f"services.json {namespace}", text, data)
+
+    @scoped("claims")
+    def claims(args: dict[str, JSON]) -> JSON:
+        pod = args.get("pod")
+        text, data = _wl.claims(scope.ns, None if pod is None else str(pod))
+        return scope.result(f"claims {namespace}" + (f" {pod}" if pod else ""), text, data)
+
+    @scoped("autoscalers")
+    def autoscalers(args: dict[str, JSON]) -> JSON:
+        text, data = _wl.autoscalers(scope.ns)
+        return scope.result(f"horizontalpodautoscalers {namespace}", text, data)
 
     host.check_complete()
     return host
+
+
+def _pod_count(ns: Namespace, kind: str, name: str) -> int:
+    """How many pods of the namespace a workload owns (a Deployment through its ReplicaSets)."""
+    owners = {name}
+    if kind == "deployments":
+        owners = {
+            str(_meta(rs).get("name"))
+            for rs in ns.items("replicasets")
+            if _owner(rs) == ("Deployment", name)
+        }
+    return sum(1 for p in ns.items("pods") if (_owner(p) or ("", ""))[1] in owners)
 
 
 def _workload(ns: Namespace, owner: tuple[str, str] | None) -> str | None:
