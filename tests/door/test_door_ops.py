@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from contextlib import redirect_stderr
 from pathlib import Path
 
@@ -327,9 +328,8 @@ def test_verbose_and_log_level_are_taken_where_the_issue_asks() -> None:
 
 
 def test_store_retry_is_a_bound_on_the_total(tmp_path: Path) -> None:
-    """Each attempt waits up to the busy timeout for the lock: the retries stop where the
-    next attempt could not end within ``store_retry`` (not at a deadline each attempt
-    may overrun by a busy timeout). Counted from the schedule the client followed."""
+    """Each attempt's lock wait counts in ``store_retry``: the client gives up within the
+    bound, not at a deadline that each attempt may overrun by a whole busy timeout."""
     import asyncio
     import sqlite3
 
@@ -338,8 +338,9 @@ def test_store_retry_is_a_bound_on_the_total(tmp_path: Path) -> None:
     from loopkernel.errors import StoreUnavailable
 
     db = tmp_path / "runs.db"
-    busy, bound = 0.5, 2.0
+    busy, bound = 1.0, 2.0
     pauses: list[float] = []
+    elapsed: list[float] = []
 
     async def go() -> str:
         store = SQLiteStore(db, busy_timeout=busy)
@@ -350,10 +351,12 @@ def test_store_retry_is_a_bound_on_the_total(tmp_path: Path) -> None:
             locker = sqlite3.connect(db, isolation_level=None, timeout=30)
             locker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
             try:
+                began = time.monotonic()
                 with pytest.raises(StoreUnavailable) as caught:
                     await client.execute(
                         started.run_id, store_retry=bound, on_retry=lambda e, p: pauses.append(p)
                     )
+                elapsed.append(time.monotonic() - began)
             finally:
                 locker.execute("ROLLBACK")
                 locker.close()
@@ -363,9 +366,10 @@ def test_store_retry_is_a_bound_on_the_total(tmp_path: Path) -> None:
 
     message = asyncio.run(go())
     assert "gave up after 2 s of retries" in message
-    attempts = len(pauses) + 1
-    assert attempts >= 2  # it did retry
-    assert attempts * busy + sum(pauses) <= bound + 0.05, (attempts, pauses)
+    assert pauses  # it did retry
+    # the lock waits and the pauses between attempts add up to the bound; one more busy
+    # timeout past it is what an attempt that does not count its lock wait would take
+    assert elapsed[0] < bound + busy / 2, (elapsed, pauses)
 
 
 def test_a_printed_command_never_repeats_a_database_password() -> None:
