@@ -15,8 +15,10 @@ One call, in order (the tool layer's shape, ``loopkernel.tools._layer``)::
                          + the error for BudgetExceeded and a ModelError that answers the
                          call (an invalid reply, a provider's 4xx: ``ANSWERS``)
 
-``ModelTimeout`` and ``ModelUnavailable`` leave the effect ``intended``: a resumed run
-re-sends the call with the same key and the gateway's ledger decides.
+``ModelTimeout`` and ``ModelUnavailable`` (the client's bounded re-sends spent) leave the
+effect ``intended`` and are raised marked ``transient``: the executor stops with
+``TransientFault``, the run stays resumable, and ``resume`` re-sends the call with the
+same key; the gateway's ledger decides.
 """
 
 from __future__ import annotations
@@ -26,7 +28,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import loopkernel.telemetry as telemetry
-from loopkernel.errors import BudgetExceeded, ModelError, ReplayDivergence
+from loopkernel.errors import (
+    BudgetExceeded,
+    ModelError,
+    ModelTimeout,
+    ModelUnavailable,
+    ReplayDivergence,
+)
 from loopkernel.executor._context import TaskContext
 from loopkernel.executor._crash import crashpoint
 from loopkernel.graph import JSON
@@ -154,6 +162,9 @@ class ModelLayer:
             if isinstance(err, BudgetExceeded) or err.attrs.get("kind") in ANSWERS:
                 await self.store.finish_effect(run_id, key, status="failed", error=err.verdict())
             raise
+        except (ModelTimeout, ModelUnavailable) as err:  # may pass: the run stays resumable
+            attrs = {**err.attrs, "transient": True, "tool": MODEL_TOOL, "effect": MODEL_TOOL}
+            raise type(err)(err.message, **{"sent": 1, **attrs}) from None
         crashpoint("model_returned")
         await self.store.finish_effect(
             run_id,
