@@ -180,12 +180,13 @@ class Ledger:
             )
             return
         self._db.execute(
-            "UPDATE requests SET status = ?, cost_usd = ?, tokens = ?, updated_at = ? "
-            "WHERE id = ?",
+            "UPDATE requests SET status = ?, cost_usd = ?, tokens = ?, updated_at = ? WHERE id = ?",
             (status, cost_usd, tokens, time.time(), request_id),
         )
 
-    def requests(self, key: str | None = None, *, run_id: str | None = None) -> list[dict[str, Any]]:
+    def requests(
+        self, key: str | None = None, *, run_id: str | None = None
+    ) -> list[dict[str, Any]]:
         """The provider requests of a key or a run, oldest first."""
         where, args = ("key = ?", (key,)) if key is not None else ("run_id = ?", (run_id,))
         rows = self._db.execute(
@@ -277,7 +278,9 @@ class Ledger:
                 try:
                     _check("run_usd", limits.run_usd, run_usd - held_usd, cost_usd, run_id)
                     _check("day_usd", limits.day_usd, day_usd - held_usd, cost_usd, run_id)
-                    _check("run_tokens", limits.run_tokens, run_tokens - held_tokens, tokens, run_id)
+                    _check(
+                        "run_tokens", limits.run_tokens, run_tokens - held_tokens, tokens, run_id
+                    )
                 except BudgetExceeded as err:
                     refused = BudgetExceeded(
                         f"{err.message} (by the answer's real cost: it is withheld)",
