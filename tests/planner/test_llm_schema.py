@@ -193,3 +193,24 @@ def test_an_unreachable_gateway_is_model_unavailable_said_once(
     proposals = asyncio.run(twice())
     assert [p.reason for p in proposals] == ["model_unavailable"] * 2
     assert capsys.readouterr().err.count("model gateway is unavailable") == 1
+
+
+@pytest.mark.slow
+def test_planner_llm_with_a_wrong_token_is_a_clear_error_before_the_run(tmp_path: Path) -> None:
+    from loopkernel.testing import GatewayProcess, run_cli
+
+    with (
+        ScriptedProvider([]).running() as p,
+        GatewayProcess(
+            ["--provider", "openai", "--base-url", p.base_url, "--model", "m"],
+            ledger=tmp_path / "ledger.db",
+        ) as gw,
+    ):
+        env = {**gw.runtime_env(), "LOOPKERNEL_GATEWAY_TOKEN": "not-the-gateways-token-at-all"}
+        db = tmp_path / "runs.db"
+        out = run_cli(["run", "speculation", "--planner", "llm"], db=db, env=env)
+        assert p.calls == 0
+    assert out.returncode == 2, out.stderr
+    assert "refused the token" in out.stderr and "LOOPKERNEL_GATEWAY_TOKEN" in out.stderr
+    assert "not-the-gateways-token" not in out.stderr
+    assert not db.exists() or run_cli(["runs"], db=db).stdout.strip() == ""

@@ -332,7 +332,7 @@ def planner_for(params: Mapping[str, JSON], *, rules: Planner, allow: Allowlist)
 _CHECKED: dict[tuple[str, int], str | None] = {}
 
 
-def check_gateway(client: Any, *, timeout: float = 5.0) -> None:  # noqa: ASYNC109
+def check_gateway(client: Any, *, timeout: float = 5.0) -> None:
     """Before a run plans with a model: ``UsageError`` when the gateway refuses the token
     (nothing would ever be answered); one line on stderr when it cannot be reached (the
     rules plan each event until it can). Asked once per client in a process."""
