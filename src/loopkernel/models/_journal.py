@@ -83,16 +83,19 @@ class ModelLayer:
         max_tokens: int,
         response_schema: dict[str, Any] | None,
         timeout: float,  # noqa: ASYNC109 - a per-call deadline handed on
+        validate: bool = True,
     ) -> Completion:
         tracer = telemetry.tracer()
         if not tracer:
-            return await self._complete(ctx, index, messages, max_tokens, response_schema, timeout)
+            return await self._complete(
+                ctx, index, messages, max_tokens, response_schema, timeout, validate
+            )
         key = model_key(ctx.run_id, ctx.task_id, index)
         span = tracer.start("model", {"loopkernel.key": key, "loopkernel.max_tokens": max_tokens})
         with tracer.current(span):  # the client sends this span's traceparent to the gateway
             try:
                 reply = await self._complete(
-                    ctx, index, messages, max_tokens, response_schema, timeout
+                    ctx, index, messages, max_tokens, response_schema, timeout, validate
                 )
             except BaseException as exc:
                 tracer.end(span, error=exc)
@@ -117,6 +120,7 @@ class ModelLayer:
         max_tokens: int,
         response_schema: dict[str, Any] | None,
         timeout: float,  # noqa: ASYNC109 - a per-call deadline handed on
+        validate: bool = True,
     ) -> Completion:
         run_id = ctx.run_id
         key = model_key(run_id, ctx.task_id, index)
@@ -125,6 +129,8 @@ class ModelLayer:
             "max_tokens": max_tokens,
             "response_schema": response_schema,
         }
+        if not validate:
+            arguments["validate"] = False
         prior = await self.store.get_effect(run_id, key)
         if prior is None:
             prior = await self.store.intend_effect(
@@ -156,6 +162,7 @@ class ModelLayer:
                 max_tokens=max_tokens,
                 response_schema=response_schema,
                 timeout=timeout,
+                validate=validate,
             )
         except (ModelError, BudgetExceeded) as err:
             crashpoint("model_returned")
