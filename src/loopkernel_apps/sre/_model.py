@@ -15,8 +15,9 @@ one branch per tool with its arguments inline, and the pods, containers, workloa
 objects the run has seen so far as enums, so a constrained model can only name what it
 was shown; ``max_tokens`` is sized from the schema's largest valid reply. The schema only
 shapes decoding: ``parse_reply`` judges the reply (``validate=False`` at the gateway, so
-a reply outside the schema is refused here with a named reason, not as a schema error). The namespace is the run's: a call naming another one is refused,
-a ``namespace`` equal to the run's is dropped. A tool the server does not have (a write,
+a reply outside the schema is refused here with a named reason, not as a schema error).
+The namespace is the run's: a call naming another one is refused, a ``namespace`` equal
+to the run's is dropped. A tool the server does not have (a write,
 a restart, a delete) is refused. Any refusal, any invalid call, a reply that is not such
 JSON, a model error, a timeout, an unreachable gateway, a spent budget or no gateway at all
 sends the whole round back to the rules path, with the reason in the report.
