@@ -45,8 +45,9 @@ def test_only_the_gateway_command_imports_the_gateway() -> None:
 
 
 def test_the_model_client_imports_downward_only() -> None:
-    ok = (
+    ok = (  # DESIGN.md section 10: models import evidence and the store protocol
         "loopkernel.errors",
+        "loopkernel.evidence",
         "loopkernel.executor",
         "loopkernel.graph",
         "loopkernel.ids",

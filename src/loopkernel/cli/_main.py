@@ -312,7 +312,9 @@ def add_app_arguments(p: argparse.ArgumentParser) -> None:
 def build_parser(*, app_commands: bool = True) -> argparse.ArgumentParser:
     """The whole command line; ``app_commands=False`` leaves out the commands installed
     apps contribute (finding them reads every installed package's metadata)."""
-    parser = argparse.ArgumentParser(
+    from loopkernel.models._scrub import SecretSafeParser  # never echoes a key (docs/models.md)
+
+    parser = SecretSafeParser(
         prog="loopkernel",
         description="A durable runtime for agentic AI: a task graph patched as it runs.",
     )

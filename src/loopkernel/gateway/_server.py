@@ -47,6 +47,7 @@ from loopkernel.errors import (
     UsageError,
 )
 from loopkernel.gateway._config import GatewayConfig, ProviderConfig
+from loopkernel.gateway._harden import dumpable
 from loopkernel.gateway._ledger import Ledger, utc_day
 from loopkernel.gateway._local import LocalModel
 from loopkernel.gateway._providers import (
@@ -319,6 +320,7 @@ class Gateway:
                 name: {"load_seconds": m.stats.load_seconds if m.stats else None}
                 for name, m in self.locals.items()
             },
+            "process": {"dumpable": dumpable()},
         }
 
     async def _complete(self, call: _Call) -> HttpResponse:
