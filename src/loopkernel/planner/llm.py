@@ -329,18 +329,19 @@ def planner_for(params: Mapping[str, JSON], *, rules: Planner, allow: Allowlist)
     raise UsageError(f"planner must be rules or llm, not {choice!r}")
 
 
-_CHECKED: dict[tuple[str, int], str | None] = {}
+_CHECKED: dict[tuple[str, str], str | None] = {}
 
 
 def check_gateway(client: Any, *, timeout: float = 5.0) -> None:
     """Before a run plans with a model: ``UsageError`` when the gateway refuses the token
     (nothing would ever be answered); one line on stderr when it cannot be reached (the
-    rules plan each event until it can). Asked once per client in a process."""
+    rules plan each event until it can). Asked once per gateway and token in a process."""
     from loopkernel.errors import ModelError, UsageError
 
     if client is None:
         return
-    key = (str(client.address), id(client))
+    token = str(getattr(client, "_token", ""))
+    key = (str(client.address), hashlib.sha256(token.encode()).hexdigest())
     if key in _CHECKED:
         return
 
