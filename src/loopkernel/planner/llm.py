@@ -14,17 +14,18 @@ evidence (``_prompt``); the model is called through the gateway under the key
 ``RUN/plan/SEQ`` with the proposal schema (``_schema``: the allowlist and the snapshot as an
 exact, bounded JSON Schema; ``max_tokens`` sized from its largest valid reply); the reply
 is judged strictly (``_judge``: parse, allowlist, ``validate``); a refused reply is asked
-again once with the judge's reason (``RUN/plan/SEQ/1``), inside the same deadline. The planner returns a ``Proposal``: the kernel runs the policy guard and
-``validate`` on it once more, applies it (``planner="llm"``) or the fallback
+again once with the judge's reason (``RUN/plan/SEQ/1``), inside the same deadline. The
+planner returns a ``Proposal``: the kernel runs the policy guard and ``validate`` on it
+once more, applies it (``planner="llm"``) or the fallback
 (``planner="fallback"``), and journals the rejection's named reason, the raw reply's hash,
 model, usage and latency beside the applied patch. A model error of any kind (timeout, 5xx,
 budget, no gateway) is a rejection like any other: the run goes on; an unreachable gateway
 or a refused token is ``model_unavailable``, said once on stderr.
 
 The model is asked once per event (twice with the re-ask): the patch journal is the
-planner's journal, and a resumed run never re-plans an event that has a patch. An event planned when a crash
-struck before its patch was committed is asked again with the same key, so the gateway's
-ledger answers it without a second provider call.
+planner's journal, and a resumed run never re-plans an event that has a patch. An event
+planned when a crash struck before its patch was committed is asked again with the same
+keys, so the gateway's ledger answers it without a second provider call.
 """
 
 from __future__ import annotations
