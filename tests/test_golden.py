@@ -58,7 +58,9 @@ def test_the_recorded_patches_replay_to_the_recorded_graph(recorded: dict[str, A
         event = events[record["event_seq"]]
         if event["kind"] == "task_completed":  # the world's part: the task's recorded result
             tid = TaskId(event["task_id"])
-            done = replace(state.tasks[tid], state=TaskState.SUCCEEDED, result=final[tid]["result"])
+            done = replace(
+                state.tasks[tid], state=TaskState.SUCCEEDED, result=final[tid]["result"]
+            )
             state.tasks[tid] = done
             for task in state.promotions(state.successors(tid), {}):
                 state.tasks[task.task_id] = task
