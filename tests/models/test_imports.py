@@ -49,6 +49,7 @@ def test_the_model_client_imports_downward_only() -> None:
         "loopkernel._effects",
         "loopkernel._hooks",
         "loopkernel.errors",
+        "loopkernel.evidence",
         "loopkernel.graph",
         "loopkernel.ids",
         "loopkernel.store",

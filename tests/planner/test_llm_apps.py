@@ -69,14 +69,20 @@ def test_speculation_against_the_scripted_server_applies_valid_proposals(
     got, want = inspect(db, "llm"), inspect(tmp_path / "r.db", "rules")
     assert (got["status"], got["digest"]) == (want["status"], want["digest"])
     patches = {p["event_seq"]: p for p in got["patches"]}
-    assert len(patches) == calls  # one model call per planned event, no more
+    # one model call per planned event, and one re-ask for the refused prose
+    assert len(patches) + 1 == calls
     # 1: the scripted reply is exactly the rules' patch -> applied, planned by the model.
     assert patches[1]["planner"] == "llm" and patches[1]["proposal"]["accepted"]
     assert patches[1]["proposal"]["model"] == "scripted-model"  # as the provider names it
     assert patches[1]["proposal"]["raw_sha256"] is not None
-    # 2: prose -> rejected with a named reason, the rules' patch applied.
+    # 2: prose -> rejected with a named reason, re-asked once with it; the second reply
+    # ("[]") is refused too, and the rules' patch applied.
     assert patches[2]["planner"] == "fallback"
-    assert patches[2]["proposal"]["reason"] == "bad_json"
+    assert patches[2]["proposal"]["reason"] == "disagrees"
+    assert "re-asked once after bad_json" in patches[2]["proposal"]["detail"]
+    reask = provider.requests[2].body["messages"]
+    assert [m["role"] for m in reask] == ["system", "user", "assistant", "user"]
+    assert reask[2]["content"] == script[1] and "bad_json" in reask[3]["content"]
     # "[]" (the default reply) agrees where the rules wait, and is refused where they act.
     for p in list(patches.values())[2:]:
         wait = p["ops"] == []
@@ -92,7 +98,7 @@ def test_speculation_against_the_scripted_server_applies_valid_proposals(
     # inspect --journal shows who planned and what was refused.
     assert journal.returncode == 0, journal.stderr
     assert "[llm scripted-model " in journal.stdout
-    assert "[fallback: bad_json (scripted-model " in journal.stdout
+    assert "[fallback: disagrees (scripted-model " in journal.stdout
     assert "rejected proposal: (wait)" in journal.stdout
 
 

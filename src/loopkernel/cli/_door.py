@@ -30,7 +30,10 @@ class Parser(argparse.ArgumentParser):
     ``--help``, or follows the line with ``--verbose``. Subcommands inherit the class."""
 
     def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)", file=sys.stderr)
+        from loopkernel.models._scrub import quiet  # never echo a value that looks like a key
+
+        message = quiet(one_line(message))
+        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
         if "--verbose" in sys.argv[1:] or "-v" in sys.argv[1:]:
             self.print_usage(sys.stderr)
         raise SystemExit(2)  # the usage error's exit code, as argparse's own

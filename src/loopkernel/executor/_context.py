@@ -44,6 +44,7 @@ class ModelCaller(Protocol):
         max_tokens: int,
         response_schema: dict[str, Any] | None,
         timeout: float,  # noqa: ASYNC109 - a per-call deadline handed on
+        validate: bool = True,
     ) -> Completion: ...
 
 
@@ -175,8 +176,11 @@ class TaskContext:
         max_tokens: int = 256,
         response_schema: dict[str, Any] | None = None,
         timeout: float = 30.0,  # noqa: ASYNC109 - a per-call deadline handed on
+        validate: bool = True,
     ) -> Completion:
         """Ask the model gateway; the n-th call of a task (tool or model) has a stable key.
+        ``validate=False``: the schema constrains the provider's decoding, and the worker
+        judges the reply itself (one that breaks the schema is returned, not raised).
 
         Journaled like a tool call: an answer already journaled is returned again
         (``replayed=True``, nothing charged); a call in flight at a crash is re-sent with
@@ -201,6 +205,7 @@ class TaskContext:
             max_tokens=max_tokens,
             response_schema=response_schema,
             timeout=timeout,
+            **({} if validate else {"validate": False}),
         )
         if self._book is not None:
             source = SourceRef(kind="model", uri=f"model:{reply.model}", task_id=self.task_id)

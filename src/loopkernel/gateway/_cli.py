@@ -26,14 +26,17 @@ from typing import Any
 
 from loopkernel.errors import UsageError
 from loopkernel.gateway._config import (
+    _KEY_ENV,
     LOCAL_MODELS,
     GatewayConfig,
     Limits,
     ProviderConfig,
     load_config,
 )
+from loopkernel.gateway._harden import harden
 from loopkernel.models._client import ENV_TOKEN
 from loopkernel.models._http import parse_address
+from loopkernel.models._scrub import SecretSafeParser
 
 __all__ = ["build_parser", "config_from_args", "main"]
 
@@ -68,7 +71,7 @@ def _count(text: str) -> int:
 
 
 def build_parser(prog: str = "loopkernel gateway") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = SecretSafeParser(
         prog=prog,
         description="The model gateway: the only process that holds provider keys. The "
         f"runtime reaches it with {ENV_TOKEN} (read from this process's environment too).",
@@ -159,10 +162,21 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
     return GatewayConfig(providers=tuple(providers), limits=Limits(**limits), **values)
 
 
+def key_variables(config: GatewayConfig) -> list[str]:
+    """The environment variables the providers of ``config`` read their keys from."""
+    return [
+        p.key_env or _KEY_ENV[p.kind]
+        for p in config.providers
+        if p.kind != "local" and p.key_file is None
+    ]
+
+
 async def _serve(config: GatewayConfig, token: str) -> int:
     from loopkernel.gateway._server import Gateway
 
     gateway = Gateway(config, token=token, env=os.environ)
+    # The keys are read: guard them from the rest of the machine (gateway/_harden.py).
+    harden([*key_variables(config), ENV_TOKEN])
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -12,8 +12,18 @@ A row's life::
 
 A row left 'reserved' by a gateway that died is released when the gateway starts again.
 The file (and its WAL sidecars) are created with mode 0600: they hold prompts and answers.
-Spend per run counts done rows' costs plus reservations; per day, the same for the UTC day
-of the call. Every write is one ``BEGIN IMMEDIATE`` transaction, synchronous=FULL.
+
+Beside the calls, ``requests`` has one row per request sent to a provider (each retry,
+each re-send of a key after a timeout or a gateway crash): ``sent`` when it leaves,
+``answered`` / ``failed`` when it comes back, ``lost`` when nobody knows whether the
+provider did the work (the deadline cancelled it, the gateway died with it in flight: a
+``sent`` row found at start). A lost request is charged its call's reservation: the
+provider may have billed it. Spend per run counts calls' costs and reservations plus lost
+requests; per day, the same for the UTC day. ``settle`` checks the limits again in the
+same transaction as the real cost: an answer that passes one (the provider counted more
+than the estimate) is withheld as ``BudgetExceeded``, recorded with its cost, and every
+later call of the run is refused. Every write is one ``BEGIN IMMEDIATE`` transaction,
+synchronous=FULL.
 """
 
 from __future__ import annotations
@@ -52,7 +62,31 @@ CREATE TABLE IF NOT EXISTS calls (
 );
 CREATE INDEX IF NOT EXISTS calls_run ON calls (run_id);
 CREATE INDEX IF NOT EXISTS calls_day ON calls (day);
+CREATE TABLE IF NOT EXISTS requests (
+    id              INTEGER PRIMARY KEY,
+    key             TEXT NOT NULL,
+    run_id          TEXT NOT NULL,
+    day             TEXT NOT NULL,
+    status          TEXT NOT NULL CHECK (status IN ('sent', 'answered', 'failed', 'lost')),
+    cost_usd        REAL NOT NULL DEFAULT 0,
+    tokens          INTEGER NOT NULL DEFAULT 0,
+    created_at      REAL NOT NULL,
+    updated_at      REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS requests_key ON requests (key);
+CREATE INDEX IF NOT EXISTS requests_run ON requests (run_id);
 """
+
+_RUN_SPENT = (
+    "SELECT (SELECT COALESCE(SUM(cost_usd + reserved_usd), 0) FROM calls WHERE run_id = ?1) "
+    "+ (SELECT COALESCE(SUM(cost_usd), 0) FROM requests WHERE run_id = ?1 AND status = 'lost'), "
+    "(SELECT COALESCE(SUM(tokens + reserved_tokens), 0) FROM calls WHERE run_id = ?1) "
+    "+ (SELECT COALESCE(SUM(tokens), 0) FROM requests WHERE run_id = ?1 AND status = 'lost')"
+)
+_DAY_SPENT = (
+    "SELECT (SELECT COALESCE(SUM(cost_usd + reserved_usd), 0) FROM calls WHERE day = ?1) "
+    "+ (SELECT COALESCE(SUM(cost_usd), 0) FROM requests WHERE day = ?1 AND status = 'lost')"
+)
 
 
 def utc_day(now: float | None = None) -> str:
@@ -103,9 +137,63 @@ class Ledger:
         self._db.close()
 
     def _release_stale(self) -> int:
-        """Rows a dead gateway left reserved: their answers are unknown, drop them."""
-        cur = self._db.execute("DELETE FROM calls WHERE status = 'reserved'")
+        """Rows a dead gateway left reserved: their answers are unknown, drop them; the
+        requests it had in flight are ``lost`` (charged their reservation, already held)."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute("UPDATE requests SET status = 'lost' WHERE status = 'sent'")
+            cur = db.execute("DELETE FROM calls WHERE status = 'reserved'")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
         return cur.rowcount
+
+    # -- provider requests -----------------------------------------------------------------
+
+    def request_sent(self, key: str) -> int:
+        """A request for ``key`` (reserved) leaves for the provider: its row id. It holds
+        the call's reservation, which it keeps if it is ``lost``."""
+        now = time.time()
+        cur = self._db.execute(
+            "INSERT INTO requests (key, run_id, day, status, cost_usd, tokens, created_at, "
+            "updated_at) SELECT key, run_id, day, 'sent', reserved_usd, reserved_tokens, ?, ? "
+            "FROM calls WHERE key = ?",
+            (now, now, key),
+        )
+        return int(cur.lastrowid or 0)
+
+    def request_done(
+        self,
+        request_id: int,
+        status: Literal["answered", "failed", "lost"],
+        *,
+        cost_usd: float = 0.0,
+        tokens: int = 0,
+    ) -> None:
+        """How a request came back. ``lost`` keeps the reservation as its cost."""
+        if status == "lost":
+            self._db.execute(
+                "UPDATE requests SET status = 'lost', updated_at = ? WHERE id = ?",
+                (time.time(), request_id),
+            )
+            return
+        self._db.execute(
+            "UPDATE requests SET status = ?, cost_usd = ?, tokens = ?, updated_at = ? WHERE id = ?",
+            (status, cost_usd, tokens, time.time(), request_id),
+        )
+
+    def requests(
+        self, key: str | None = None, *, run_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The provider requests of a key or a run, oldest first."""
+        where, args = ("key = ?", (key,)) if key is not None else ("run_id = ?", (run_id,))
+        rows = self._db.execute(
+            f"SELECT key, status, cost_usd, tokens FROM requests WHERE {where} ORDER BY id",
+            args,
+        ).fetchall()
+        return [{"key": r[0], "status": r[1], "cost_usd": r[2], "tokens": r[3]} for r in rows]
 
     def get(self, key: str) -> LedgerRow | None:
         row = self._db.execute(
@@ -141,15 +229,8 @@ class Ledger:
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
-            run_usd, run_tokens = db.execute(
-                "SELECT COALESCE(SUM(cost_usd + reserved_usd), 0), "
-                "COALESCE(SUM(tokens + reserved_tokens), 0) FROM calls WHERE run_id = ?",
-                (run_id,),
-            ).fetchone()
-            (day_usd,) = db.execute(
-                "SELECT COALESCE(SUM(cost_usd + reserved_usd), 0) FROM calls WHERE day = ?",
-                (day,),
-            ).fetchone()
+            run_usd, run_tokens = db.execute(_RUN_SPENT, (run_id,)).fetchone()
+            (day_usd,) = db.execute(_DAY_SPENT, (day,)).fetchone()
             _check("run_usd", limits.run_usd, run_usd, usd, run_id)
             _check("day_usd", limits.day_usd, day_usd, usd, run_id)
             _check("run_tokens", limits.run_tokens, run_tokens, tokens, run_id)
@@ -168,13 +249,55 @@ class Ledger:
             raise
         return Reservation(key=key, usd=usd, tokens=tokens)
 
-    def settle(self, key: str, *, cost_usd: float, tokens: int, answer: dict[str, Any]) -> None:
-        """Record the answer and its real cost; drop the reservation."""
-        self._db.execute(
-            "UPDATE calls SET status = 'done', cost_usd = ?, tokens = ?, reserved_usd = 0, "
-            "reserved_tokens = 0, answer = ?, updated_at = ? WHERE key = ?",
-            (cost_usd, tokens, json.dumps(answer), time.time(), key),
-        )
+    def settle(
+        self,
+        key: str,
+        *,
+        cost_usd: float,
+        tokens: int,
+        answer: dict[str, Any],
+        limits: Limits | None = None,
+    ) -> BudgetExceeded | None:
+        """Record the answer and its real cost, dropping the reservation, in one
+        transaction that checks ``limits`` again with the real cost. When the real cost
+        passes one (the provider counted more than was reserved, concurrent calls), the
+        call is recorded ``failed`` with that ``BudgetExceeded`` (and its cost: it was
+        spent), which is returned: the answer must be withheld."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            row = db.execute(
+                "SELECT run_id, day, reserved_usd, reserved_tokens FROM calls WHERE key = ?",
+                (key,),
+            ).fetchone()
+            refused: BudgetExceeded | None = None
+            if row is not None and limits is not None:
+                run_id, day, held_usd, held_tokens = row
+                run_usd, run_tokens = db.execute(_RUN_SPENT, (run_id,)).fetchone()
+                (day_usd,) = db.execute(_DAY_SPENT, (day,)).fetchone()
+                try:
+                    _check("run_usd", limits.run_usd, run_usd - held_usd, cost_usd, run_id)
+                    _check("day_usd", limits.day_usd, day_usd - held_usd, cost_usd, run_id)
+                    _check(
+                        "run_tokens", limits.run_tokens, run_tokens - held_tokens, tokens, run_id
+                    )
+                except BudgetExceeded as err:
+                    refused = BudgetExceeded(
+                        f"{err.message} (by the answer's real cost: it is withheld)",
+                        **{**err.attrs, "settled": True},
+                    )
+            status = "done" if refused is None else "failed"
+            stored = answer if refused is None else _error_record(refused)
+            db.execute(
+                "UPDATE calls SET status = ?, cost_usd = ?, tokens = ?, reserved_usd = 0, "
+                "reserved_tokens = 0, answer = ?, updated_at = ? WHERE key = ?",
+                (status, cost_usd, tokens, json.dumps(stored), time.time(), key),
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return refused
 
     def fail(self, key: str, error: dict[str, Any], *, cost_usd: float, tokens: int) -> None:
         """Record an error that is an answer (the same request gets it again), with what
@@ -190,7 +313,9 @@ class Ledger:
         self._db.execute("DELETE FROM calls WHERE key = ? AND status = 'reserved'", (key,))
 
     def spent(self, *, run_id: str | None = None, day: str | None = None) -> dict[str, float]:
-        """Settled and reserved USD and tokens, for a run, a day, or everything."""
+        """Settled and reserved USD and tokens, for a run, a day, or everything; ``lost_*``
+        what lost requests were charged (counted in the budgets too), ``provider_requests``
+        how many requests went to a provider."""
         where, args = "", tuple[str, ...]()
         if run_id is not None:
             where, args = "WHERE run_id = ?", (run_id,)
@@ -202,13 +327,27 @@ class Ledger:
             f"COUNT(*) FROM calls {where}",
             args,
         ).fetchone()
+        lost = self._db.execute(
+            "SELECT COALESCE(SUM(CASE WHEN status = 'lost' THEN cost_usd END), 0), "
+            "COALESCE(SUM(CASE WHEN status = 'lost' THEN tokens END), 0), COUNT(*) "
+            f"FROM requests {where}",
+            args,
+        ).fetchone()
         return {
             "cost_usd": row[0],
             "reserved_usd": row[1],
             "tokens": row[2],
             "reserved_tokens": row[3],
             "calls": row[4],
+            "lost_usd": lost[0],
+            "lost_tokens": lost[1],
+            "provider_requests": lost[2],
         }
+
+
+def _error_record(err: BudgetExceeded) -> dict[str, Any]:
+    attrs = {k: v for k, v in err.attrs.items() if isinstance(v, str | int | float | bool)}
+    return {"type": type(err).__name__, "message": err.message, "attrs": attrs}
 
 
 def _check(limit: str, maximum: float | None, used: float, more: float, run_id: str) -> None:

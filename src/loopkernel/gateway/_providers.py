@@ -45,6 +45,9 @@ class ProviderReply:
     input_tokens: int
     output_tokens: int
     finish_reason: str | None = None
+    usage: bool = True
+    """Whether the provider reported its token counts (else the call is charged its whole
+    reservation: a reply without ``usage`` must not be free)."""
 
 
 class Retryable(Exception):
@@ -135,6 +138,7 @@ class OpenAIProvider:
             input_tokens=usage.prompt_tokens if usage else 0,
             output_tokens=usage.completion_tokens if usage else 0,
             finish_reason=choice.finish_reason if choice is not None else None,
+            usage=usage is not None,
         )
 
     async def aclose(self) -> None:
@@ -196,11 +200,16 @@ class AnthropicProvider:
             model=resp.model or self.config.model,
             input_tokens=resp.usage.input_tokens,
             output_tokens=resp.usage.output_tokens,
-            finish_reason=resp.stop_reason,
+            finish_reason=_ANTHROPIC_STOP.get(str(resp.stop_reason), resp.stop_reason),
+            usage=resp.usage is not None,
         )
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+_ANTHROPIC_STOP = {"max_tokens": "length", "end_turn": "stop", "stop_sequence": "stop"}
+"""Anthropic's stop reasons in the OpenAI names ``Completion.finish_reason`` uses."""
 
 
 def _status_error(status: int, headers: Any) -> Exception:

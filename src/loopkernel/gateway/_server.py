@@ -8,14 +8,19 @@ A call, in order::
                   key failed -> the same error again
                   key in flight here -> wait for that call's answer
                   same key, other request -> 409 ModelError (key_reused)
-    reserve       input bytes x price_in + max_tokens x price_out, against run_usd, day_usd
-                  and run_tokens -> 402 BudgetExceeded, nothing spent
+    reserve       input bytes x price_in + max_tokens x price_out against run_usd and
+                  day_usd, estimated tokens against run_tokens -> 402 BudgetExceeded
+                  (nothing spent)
     provider      retries on 429 / 5xx / connection errors with backoff, inside the deadline
                   -> 504 ModelTimeout, 503 ModelUnavailable (reservation released: the
                   same key may try again), 502 ModelError (recorded: it is an answer)
     validate      a response_schema reply must parse and match -> 502 ModelError
                   (kind invalid_output), recorded with its cost
-    settle        the real cost (price table x the provider's usage) replaces the reservation
+    settle        the real cost (price table x the provider's usage; the whole reservation
+                  when it reported none) replaces the reservation, checked against the
+                  limits in the same transaction -> 402 BudgetExceeded, answer withheld
+    requests      every provider request is a ledger row (each retry, each re-send of a
+                  key after a timeout or a crash), a lost one charged its reservation
 
 Responses are JSON; errors are ``{"error": {"type", "message", "attrs"}}``, which
 ``loopkernel.models.ModelClient`` turns back into the same exception classes.
@@ -42,6 +47,7 @@ from loopkernel.errors import (
     UsageError,
 )
 from loopkernel.gateway._config import GatewayConfig, ProviderConfig
+from loopkernel.gateway._harden import dumpable
 from loopkernel.gateway._ledger import Ledger, utc_day
 from loopkernel.gateway._local import LocalModel
 from loopkernel.gateway._providers import (
@@ -66,8 +72,23 @@ __all__ = ["Gateway"]
 MAX_TOKENS_CAP = 65_536
 _TRACEPARENT = re.compile(r"[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}")
 _FIELDS = frozenset(
-    {"messages", "key", "run_id", "task_id", "max_tokens", "response_schema", "timeout", "model"}
+    {
+        "messages",
+        "key",
+        "run_id",
+        "task_id",
+        "max_tokens",
+        "response_schema",
+        "timeout",
+        "model",
+        "validate",
+    }
 )
+BYTES_PER_TOKEN = 3
+"""For ``run_tokens``: a prompt's tokens are estimated as its UTF-8 bytes / 3 (today's BPE
+tokenizers average 3-4 bytes a token on English and JSON). The USD reservation keeps the
+upper bound (a byte a token); the estimate is corrected when the call settles, against
+the limit, in one transaction."""
 _STATUS: dict[type[LoopKernelError], int] = {
     UsageError: 400,
     BudgetExceeded: 402,
@@ -137,26 +158,38 @@ class _Call:
         if model is not None and not isinstance(model, str):
             raise UsageError("model must be a string or null")
         self.provider: ProviderConfig = config.provider(model)
+        validate = body.get("validate", True)
+        if not isinstance(validate, bool):
+            raise UsageError("validate must be true or false")
+        self.validate = validate
+        """False: the schema goes to the provider, the caller judges the reply."""
+        hashed: dict[str, Any] = {
+            "messages": body["messages"],
+            "max_tokens": self.max_tokens,
+            "response_schema": schema,
+            "provider": self.provider.name,
+            "run_id": self.run_id,
+            "task_id": self.task_id,
+        }
+        if not validate:
+            hashed["validate"] = False
         canonical = json.dumps(
-            {
-                "messages": body["messages"],
-                "max_tokens": self.max_tokens,
-                "response_schema": schema,
-                "provider": self.provider.name,
-                "run_id": self.run_id,
-                "task_id": self.task_id,
-            },
+            hashed,
             sort_keys=True,
             separators=(",", ":"),
         )
         self.request_hash = hashlib.sha256(canonical.encode()).hexdigest()
 
     def reservation(self) -> tuple[float, int]:
-        """An upper bound of what the call can cost: every prompt byte a token (a byte-level
-        tokenizer never needs more), a few tokens per message of chat template, and the
-        whole ``max_tokens`` of reply."""
-        prompt = sum(len(m.content.encode()) + 8 for m in self.messages)
-        return self.provider.cost(prompt, self.max_tokens), prompt + self.max_tokens
+        """What the call holds against the budgets until it settles: in USD an upper bound
+        (every prompt byte a token -- a byte-level tokenizer never needs more -- 8 tokens of
+        chat template per message, the whole ``max_tokens`` of reply); in tokens an
+        estimate (bytes / ``BYTES_PER_TOKEN``, rounded up, + 8 per message + ``max_tokens``),
+        since ``run_tokens`` counts tokens, not bytes."""
+        sizes = [len(m.content.encode()) for m in self.messages]
+        upper = sum(n + 8 for n in sizes)
+        estimate = sum(-(-n // BYTES_PER_TOKEN) + 8 for n in sizes)
+        return self.provider.cost(upper, self.max_tokens), estimate + self.max_tokens
 
 
 class Gateway:
@@ -287,6 +320,7 @@ class Gateway:
                 name: {"load_seconds": m.stats.load_seconds if m.stats else None}
                 for name, m in self.locals.items()
             },
+            "process": {"dumpable": dumpable()},
         }
 
     async def _complete(self, call: _Call) -> HttpResponse:
@@ -334,11 +368,30 @@ class Gateway:
             return _error(err)
         provider = self.providers[call.provider.name]
 
+        def charge(reply: Any) -> tuple[float, int]:
+            if not reply.usage:  # no token counts: charged the whole reservation
+                return usd, tokens
+            return (
+                call.provider.cost(reply.input_tokens, reply.output_tokens),
+                reply.input_tokens + reply.output_tokens,
+            )
+
         async def attempt() -> Any:
             self.provider_calls += 1
-            return await provider.complete(
-                call.messages, max_tokens=call.max_tokens, response_schema=call.response_schema
-            )
+            request_id = ledger.request_sent(call.key)
+            try:
+                answer = await provider.complete(
+                    call.messages, max_tokens=call.max_tokens, response_schema=call.response_schema
+                )
+            except (Retryable, ModelError):
+                ledger.request_done(request_id, "failed")
+                raise
+            except BaseException:  # the deadline cancelled it: the provider may have billed it
+                ledger.request_done(request_id, "lost")
+                raise
+            cost_usd, used_tokens = charge(answer)
+            ledger.request_done(request_id, "answered", cost_usd=cost_usd, tokens=used_tokens)
+            return answer
 
         def on_retry(err: Retryable, wait: float) -> None:
             self._log_line(f"retry key={call.key} after {err} in {wait:.2f}s")
@@ -364,10 +417,12 @@ class Gateway:
             ledger.release(call.key)
             raise
         latency_ms = (time.perf_counter() - started) * 1000
-        cost = call.provider.cost(reply.input_tokens, reply.output_tokens)
-        used = reply.input_tokens + reply.output_tokens
+        cost, used = charge(reply)
+        if not reply.usage:
+            self._log_line(f"no usage from the provider for key={call.key}: charged {usd:g} USD")
         try:
-            check_reply(reply.text, call.response_schema)
+            if call.validate:
+                check_reply(reply.text, call.response_schema)
         except ModelError as err:
             if reply.finish_reason == "length":
                 err = ModelError(
@@ -385,9 +440,19 @@ class Gateway:
             cost_usd=round(cost, 10),
             latency_ms=round(latency_ms, 3),
             replayed=False,
+            finish_reason=reply.finish_reason,
         )
         answer = completion.to_json()
-        ledger.settle(call.key, cost_usd=completion.cost_usd, tokens=used, answer=answer)
+        refused = ledger.settle(
+            call.key,
+            cost_usd=completion.cost_usd,
+            tokens=used,
+            answer=answer,
+            limits=self.config.limits,
+        )
+        if refused is not None:
+            self._log_line(f"refused {_who(call)} at settle {refused.code}: {refused.message}")
+            return _error(refused)
         self.answered += 1
         self._log(call, answer, replayed=False)
         return json_response(200, {"completion": answer, "replayed": False})

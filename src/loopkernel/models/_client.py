@@ -133,11 +133,21 @@ class ModelClient:
                                       key="run-1/t1/model/0", run_id="run-1")
     """
 
-    def __init__(self, address: str | Address, token: str) -> None:
+    def __init__(
+        self, address: str | Address, token: str, *, retries: int = 2, backoff: float = 0.25
+    ) -> None:
         self.address = address if isinstance(address, Address) else parse_address(address)
         if not token:
             raise UsageError(f"the gateway token is empty; set {ENV_TOKEN}")
+        if retries < 0 or not backoff >= 0:
+            raise UsageError("ModelClient: retries and backoff must be >= 0")
         self._token = token
+        self.retries = retries
+        """Re-sends of a call whose gateway could not be reached or dropped the connection
+        (a restart, a crash), with the same key, inside the call's deadline. A gateway that
+        answered (429 / 5xx after its own retries, a timeout) is not asked again here."""
+        self.backoff = backoff
+        """Seconds before the first re-send, doubled each time."""
 
     def __repr__(self) -> str:  # never the token: reprs end up in logs
         return f"ModelClient({str(self.address)!r})"
@@ -166,13 +176,18 @@ class ModelClient:
         response_schema: dict[str, Any] | None = None,
         timeout: float = 30.0,  # noqa: ASYNC109 - the call's deadline, enforced by the gateway
         model: str | None = None,
+        validate: bool = True,
     ) -> Completion:
         """One model call. ``key`` identifies it across retries and crashes: the gateway
         answers a key it has seen from its ledger, without calling the provider again.
         ``model`` names one of the gateway's providers (default: its first).
+        ``validate=False`` hands ``response_schema`` to the provider (constrained decoding)
+        but leaves judging the reply to the caller: a reply that breaks the schema comes
+        back as text instead of ``ModelError`` (the LLM planner's judge names its fault).
 
         Raises ``ModelError`` (bad request, unusable reply), ``ModelTimeout``,
-        ``ModelUnavailable`` (retryable) or ``BudgetExceeded``.
+        ``ModelUnavailable`` (retryable; ``sent`` says how often the client tried) or
+        ``BudgetExceeded``.
         """
         payload = _request_payload(
             messages,
@@ -185,15 +200,37 @@ class ModelClient:
         )
         if model is not None:
             payload["model"] = model
-        data = await self._post("/v1/complete", payload, deadline=timeout + _GRACE)
+        if not validate:
+            payload["validate"] = False
+        data = await self._post_retrying(payload, timeout + _GRACE)
         try:
             completion = Completion.from_json(data["completion"], replayed=bool(data["replayed"]))
         except (KeyError, TypeError, ValueError) as err:
             raise ModelError(
                 f"the gateway's answer is malformed ({err!r})", kind="bad_gateway_answer"
             ) from None
-        check_reply(completion.text, response_schema)
+        if validate:
+            check_reply(completion.text, response_schema)
         return completion
+
+    async def _post_retrying(self, payload: Mapping[str, Any], deadline: float) -> Any:
+        """``_post``, re-sent (same key) while the gateway cannot be reached, at most
+        ``retries`` times and never past ``deadline`` seconds from now."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + deadline
+        sent = 0
+        while True:
+            sent += 1
+            try:
+                return await self._post(
+                    "/v1/complete", payload, deadline=max(0.001, end - loop.time())
+                )
+            except ModelUnavailable as err:
+                wait = self.backoff * 2 ** (sent - 1)
+                unreachable = err.attrs.get("kind") == "gateway_unreachable"
+                if not unreachable or sent > self.retries or loop.time() + wait >= end:
+                    raise ModelUnavailable(err.message, **{**err.attrs, "sent": sent}) from None
+            await asyncio.sleep(wait)
 
     async def health(self, *, timeout: float = 5.0) -> dict[str, Any]:  # noqa: ASYNC109
         """The gateway's ``/v1/health`` answer (provider, model, spend today)."""

@@ -17,9 +17,11 @@ One call, in order::
                          + the error for BudgetExceeded and a ModelError that answers the
                          call (an invalid reply, a provider's 4xx: ``ANSWERS``)
 
-``ModelTimeout`` and ``ModelUnavailable`` leave the effect ``intended``: a resumed run
-re-sends the call with the same key and the gateway's ledger decides (a model call is
-``resendable``: the ledger answers a key once).
+``ModelTimeout`` and ``ModelUnavailable`` (the client's bounded re-sends spent) leave the
+effect ``intended`` and are raised marked ``transient``: the executor stops with
+``TransientFault``, the run stays resumable, and ``resume`` re-sends the call with the
+same key; the gateway's ledger decides (a model call is ``resendable``: the ledger answers
+a key once).
 """
 
 from __future__ import annotations
@@ -29,7 +31,13 @@ from typing import Any
 
 from loopkernel._effects import Call, EffectJournal, Plan
 from loopkernel._hooks import CallContext
-from loopkernel.errors import BudgetExceeded, LoopKernelError, ModelError
+from loopkernel.errors import (
+    BudgetExceeded,
+    LoopKernelError,
+    ModelError,
+    ModelTimeout,
+    ModelUnavailable,
+)
 from loopkernel.graph import JSON
 from loopkernel.ids import RunId
 from loopkernel.models._client import ModelClient
@@ -77,6 +85,7 @@ class ModelLayer:
         max_tokens: int,
         response_schema: dict[str, Any] | None,
         timeout: float,  # noqa: ASYNC109 - a per-call deadline handed on
+        validate: bool = True,
     ) -> Completion:
         run_id = ctx.run_id
         key = model_key(run_id, ctx.task_id, index)
@@ -85,6 +94,8 @@ class ModelLayer:
             "max_tokens": max_tokens,
             "response_schema": response_schema,
         }
+        if not validate:
+            arguments["validate"] = False
         call = Call(
             run_id=run_id,
             task_id=ctx.task_id,
@@ -96,15 +107,20 @@ class ModelLayer:
 
         async def send(key: str) -> Completion:
             self.sent += 1
-            return await self.client.complete(
-                messages,
-                key=key,
-                run_id=run_id,
-                task_id=ctx.task_id,
-                max_tokens=max_tokens,
-                response_schema=response_schema,
-                timeout=timeout,
-            )
+            try:
+                return await self.client.complete(
+                    messages,
+                    key=key,
+                    run_id=run_id,
+                    task_id=ctx.task_id,
+                    max_tokens=max_tokens,
+                    response_schema=response_schema,
+                    timeout=timeout,
+                    validate=validate,
+                )
+            except (ModelTimeout, ModelUnavailable) as err:  # may pass: the run stays resumable
+                attrs = {**err.attrs, "transient": True, "tool": MODEL_TOOL, "effect": MODEL_TOOL}
+                raise type(err)(err.message, **{"sent": 1, **attrs}) from None
 
         plan = Plan(effect=MODEL_TOOL, send=send, settle=_settle, answer=_answer)
 

@@ -56,10 +56,13 @@ class Completion:
     replayed: bool
     """True when this answer came from a journal (the run's effect journal, or the
     gateway's ledger) instead of a new provider call; nothing was charged for it."""
+    finish_reason: str | None = None
+    """Why the provider stopped: ``stop``, ``length`` (cut off at ``max_tokens``) ... as the
+    OpenAI protocol names it; ``None`` when the provider did not say."""
 
     def to_json(self) -> dict[str, Any]:
         """The journaled form (``replayed`` is a property of a read, so it is left out)."""
-        return {
+        out: dict[str, Any] = {
             "text": self.text,
             "model": self.model,
             "input_tokens": self.input_tokens,
@@ -67,6 +70,9 @@ class Completion:
             "cost_usd": self.cost_usd,
             "latency_ms": self.latency_ms,
         }
+        if self.finish_reason is not None:
+            out["finish_reason"] = self.finish_reason
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], *, replayed: bool) -> Completion:
@@ -79,6 +85,7 @@ class Completion:
             cost_usd=float(data["cost_usd"]),
             latency_ms=float(data["latency_ms"]),
             replayed=replayed,
+            finish_reason=None if data.get("finish_reason") is None else str(data["finish_reason"]),
         )
 
 

@@ -18,6 +18,7 @@ from loopkernel.planner._flow import (
     retry,
 )
 from loopkernel.planner._protocol import BasePlanner, Planner, Proposal, Snapshot
+from loopkernel.planner._schema import bounded, max_reply_chars, reply_tokens
 
 __all__ = [
     "At",
@@ -28,10 +29,13 @@ __all__ = [
     "Proposal",
     "Snapshot",
     "Step",
+    "bounded",
     "for_each",
     "gate",
     "guard",
+    "max_reply_chars",
     "quorum",
     "repeat",
+    "reply_tokens",
     "retry",
 ]

@@ -25,8 +25,9 @@ __all__ = ["Prompt", "build_prompt"]
 
 _RULES = """\
 You are the planner of a LoopKernel run: a task graph that you patch as events arrive.
-Answer the event below with ONE patch: a JSON list of ops, and nothing else (no prose, no
-code fence). The empty list [] means "wait for more events".
+Answer the event below with ONE patch: a JSON list of ops, written compact on one line (no
+spaces, no newlines), and nothing else (no prose, no code fence). The empty list [] means
+"wait for more events".
 Ops (exact fields, no others):
   {{"op": "add", "task_id": ID, "skill": SKILL, "input": JSON, "evidence_scope": "all"|"ancestors"}}
   {{"op": "connect", "src": ID, "dst": ID}}   (dst runs after src succeeds; no cycles)
@@ -126,5 +127,5 @@ def build_prompt(
         answer = json.dumps(suggestion.to_json(), sort_keys=True, ensure_ascii=False)
         fenced += f"\n[the deterministic planner's answer] {_clip(answer, max_data_chars)}"
     lines.append(f"<untrusted_data-{tag}>\n{_defang(fenced)}\n</untrusted_data-{tag}>")
-    lines.append("Reply with the patch (a JSON list of ops) only.")
+    lines.append("Reply with the patch (a compact JSON list of ops) only.")
     return Prompt(system=system, user="\n".join(lines), tag=tag)

@@ -11,23 +11,30 @@
 For each event: the fallback planner answers first (it is the deterministic answer, and
 the model is shown it); the prompt is built from the snapshot, the event and bounded
 evidence (``_prompt``); the model is called through the gateway under the key
-``RUN/plan/SEQ``; the reply is judged strictly (``_judge``: parse, allowlist,
-``validate``). The planner returns a ``Proposal``: the kernel runs the policy guard and
-``validate`` on it once more, applies it (``planner="llm"``) or the fallback
+``RUN/plan/SEQ`` with the proposal schema (``_schema``: the allowlist and the snapshot as an
+exact, bounded JSON Schema; ``max_tokens`` sized from its largest valid reply); the reply
+is judged strictly (``_judge``: parse, allowlist, ``validate``); a refused reply is asked
+again once with the judge's reason (``RUN/plan/SEQ/1``), inside the same deadline. The
+planner returns a ``Proposal``: the kernel runs the policy guard and ``validate`` on it
+once more, applies it (``planner="llm"``) or the fallback
 (``planner="fallback"``), and journals the rejection's named reason, the raw reply's hash,
 model, usage and latency beside the applied patch. A model error of any kind (timeout, 5xx,
-budget, no gateway) is a rejection like any other: the run goes on.
+budget, no gateway) is a rejection like any other: the run goes on; an unreachable gateway
+or a refused token is ``model_unavailable``, said once on stderr.
 
-The model is asked once per event: the patch journal is the planner's journal, and a
-resumed run never re-plans an event that has a patch. An event planned when a crash
-struck before its patch was committed is asked again with the same key, so the gateway's
-ledger answers it without a second provider call.
+The model is asked once per event (twice with the re-ask): the patch journal is the
+planner's journal, and a resumed run never re-plans an event that has a patch. An event
+planned when a crash struck before its patch was committed is asked again with the same
+keys, so the gateway's ledger answers it without a second provider call.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import hashlib
 import inspect
+import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,6 +46,7 @@ from loopkernel.ids import RunId
 from loopkernel.planner._judge import REASONS, AllowedSkill, Allowlist, Judgement, judge
 from loopkernel.planner._prompt import Prompt, build_prompt
 from loopkernel.planner._protocol import Planner, Proposal, Snapshot
+from loopkernel.planner._schema import proposal_schema, reply_tokens
 
 __all__ = [
     "REASONS",
@@ -83,6 +91,7 @@ class _Client(Protocol):
         max_tokens: int = 256,
         response_schema: dict[str, Any] | None = None,
         timeout: float = 30.0,  # noqa: ASYNC109 - handed to the gateway
+        validate: bool = True,
     ) -> _Completion: ...
 
 
@@ -102,9 +111,10 @@ class PlanTimings:
     """Parsing, the allowlist and ``validate``."""
 
 
-def plan_key(run_id: str, seq: int) -> str:
-    """The model call's idempotency key for event ``seq``: the same in every execution."""
-    return f"{run_id}/plan/{seq}"
+def plan_key(run_id: str, seq: int, attempt: int = 0) -> str:
+    """The model call's idempotency key for event ``seq`` (``attempt`` 1: the re-ask): the
+    same in every execution."""
+    return f"{run_id}/plan/{seq}" + (f"/{attempt}" if attempt else "")
 
 
 def _reason_of(exc: BaseException) -> str:
@@ -127,19 +137,28 @@ class LLMPlanner:
         fallback: Planner,
         client: _Client | None,
         evidence: EvidenceSource | None = None,
-        max_tokens: int = 256,
+        max_tokens: int = 1024,
         timeout: float = 30.0,
         max_evidence: int = 20,
         suggest: bool = True,
+        reask: int = 1,
+        max_ops: int = 4,
     ) -> None:
         self.allow = allow
         self.fallback = fallback
         self.client = client
         self.evidence = evidence
         self.max_tokens = max_tokens
+        """The cap on a call's ``max_tokens``, which is sized from the proposal schema."""
         self.timeout = timeout
         self.max_evidence = max_evidence
         self.suggest = suggest
+        self.reask = max(0, min(1, reask))
+        """Re-asks after a refused reply (0 or 1), with the judge's reason, inside the same
+        deadline; journaled in the gateway under ``RUN/plan/SEQ/1``."""
+        self.max_ops = max_ops
+        """``maxItems`` of the proposal schema (at least the fallback's own op count)."""
+        self._warned = False
         self.last = PlanTimings()
         """The timings of the last event planned."""
 
@@ -182,40 +201,122 @@ class LLMPlanner:
             suggestion=fallback if self.suggest else None,
         )
         messages = _messages(prompt)
+        schema = proposal_schema(self.allow, snapshot, max_ops=max(self.max_ops, len(fallback.ops)))
+        max_tokens = reply_tokens(schema, cap=self.max_tokens)
         t1 = time.perf_counter()
         timings.prompt_ms = (t1 - t0) * 1000
-        try:
-            reply = await self.client.complete(
-                messages,
-                key=plan_key(snapshot.run_id, event.seq),
-                run_id=snapshot.run_id,
-                max_tokens=self.max_tokens,
-                timeout=self.timeout,
+        end = time.monotonic() + self.timeout
+        asked: list[_Asked] = []
+        verdict = Judgement(reason="empty", detail="not asked")
+        for attempt in range(1 + self.reask):
+            left = end - time.monotonic()
+            if attempt and left <= 1.0:  # a re-ask shares the first call's deadline
+                break
+            t = time.perf_counter()
+            try:
+                reply = await self.client.complete(
+                    messages,
+                    key=plan_key(snapshot.run_id, event.seq, attempt),
+                    run_id=snapshot.run_id,
+                    max_tokens=max_tokens,
+                    response_schema=schema,
+                    timeout=left,
+                    validate=False,
+                )
+            except Exception as exc:
+                timings.model_ms += (time.perf_counter() - t) * 1000
+                if asked:  # the re-ask failed: the first reply's verdict stands
+                    break
+                reason = self._unavailable(exc)
+                detail = f"{type(exc).__name__}: {exc}"
+                return Proposal(patch=None, fallback=fallback, reason=reason, detail=detail)
+            t2 = time.perf_counter()
+            timings.model_ms += (t2 - t) * 1000
+            try:
+                verdict = judge(reply.text, snapshot, self.allow, fallback=fallback)
+            except Exception as exc:  # a bug of ours must not fail the run: the rules answer
+                verdict = Judgement(reason="judge_error", detail=f"{type(exc).__name__}: {exc}")
+            timings.judge_ms += (time.perf_counter() - t2) * 1000
+            asked.append(_Asked(reply=reply, verdict=verdict))
+            if verdict.patch is not None or verdict.reason in _FINAL:
+                break
+            messages = [
+                *_messages(prompt),
+                _message("assistant", _clip(reply.text, 2_000)),
+                _message("user", _reask(verdict)),
+            ]
+        last = asked[-1].reply
+        notes = []
+        if len(asked) > 1:
+            first = asked[0].verdict
+            notes.append(f"re-asked once after {first.reason}: {first.detail}")
+        cut = [i + 1 for i, a in enumerate(asked) if _finish(a.reply) == "length"]
+        if cut:
+            notes.append(
+                "finish_reason=length (reply "
+                + ", ".join(map(str, cut))
+                + f" cut off at max_tokens={max_tokens})"
             )
-        except Exception as exc:
-            timings.model_ms = (time.perf_counter() - t1) * 1000
-            detail = f"{type(exc).__name__}: {exc}"
-            return Proposal(patch=None, fallback=fallback, reason=_reason_of(exc), detail=detail)
-        t2 = time.perf_counter()
-        timings.model_ms = (t2 - t1) * 1000
-        try:
-            verdict = judge(reply.text, snapshot, self.allow, fallback=fallback)
-        except Exception as exc:  # a bug of ours must not fail the run: the rules answer
-            verdict = Judgement(reason="judge_error", detail=f"{type(exc).__name__}: {exc}")
-        timings.judge_ms = (time.perf_counter() - t2) * 1000
+        if verdict.detail:
+            notes.append(verdict.detail)
         return Proposal(
             patch=verdict.patch,
             fallback=fallback,
             reason=verdict.reason,
-            detail=verdict.detail,
+            detail="; ".join(notes) or None,
             ops=verdict.ops,
-            raw_sha256=hashlib.sha256(reply.text.encode("utf-8", "surrogatepass")).hexdigest(),
-            model=reply.model,
-            input_tokens=reply.input_tokens,
-            output_tokens=reply.output_tokens,
-            cost_usd=reply.cost_usd,
-            latency_ms=reply.latency_ms,
+            raw_sha256=hashlib.sha256(last.text.encode("utf-8", "surrogatepass")).hexdigest(),
+            model=last.model,
+            input_tokens=sum(a.reply.input_tokens for a in asked),
+            output_tokens=sum(a.reply.output_tokens for a in asked),
+            cost_usd=sum(a.reply.cost_usd for a in asked),
+            latency_ms=sum(a.reply.latency_ms for a in asked),
         )
+
+    def _unavailable(self, exc: BaseException) -> str:
+        """The named reason of a failed call; an unreachable gateway or a refused token is
+        ``model_unavailable``, said once on stderr (the rules plan every event meanwhile)."""
+        kind = getattr(exc, "attrs", {}).get("kind") if hasattr(exc, "attrs") else None
+        code = getattr(exc, "code", None)
+        if code != "model_unavailable" and kind != "unauthorized":
+            return _reason_of(exc)
+        if not self._warned:
+            self._warned = True
+            print(
+                f"loopkernel: the model gateway is unavailable ({type(exc).__name__}: "
+                f"{str(exc)[:200]}); the rules plan each event it cannot answer "
+                "(model_unavailable in the patch journal)",
+                file=sys.stderr,
+                flush=True,
+            )
+        return "model_unavailable"
+
+
+_FINAL = frozenset({"judge_error", "disagrees"})
+"""Rejections a second reply cannot fix: a bug of ours, or ``agree`` (the model was shown the
+deterministic answer already)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Asked:
+    reply: _Completion
+    verdict: Judgement
+
+
+def _finish(reply: _Completion) -> str | None:
+    value = getattr(reply, "finish_reason", None)
+    return value if isinstance(value, str) else None
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def _reask(verdict: Judgement) -> str:
+    return (
+        f"That patch was refused: {verdict.reason}: {(verdict.detail or '')[:300]}. "
+        "Reply with a corrected patch: a compact JSON list of ops only."
+    )
 
 
 def planner_for(params: Mapping[str, JSON], *, rules: Planner, allow: Allowlist) -> Planner:
@@ -227,16 +328,60 @@ def planner_for(params: Mapping[str, JSON], *, rules: Planner, allow: Allowlist)
     if choice == "rules":
         return rules
     if choice == "llm":
-        # 192 tokens hold the longest patch the shipped apps make (speculation's three
-        # researchers); a longer reply would be refused anyway, so it is not waited for.
-        return LLMPlanner.from_env(allow=allow, fallback=rules, max_tokens=192)
+        planner = LLMPlanner.from_env(allow=allow, fallback=rules)
+        check_gateway(planner.client)
+        return planner
     raise UsageError(f"planner must be rules or llm, not {choice!r}")
 
 
-def _messages(prompt: Prompt) -> list[Any]:
+_CHECKED: dict[tuple[str, str], str | None] = {}
+
+
+def check_gateway(client: Any, *, timeout: float = 5.0) -> None:
+    """Before a run plans with a model: ``UsageError`` when the gateway refuses the token
+    (nothing would ever be answered); one line on stderr when it cannot be reached (the
+    rules plan each event until it can). Asked once per gateway and token in a process."""
+    from loopkernel.errors import ModelError, UsageError
+
+    if client is None:
+        return
+    token = str(getattr(client, "_token", ""))
+    key = (str(client.address), hashlib.sha256(token.encode()).hexdigest())
+    if key in _CHECKED:
+        return
+
+    def ask() -> str | None:
+        try:
+            asyncio.run(client.health(timeout=timeout))
+        except ModelError as err:
+            if err.attrs.get("kind") == "unauthorized":
+                return "unauthorized"
+            return None
+        except Exception as err:
+            return f"unreachable: {type(err).__name__}: {err}"
+        return None
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # works inside a running loop too
+        found = _CHECKED[key] = pool.submit(ask).result()
+    if found == "unauthorized":
+        raise UsageError(
+            f"--planner llm: the model gateway at {client.address} refused the token; set "
+            "LOOPKERNEL_GATEWAY_TOKEN to the token the gateway was started with"
+        )
+    if found is not None:
+        print(
+            f"loopkernel: --planner llm: the model gateway is {found[:240]}; the rules plan "
+            "each event it cannot answer (model_unavailable in the patch journal)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _message(role: str, content: str) -> Any:
     from loopkernel.models import Message
 
-    return [
-        Message(role="system", content=prompt.system),
-        Message(role="user", content=prompt.user),
-    ]
+    return Message(role=role, content=content)  # type: ignore[arg-type]
+
+
+def _messages(prompt: Prompt) -> list[Any]:
+    return [_message("system", prompt.system), _message("user", prompt.user)]

@@ -24,6 +24,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
+from loopkernel.models._scrub import credential_names
+
 __all__ = ["GatewayProcess"]
 
 _READY = "loopkernel gateway: listening on "
@@ -47,10 +49,11 @@ class GatewayProcess:
         self.listen = listen
         self.token = token or secrets.token_urlsafe(24)
         self.ready_timeout = ready_timeout
+        credentials = set(credential_names(os.environ))
         base = {
             k: v
             for k, v in os.environ.items()
-            if not k.endswith("_API_KEY") and not k.startswith("LOOPKERNEL_")
+            if k not in credentials and not k.startswith("LOOPKERNEL_")
         }
         self.env = {**base, **(env or {}), "LOOPKERNEL_GATEWAY_TOKEN": self.token}
         self.address: str | None = None

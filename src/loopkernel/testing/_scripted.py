@@ -50,6 +50,8 @@ class ScriptedReply:
     hang: bool = False
     """Never answer (until the server closes): a deadline test."""
     model: str = "scripted-model"
+    usage: bool = True
+    """False: the reply has no ``usage`` block (OpenAI protocol), as some servers send."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -251,11 +253,17 @@ def _openai_body(reply: ScriptedReply, body: Any) -> dict[str, Any]:
                 "finish_reason": reply.finish_reason,
             }
         ],
-        "usage": {
-            "prompt_tokens": reply.input_tokens,
-            "completion_tokens": reply.output_tokens,
-            "total_tokens": reply.input_tokens + reply.output_tokens,
-        },
+        **(
+            {
+                "usage": {
+                    "prompt_tokens": reply.input_tokens,
+                    "completion_tokens": reply.output_tokens,
+                    "total_tokens": reply.input_tokens + reply.output_tokens,
+                }
+            }
+            if reply.usage
+            else {}
+        ),
     }
 
 

@@ -10,8 +10,14 @@ the logs.
 
 The reply must be JSON ``{"calls": [{"tool": NAME, "args": {...}}]}`` with at most
 ``MAX_CALLS`` calls, each naming a tool of the server with arguments valid against that
-tool's input schema. The namespace is the run's: a call naming another one is refused,
-a ``namespace`` equal to the run's is dropped. A tool the server does not have (a write,
+tool's input schema. The provider is given the round's exact schema (``reply_schema``):
+one branch per tool with its arguments inline, and the pods, containers, workloads and
+objects the run has seen so far as enums, so a constrained model can only name what it
+was shown; ``max_tokens`` is sized from the schema's largest valid reply. The schema only
+shapes decoding: ``parse_reply`` judges the reply (``validate=False`` at the gateway, so
+a reply outside the schema is refused here with a named reason, not as a schema error).
+The namespace is the run's: a call naming another one is refused, a ``namespace`` equal
+to the run's is dropped. A tool the server does not have (a write,
 a restart, a delete) is refused. Any refusal, any invalid call, a reply that is not such
 JSON, a model error, a timeout, an unreachable gateway, a spent budget or no gateway at all
 sends the whole round back to the rules path, with the reason in the report.
@@ -27,8 +33,18 @@ from typing import Any
 
 from loopkernel import JSON, TaskContext, UsageError
 from loopkernel.models import BudgetExceeded, ModelError, ModelTimeout, ModelUnavailable
+from loopkernel.planner import reply_tokens
 
-__all__ = ["MAX_CALLS", "REPLY_SCHEMA", "ask_model", "parse_reply", "prompt", "untrusted_tag"]
+__all__ = [
+    "MAX_CALLS",
+    "REPLY_SCHEMA",
+    "ask_model",
+    "parse_reply",
+    "prompt",
+    "reply_schema",
+    "seen_names",
+    "untrusted_tag",
+]
 
 MAX_CALLS = 4
 """Calls the model may add in one round."""
@@ -36,7 +52,8 @@ UNTRUSTED_CAP = 1500
 """Characters of cluster text in one prompt (the model's context is small and slow)."""
 PER_ITEM = 500
 """Characters of one result (its tail: a log's last lines), logs of a previous instance first."""
-MAX_TOKENS = 160
+MAX_TOKENS = 512
+"""The cap on a round's ``max_tokens`` (sized from the round's schema below it)."""
 
 _DEFS = Path(__file__).with_name("tools") / "tool-defs.json"
 
@@ -67,8 +84,127 @@ REPLY_SCHEMA: dict[str, Any] = {
     },
     "required": ["calls"],
 }
-"""What the gateway checks the reply against (and llama.cpp turns into a grammar). Loose on
-purpose: which tools and which arguments is checked here, so each refusal has its reason."""
+"""The shape of any reply (``parse_reply`` checks it); the provider gets the round's
+exact ``reply_schema``."""
+_MAX_ENUM = 24
+"""Names of one kind in a round's schema (the most recent first)."""
+
+
+def seen_names(calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the run has seen so far, by kind: ``pods`` (name -> its containers, or ``[]``
+    when not known), ``workloads`` (``(kind, name)``), ``deployments``, ``objects``."""
+    pods: dict[str, list[str]] = {}
+    workloads: dict[tuple[str, str], None] = {}
+    objects: dict[str, None] = {}
+    for c in calls:
+        if c.get("status") != "ok":
+            continue
+        data = c["result"].get("data") or {}
+        if c["tool"] == "triage":
+            for u in data.get("unhealthy", []):
+                names = [str(x["name"]) for x in u.get("containers", []) if x.get("name")]
+                pods.setdefault(str(u["pod"]), []).extend(n for n in names if n)
+                if u.get("owner"):
+                    objects[str(u["owner"])] = None
+            for w in data.get("workloads", []):
+                if w.get("name"):
+                    workloads[(str(w["kind"]), str(w["name"]))] = None
+        elif c["tool"] == "list_pods":
+            for p in data.get("pods", []):
+                pods.setdefault(str(p["name"]), [])
+                if p.get("owner"):
+                    objects[str(p["owner"])] = None
+        elif c["tool"] == "describe_pod":
+            pod = data.get("pod") or {}
+            name = (pod.get("metadata") or {}).get("name")
+            if name:
+                cs = [str(x["name"]) for x in (pod.get("spec") or {}).get("containers", [])]
+                pods[str(name)] = sorted(set(pods.get(str(name), [])) | set(cs))
+        elif c["tool"] == "rollout_history":
+            for r in data.get("revisions", []):
+                if r.get("replicaset"):
+                    objects[str(r["replicaset"])] = None
+    for name in pods:
+        pods[name] = sorted(set(pods[name]))
+    deployments = [n for k, n in workloads if k == "deployment"]
+    names = [*pods, *(n for _, n in workloads), *objects]
+    return {
+        "pods": dict(list(pods.items())[:_MAX_ENUM]),
+        "workloads": list(workloads)[:_MAX_ENUM],
+        "deployments": deployments[:_MAX_ENUM],
+        "objects": list(dict.fromkeys(names))[:_MAX_ENUM],
+    }
+
+
+def _call(tool: str, args: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "tool": {"enum": [tool]},
+            "args": {
+                "type": "object",
+                "properties": args,
+                "required": required,
+                "additionalProperties": False,
+            },
+        },
+        "required": ["tool", "args"],
+        "additionalProperties": False,
+    }
+
+
+def reply_schema(calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """The round's exact reply schema: a branch per tool of the server, its arguments
+    inline (the namespace left out: it is the run's), every name one the run has seen."""
+    seen = seen_names(calls)
+    defs = tool_defs()
+    branches: list[dict[str, Any]] = []
+    pods, objects = seen["pods"], seen["objects"]
+    for name, d in defs.items():
+        props = {k: v for k, v in d["inputSchema"]["properties"].items() if k != "namespace"}
+        required = [r for r in d["inputSchema"].get("required", []) if r != "namespace"]
+        if name == "pod_logs":
+            flags = {"previous": {"type": "boolean"}, "tail": props["tail"]}
+            by_containers: dict[tuple[str, ...], list[str]] = {}
+            for pod, containers in pods.items():
+                by_containers.setdefault(tuple(containers), []).append(pod)
+            for containers, names in by_containers.items():
+                args: dict[str, Any] = {"pod": {"enum": names}, **flags}
+                if containers:
+                    args["container"] = {"enum": list(containers)}
+                branches.append(_call(name, args, ["pod"]))
+            continue
+        if "pod" in props:
+            if not pods:
+                continue
+            props["pod"] = {"enum": list(pods)}
+        if "object" in props:
+            if not objects:
+                props.pop("object")
+            else:
+                props["object"] = {"enum": objects}
+        if "deployment" in props:
+            if not seen["deployments"]:
+                continue
+            props["deployment"] = {"enum": seen["deployments"]}
+        if name == "workload_status":
+            if not seen["workloads"]:
+                continue
+            for kind in sorted({k for k, _ in seen["workloads"]}):
+                names = [n for k, n in seen["workloads"] if k == kind]
+                branches.append(
+                    _call(name, {"kind": {"enum": [kind]}, "name": {"enum": names}}, required)
+                )
+            continue
+        branches.append(_call(name, props, required))
+    return {
+        "type": "object",
+        "properties": {
+            "calls": {"type": "array", "maxItems": MAX_CALLS, "items": {"anyOf": branches}}
+        },
+        "required": ["calls"],
+        "additionalProperties": False,
+    }
 
 
 @functools.cache
@@ -150,7 +286,7 @@ def parse_reply(
     try:
         reply = json.loads(text)
     except ValueError:
-        return [], [], "the reply is not JSON"
+        return [], [], "the reply broke the JSON schema: it is not JSON"
     if not isinstance(reply, dict) or not isinstance(reply.get("calls"), list):
         return [], [], 'the reply has no "calls" list'
     if len(reply["calls"]) > MAX_CALLS:
@@ -210,12 +346,14 @@ async def ask_model(
         namespace=namespace,
         calls=calls,
     )
+    schema = reply_schema(calls)
     try:
         reply = await ctx.complete(
             [Message(role=m["role"], content=m["content"]) for m in messages],  # type: ignore[arg-type]
-            max_tokens=MAX_TOKENS,
-            response_schema=REPLY_SCHEMA,
+            max_tokens=reply_tokens(schema, cap=MAX_TOKENS),
+            response_schema=schema,
             timeout=deadline,
+            validate=False,
         )
     except UsageError:
         return _fallback("no model gateway is configured (LOOPKERNEL_GATEWAY)")
@@ -231,6 +369,8 @@ async def ask_model(
         return _fallback(f"{what}: {_first_line(err)}")
     proposed, refused, problem = parse_reply(reply.text, namespace)
     if problem is not None:
+        if reply.finish_reason == "length":
+            problem += " (the reply was cut off at max_tokens)"
         return _fallback(problem, refused=refused, model=reply.model)
     return {"by": "model", "reason": None, "model": reply.model, "calls": proposed, "refused": []}
 
