@@ -144,6 +144,9 @@ class PatchRecord:
     for a planner that proposes (``LLMPlanner``) ``llm`` or ``fallback``."""
     proposal: ProposalNote | None = None
     """A proposing planner's proposal: its rejection reason, raw-reply hash, model, usage."""
+    app_version: str | None = None
+    """The version of the app whose executor journaled it (``App.version``); ``None`` in
+    runs journaled before versions were recorded."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -162,6 +165,8 @@ class RunInfo:
     task_counts: dict[str, int] = field(default_factory=dict)
     trace: str | None = None
     """The W3C ``traceparent`` of the run's span, when it was created with tracing on."""
+    app_version: str | None = None
+    """The version of the app that started the run (``App.version``), if recorded."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -230,16 +235,27 @@ class Journal(Protocol):
         max_events: int,
         token_hash: str,
         trace: str | None = None,
+        app_version: str | None = None,
     ) -> Event:
         """Insert the run (status ``running``) and its ``run_started`` event, seq 1;
-        ``trace`` is the run span's ``traceparent`` (``RunInfo.trace``)."""
+        ``trace`` is the run span's ``traceparent`` (``RunInfo.trace``), ``app_version``
+        the starting app's version (``RunInfo.app_version``)."""
 
     async def load_run(self, run_id: RunId) -> LoadedRun: ...
 
     async def get_run(self, run_id: RunId) -> RunInfo: ...
 
-    async def set_status(self, run_id: RunId, status: RunStatus, verdict: JSON = None) -> None:
-        """Set a non-terminal status (``running``, ``waiting``) and checkpoint when quiescent."""
+    async def set_status(
+        self,
+        run_id: RunId,
+        status: RunStatus,
+        verdict: JSON = None,
+        *,
+        wake_at: float | None = None,
+    ) -> None:
+        """Set a non-terminal status (``running``, ``waiting``) and checkpoint when quiescent.
+        ``wake_at``: a waiting run's earliest timer (seconds since the epoch), which
+        ``claim_run`` and ``due_runs`` look for; any other status clears it."""
 
     async def append_events(
         self, run_id: RunId, events: Sequence[NewEvent], tasks: Sequence[Task] = ()
@@ -362,7 +378,8 @@ class Leases(Protocol):
     async def claim_run(self, worker_id: str, lease_seconds: float) -> Claim | None:
         """Take the oldest enqueued run that is ``running`` and whose lease is free or has
         expired: set its owner, bump its epoch, hold it for ``lease_seconds``. ``None``
-        when there is none. Two workers never get the same run at once."""
+        when there is none. Two workers never get the same run at once. First, enqueued
+        ``waiting`` runs whose timer is due (``wake_at``) become ``running``."""
 
     async def acquire(
         self,
@@ -397,6 +414,7 @@ class Leases(Protocol):
     async def wait_for_work(self, seconds: float) -> None:
         """Return when a run may have become claimable (enqueued, answered, cancelled,
         released: PostgreSQL's LISTEN/NOTIFY), or after ``seconds`` (polling)."""
+
 
 @runtime_checkable
 class Catalog(Protocol):
