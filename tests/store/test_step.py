@@ -325,6 +325,7 @@ def _v6(pg_backend: Backend) -> None:
     pg_backend.sql("ALTER TABLE runs DROP COLUMN wake_at")
     pg_backend.sql("ALTER TABLE runs DROP COLUMN app_version")  # schema 10: versions
     pg_backend.sql("ALTER TABLE patches DROP COLUMN app_version")
+    pg_backend.sql("DROP TABLE schedules")  # schema 11
     pg_backend.sql("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
 
 

@@ -423,6 +423,7 @@ def build_parser(*, app_commands: bool = True) -> argparse.ArgumentParser:
         "loopkernel.cli._fork",
         "loopkernel.cli._gateway",
         "loopkernel.cli._web",
+        "loopkernel.cli._schedule",
     ):
         _add_optional(sub, module)
     if app_commands:

@@ -150,6 +150,24 @@ class PatchRecord:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Schedule:
+    """One row of ``schedules``."""
+
+    name: str
+    """Unique; the prefix of its runs' ids."""
+    cron: str
+    """Five fields, UTC (``loopkernel._cron``)."""
+    app: str
+    """The app each run starts (a name or ``module:attribute``)."""
+    params: dict[str, JSON]
+    """``--set`` overrides of the app's defaults."""
+    next_due: float
+    """The next due time, seconds since the epoch."""
+    last_run: str | None = None
+    """The id of the last run it started."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RunInfo:
     """A run's row."""
 
@@ -452,7 +470,29 @@ class Catalog(Protocol):
 
 
 @runtime_checkable
-class Store(Journal, Effects, Leases, Catalog, Protocol):
+class Schedules(Protocol):
+    """The schedules of a database (``loopkernel schedule``; workers start their runs)."""
+
+    async def add_schedule(self, schedule: Schedule) -> None:
+        """``UsageError`` if one has that name already."""
+
+    async def schedules(self) -> list[Schedule]:
+        """All, by name."""
+
+    async def remove_schedule(self, name: str) -> None:
+        """``UsageError`` if there is none of that name."""
+
+    async def due_schedules(self, now: float) -> list[Schedule]:
+        """Those whose ``next_due`` is at or before ``now``."""
+
+    async def advance_schedule(
+        self, name: str, seen: float, next_due: float | None, last_run: str | None
+    ) -> bool:
+        """Move ``next_due`` on if it still is ``seen`` (the first caller wins); a schedule
+        whose expression never comes due again (``None``) is removed."""
+
+
+class Store(Journal, Effects, Leases, Catalog, Schedules, Protocol):
     """A durable home for runs, every role at once. Implementations: ``SQLiteStore``,
     ``PostgresStore``, both one engine (``_engine.SQLStore``)."""
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "COMMIT_STEP",
+    "DATABASE_TABLES",
     "LEASE_LOST",
     "NO_RUN",
     "POSTGRES_MIGRATIONS",
@@ -65,8 +66,11 @@ TABLES: tuple[Table, ...] = (
         fork="none: a fork records its own evidence as its tasks run (docs/fork.md)",
     ),
 )
-"""Every table whose rows belong to one run, by its ``run_id`` column (``meta`` alone is
-the database's). Export keeps, delete removes, each table's rows of one run."""
+"""Every table whose rows belong to one run, by its ``run_id`` column (``DATABASE_TABLES``
+are the database's). Export keeps, delete removes, each table's rows of one run."""
+
+DATABASE_TABLES: tuple[str, ...] = ("meta", "schedules")
+"""Tables of the whole database, not of a run: the schema version, the schedules."""
 
 LEASE_LOST = "LK001"
 """SQLSTATE of ``loopkernel_commit_step`` when a fenced step's lease epoch is not the run's;
@@ -216,6 +220,18 @@ SQLITE_MIGRATIONS: list[list[str]] = [
     [
         "ALTER TABLE runs ADD COLUMN app_version TEXT",
         "ALTER TABLE patches ADD COLUMN app_version TEXT",
+    ],
+    # 10: schedules (docs/operations.md): cron expressions that workers start runs from.
+    [
+        """CREATE TABLE schedules (
+            name        TEXT PRIMARY KEY,
+            cron        TEXT NOT NULL,
+            app         TEXT NOT NULL,
+            params      TEXT NOT NULL,
+            next_due    REAL NOT NULL,
+            last_run    TEXT,
+            created_at  REAL NOT NULL
+        ) WITHOUT ROWID""",
     ],
 ]
 
@@ -515,6 +531,18 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
         "ALTER TABLE runs ADD COLUMN app_version text",
         "ALTER TABLE patches ADD COLUMN app_version text",
         COMMIT_STEP_VERSION,
+    ],
+    # 11: schedules, as SQLite's 10.
+    [
+        """CREATE TABLE schedules (
+            name        text COLLATE "C" PRIMARY KEY,
+            cron        text NOT NULL,
+            app         text NOT NULL,
+            params      json NOT NULL,
+            next_due    double precision NOT NULL,
+            last_run    text COLLATE "C",
+            created_at  double precision NOT NULL
+        )""",
     ],
 ]
 
