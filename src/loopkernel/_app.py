@@ -6,6 +6,7 @@ rebuilds exactly the planner and workers it ran with.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 from collections.abc import Callable, Mapping
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from loopkernel.errors import UsageError
-from loopkernel.executor import PatchGuard, TaskContext, ToolCaller, Worker
+from loopkernel.executor import ApprovalTimeout, PatchGuard, TaskContext, ToolCaller, Worker
 from loopkernel.graph import JSON
 from loopkernel.planner import Flow, Planner
 from loopkernel.store import Store
@@ -124,6 +125,11 @@ class AppParts:
     effects there), if the app calls tools."""
     guard: PatchGuard | None = None
     """Policy the executor consults on every patch (e.g. ``Policy(...).guard()``)."""
+    approval_timeout: ApprovalTimeout | None = None
+    """What becomes of an approval nobody answers in time (``None``: it waits forever)."""
+    clock: Callable[[], float] | None = None
+    """The run's wall clock for timers (seconds since the epoch); ``None``: ``time.time``.
+    Tests give a fake one."""
 
     def __post_init__(self) -> None:
         if isinstance(self.planner, Flow):  # a step naming an unregistered skill: now, not mid-run
@@ -147,6 +153,19 @@ class App:
     parameters: Mapping[str, Param] = field(default_factory=dict)
     """Types and ranges of the parameters: ``params()`` refuses a value that breaks them,
     so a bad ``--set`` fails with one line before anything is journaled."""
+    version: str | None = None
+    """This app's version, recorded on the runs it starts and on each patch it journals.
+    ``None``: the version of the installed distribution that holds ``build``'s module,
+    else ``"0"`` (``app_version()``)."""
+    compatible_with: tuple[str, ...] | None = None
+    """The versions whose runs this version may resume, besides its own; ``None``: any.
+    A resume of a run of another version is refused (``IncompatibleVersion``, exit 10)."""
+
+    def app_version(self) -> str:
+        """``version``, or the version of the distribution that ships the app, or ``"0"``."""
+        if self.version is not None:
+            return self.version
+        return _distribution_version(getattr(self.build, "__module__", "") or "")
 
     def all_defaults(self) -> dict[str, JSON]:
         """``defaults``, and the default of each declared parameter that has one."""
@@ -178,6 +197,20 @@ class App:
         for key, spec in self.parameters.items():
             if key in params:
                 spec.check(key, params[key])
+
+
+@functools.lru_cache(maxsize=32)
+def _distribution_version(module: str) -> str:
+    """Read once per module: ``packages_distributions`` scans every installed one."""
+    from importlib.metadata import PackageNotFoundError, packages_distributions, version
+
+    top = module.partition(".")[0]
+    for dist in packages_distributions().get(top, []):
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            continue
+    return "0"
 
 
 def registered(name: str) -> bool:

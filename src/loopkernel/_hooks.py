@@ -20,6 +20,9 @@ Points the kernel passes through:
 ``before_patch``      a patch is planned and validated, before it is committed (with the
                       step's events, in one-transaction steps)
 ``patch_committed``   after a patch commit, before the tasks it readied start
+``timer_fired``       a due timer's ``timer_fired`` event is written (and the task's
+                      wake-up time cleared), before it is planned
+``schedule_started``  a worker started a schedule's run, before enqueueing it
 ``tool_sent``         the tool layer journaled a call as intended, before sending it
 ``tool_returned``     a tool call returned, before its result is journaled
 ``model_sent``        ``ctx.complete`` journaled a model call as intended, before sending it
@@ -45,6 +48,8 @@ POINTS = frozenset(
         "event_committed",
         "before_patch",
         "patch_committed",
+        "timer_fired",
+        "schedule_started",
         "tool_sent",
         "tool_returned",
         "model_sent",

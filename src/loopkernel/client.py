@@ -244,6 +244,12 @@ class Client:
         parts = app.build(params)
         tools = None if parts.tool_layer is None else parts.tool_layer(self.store)
         options.setdefault("models", self.model_layer())
+        if parts.approval_timeout is not None:
+            options.setdefault("approval_timeout", parts.approval_timeout)
+        if parts.clock is not None:
+            options.setdefault("clock", parts.clock)
+        options.setdefault("app_version", app.app_version())
+        options.setdefault("compatible_with", app.compatible_with)
         return Kernel(
             self.store, parts.planner, parts.workers, tools=tools, guard=parts.guard, **options
         )

@@ -5,6 +5,7 @@
     LoopKernelError                 root; carries a stable ``code`` and keyword attributes
     ├── UsageError                  the caller misused the API or the CLI (bad input, unknown run)
     │   ├── RunNotFound
+    │   ├── IncompatibleVersion     this version of the app refuses to resume the run
     │   └── ApprovalRefused         a forged, replayed or late approval
     ├── PatchRejected               a GraphPatch broke a rule; nothing of it was applied
     ├── StoreError                  the store cannot serve the request
@@ -38,6 +39,7 @@ from typing import Any, ClassVar
 __all__ = [
     "ApprovalRefused",
     "BudgetExceeded",
+    "IncompatibleVersion",
     "LeaseLost",
     "LoopKernelError",
     "ModelError",
@@ -98,6 +100,15 @@ class UsageError(LoopKernelError):
 
 class RunNotFound(UsageError):
     code = "run_not_found"
+
+
+class IncompatibleVersion(UsageError):
+    """The run was started by another version of its app, and this one cannot safely go on
+    with it: the app declares itself incompatible (``App(compatible_with=...)``), or a task
+    still to run names a skill this version no longer registers. Nothing was journaled; the
+    run stays resumable by a version that can (``run_version``, ``app_version``)."""
+
+    code = "incompatible_version"
 
 
 class ApprovalRefused(UsageError):

@@ -44,8 +44,7 @@ from loopkernel.errors import UsageError
 if TYPE_CHECKING:
     from loopkernel.client import Client as AsyncClient
     from loopkernel.client import Inspection, Pruned
-    from loopkernel.executor import RunOutcome, StartedRun
-    from loopkernel.executor._kernel import Observer
+    from loopkernel.executor import Observer, RunOutcome, StartedRun
     from loopkernel.graph import JSON, Event, RunStatus, Task
     from loopkernel.store import RunInfo
 

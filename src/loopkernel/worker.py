@@ -24,6 +24,7 @@ import functools
 import os
 import socket
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -151,6 +152,7 @@ class RunWorker:
         try:
             while not self._stopping.is_set():
                 self._changed.clear()
+                await self._fire_schedules()
                 await self._claim_all()
                 if self._stopping.is_set():
                     break
@@ -174,6 +176,18 @@ class RunWorker:
             await self._shutdown()
         self.log(f"stopped: {self.stats}")
         return self.stats
+
+    async def _fire_schedules(self) -> None:
+        """Start the runs of due schedules (``loopkernel._schedules``), once per due time."""
+        from loopkernel._schedules import fire_due
+
+        try:
+            started = await fire_due(Client(store=self.store), time.time(), self.log)
+        except (StoreUnavailable, UsageError) as exc:
+            self.log(f"cannot start scheduled runs: {exc}; trying again next round")
+            return
+        for run_id in started:
+            self.log(f"schedule: {run_id} enqueued")
 
     async def _claim_all(self) -> None:
         """Claim runs while slots are free and there are runs to claim."""

@@ -25,6 +25,7 @@ FULL = Task(
     human_input={"approved": True},
     wait_epoch=2,
     done_seq=41,
+    wake_at=1.5e9,
 )
 
 

@@ -80,9 +80,12 @@ async def snapshot(store: Store, run_id: RunId = RUN) -> tuple[JSON, ...]:
 def test_the_stores_share_their_schema_versions_but_the_step_function() -> None:
     # 1-6 are the same tables and keys in both; PostgreSQL's 7 adds the one-statement
     # step (a server function), which SQLite has no use for; SQLite's 7 is PostgreSQL's 8
-    # (effects.arguments_digest).
-    assert SQLITE_VERSION == 7
-    assert PG_VERSION == 8
+    # (effects.arguments_digest); SQLite's 8 (timers) is PostgreSQL's 9, which also
+    # replaces the step function to write tasks.wake_at; SQLite's 9 (versions) is
+    # PostgreSQL's 10, which replaces it again to write patches.app_version; SQLite's 10
+    # (schedules) is PostgreSQL's 11.
+    assert SQLITE_VERSION == 10
+    assert PG_VERSION == 11
 
 
 def test_only_enqueued_running_runs_are_claimed_once_each(backend: Backend) -> None:

@@ -320,6 +320,12 @@ def _v6(pg_backend: Backend) -> None:
     """Make ``pg_backend``'s store what schema 6 was: the same tables, no step function."""
     pg_backend.sql("DROP FUNCTION loopkernel_commit_step")
     pg_backend.sql("ALTER TABLE effects DROP COLUMN arguments_digest")  # schema 8
+    pg_backend.sql("DROP INDEX runs_due")  # schema 9: timers
+    pg_backend.sql("ALTER TABLE tasks DROP COLUMN wake_at")
+    pg_backend.sql("ALTER TABLE runs DROP COLUMN wake_at")
+    pg_backend.sql("ALTER TABLE runs DROP COLUMN app_version")  # schema 10: versions
+    pg_backend.sql("ALTER TABLE patches DROP COLUMN app_version")
+    pg_backend.sql("DROP TABLE schedules")  # schema 11
     pg_backend.sql("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
 
 

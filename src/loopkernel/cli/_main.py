@@ -14,6 +14,8 @@ Exit codes (also in ``docs/cli.md``):
 8     the store is unavailable (locked, disk full, I/O error, PostgreSQL down); the run
       is left resumable
 9     not a usable LoopKernel database (missing, foreign, corrupt, unreadable, too new)
+10    this version of the app refuses to resume the run (``IncompatibleVersion``);
+      nothing was journaled
 141   the output was closed early (``loopkernel runs | head``)
 ====  ==========================================
 """
@@ -54,6 +56,7 @@ from loopkernel.cli._door import (
 from loopkernel.cli._render import Progress, one_line, render_inspection
 from loopkernel.client import DEFAULT_STORE_RETRY, Client
 from loopkernel.errors import (
+    IncompatibleVersion,
     LeaseLost,
     LoopKernelError,
     NotADatabase,
@@ -83,6 +86,7 @@ USAGE = 2
 HELD = 7
 STORE_UNAVAILABLE = 8
 NOT_A_DATABASE = 9
+INCOMPATIBLE_VERSION = 10
 BROKEN_PIPE = 141
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
@@ -503,6 +507,7 @@ def build_parser(*, app_commands: bool = True) -> argparse.ArgumentParser:
         "loopkernel.cli._gateway",
         "loopkernel.cli._web",
         "loopkernel.cli._housekeeping",
+        "loopkernel.cli._schedule",
     ):
         _add_optional(sub, module)
     for name in ("run", "resume", "worker", "serve"):
@@ -623,6 +628,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if asyncio.iscoroutinefunction(func):
             return int(asyncio.run(func(args)))
         return int(func(args))
+    except IncompatibleVersion as exc:
+        print(f"loopkernel: {one_line(str(exc))}", file=sys.stderr)
+        return INCOMPATIBLE_VERSION
     except UsageError as exc:
         print(f"loopkernel: {one_line(str(exc))}", file=sys.stderr)
         return USAGE

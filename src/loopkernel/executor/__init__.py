@@ -18,10 +18,12 @@ from loopkernel.executor._kernel import (
     check_keep_finished,
     hash_token,
 )
+from loopkernel.executor._timers import ApprovalTimeout
 
 __all__ = [
     "DEFAULT_MAX_EVENTS",
     "TOKEN_REQUIRED",
+    "ApprovalTimeout",
     "Kernel",
     "ModelCaller",
     "NeedsApproval",

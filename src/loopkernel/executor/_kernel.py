@@ -25,7 +25,7 @@ import json
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -61,6 +61,15 @@ from loopkernel.executor._outcomes import (
     merge_deltas,
     outcome_of,
 )
+from loopkernel.executor._timers import (
+    ApprovalTimeout,
+    due,
+    is_approval_wait,
+    next_wake,
+    resolve,
+    timer_event_data,
+)
+from loopkernel.executor._versions import check_resumable
 from loopkernel.graph import (
     JSON,
     TERMINAL_TASK,
@@ -186,6 +195,10 @@ class Kernel:
         observer: Observer | None = None,
         guard: PatchGuard | None = None,
         keep_finished: int | None = None,
+        clock: Callable[[], float] = time.time,
+        approval_timeout: ApprovalTimeout | None = None,
+        app_version: str | None = None,
+        compatible_with: Collection[str] | None = None,
     ) -> None:
         """``keep_finished``: keep at most about this many succeeded tasks in memory and
         read older ones back from the store when a planner or a worker asks for them, so
@@ -209,6 +222,13 @@ class Kernel:
         self.observer = observer
         self.guard = guard
         self.keep_finished = keep_finished
+        self.clock = clock
+        """Wall time in seconds since the epoch, for timers (tests pass a fake one)."""
+        self.approval_timeout = approval_timeout
+        self.app_version = app_version
+        """Recorded on the runs it starts and on every patch it journals."""
+        self.compatible_with = compatible_with
+        """Versions whose runs this one resumes (``None``: any; executor/_versions.py)."""
 
     async def start(
         self,
@@ -244,6 +264,7 @@ class Kernel:
             max_events=max_events,
             token_hash=(TOKEN_REQUIRED if require_token else "") + hash_token(token),
             trace=trace,
+            app_version=self.app_version,
         )
         return StartedRun(run_id=rid, token=token)
 
@@ -320,6 +341,14 @@ class _RunLoop:
         self.known_seq = loaded.info.last_seq
         if self.state.finished:
             return self._outcome()
+        check_resumable(
+            run_id=self.run_id,
+            run_version=loaded.info.app_version,
+            app_version=self.k.app_version,
+            compatible_with=self.k.compatible_with,
+            tasks=self.state.resident(),
+            skills=self.k.workers.keys(),
+        )
         if loaded.info.status is not RunStatus.RUNNING:
             await self.store.set_status(self.run_id, RunStatus.RUNNING)
         try:
@@ -340,7 +369,8 @@ class _RunLoop:
                     if self.state.finished:
                         break
                     if self.state.in_state(TaskState.WAITING):
-                        await self.store.set_status(self.run_id, RunStatus.WAITING)
+                        wake = next_wake(self.state.in_state(TaskState.WAITING))
+                        await self.store.set_status(self.run_id, RunStatus.WAITING, wake_at=wake)
                         self.state.status = RunStatus.WAITING
                         return self._outcome()
                     await self._stall()
@@ -440,10 +470,32 @@ class _RunLoop:
             return carried
         self.last_poll = now
         if await self.store.last_seq(self.run_id) <= self.known_seq:
-            return carried
+            return carried + await self._fire_timers()
         events = await self.store.events(self.run_id, after=self.known_seq)
         self.known_seq = max(self.known_seq, events[-1].seq) if events else self.known_seq
-        return carried + events
+        return carried + events + await self._fire_timers()
+
+    async def _fire_timers(self) -> list[Event]:
+        """Journal ``timer_fired`` for each waiting task whose timer has come, with the
+        task's ``wake_at`` cleared in the same write: fired once (executor/_timers.py)."""
+        ready = due(self.state.in_state(TaskState.WAITING), self.k.clock())
+        if not ready:
+            return []
+        history = await self.store.events(self.run_id) if self.k.approval_timeout else []
+        fired = [
+            NewEvent(
+                kind=EventKind.TIMER_FIRED,
+                task_id=t.task_id,
+                data=timer_event_data(t, is_approval_wait(history, t)),
+            )
+            for t in ready
+        ]
+        cleared = [t.evolve(wake_at=None) for t in ready]
+        events = await self.store.append_events(self.run_id, fired, cleared)
+        crashpoint("timer_fired")
+        for task in cleared:
+            self.state.tasks[task.task_id] = task
+        return await self._with_gaps(events)
 
     async def _journal(self, done: Iterable[asyncio.Task[JSON]]) -> list[Event]:
         """One transaction for every completion that landed together."""
@@ -468,6 +520,8 @@ class _RunLoop:
             seq = self.known_seq + len(new_events) + 1 if self.one_step else None
             worker = self.k.workers.get(task.skill)
             kind, task = outcome_of(fut, task, seq, keep=kept_by(worker))
+            if kind is EventKind.APPROVAL_REQUIRED and self.k.approval_timeout is not None:
+                task = task.evolve(wake_at=self.k.clock() + self.k.approval_timeout.seconds)
             changed[tid] = task
             new_events.append(NewEvent(kind=kind, task_id=tid, data=event_data(kind, task)))
         if not new_events:
@@ -569,6 +623,8 @@ class _RunLoop:
             if self.k.observer is not None:
                 self.k.observer(event, self.state, record)
         merged = merge_deltas(deltas)
+        if self.k.app_version is not None:
+            records = [replace(r, app_version=self.k.app_version) for r in records]
         # The completions' tasks, and those the patches made startable marked running, are
         # written in the same transaction.
         picked = [] if self.state.finished else self._pick()
@@ -668,11 +724,18 @@ class _RunLoop:
         if event.kind is EventKind.TRIPWIRE:
             verdict = {**event.data["error"], "task_id": event.task_id}
             return self._kernel_finish(event, "escalated", verdict, "tripwire")
+        asked = event
+        if event.kind is EventKind.TIMER_FIRED:
+            answered = self._timer_fired(event)
+            if not isinstance(answered, Event):
+                return answered
+            asked = answered  # an approval's timeout, rejected: the planner decides
         try:
-            proposed = self.k.planner.plan(self.state, event)
+            proposed = self.k.planner.plan(self.state, asked)
             patch = await proposed if inspect.isawaitable(proposed) else proposed
             if not isinstance(patch, GraphPatch | Proposal):
                 raise TypeError(f"plan() returned {type(patch).__name__}, not GraphPatch")
+            patch = resolve(patch, self.k.clock())
         except _STOPS_THE_RUN:
             raise  # the store did not answer a read (an evicted task's): no verdict on the plan
         except Exception as exc:
@@ -681,6 +744,46 @@ class _RunLoop:
         if isinstance(patch, Proposal):
             return self._judge(event, clean_proposal(patch))
         return self._settle(event, clean_patch(patch))
+
+    def _timer_fired(self, event: Event) -> tuple[PatchRecord, Delta] | Event:
+        """The kernel's answer to ``timer_fired`` (executor/_timers.py), or the event to ask
+        the planner instead: a rejection, when an approval timed out and policy rejects."""
+        data = event.data if isinstance(event.data, dict) else {}
+        task = self.state.get(event.task_id or "")
+        if (
+            task is None
+            or task.state is not TaskState.WAITING
+            or task.wait_epoch != data.get("wait_epoch")
+        ):
+            return self._kernel_patch(event, GraphPatch(), "the wait was already answered")
+        if data.get("timer") != "approval_timeout":
+            return self._kernel_patch(event, GraphPatch().resume(task.task_id), "timer fired")
+        timeout = self.k.approval_timeout
+        if timeout is not None and timeout.action == "escalate":
+            verdict = {
+                "kind": "approval_timeout",
+                "task_id": task.task_id,
+                "reason": task.wait_reason,
+                "after_seconds": timeout.seconds,
+            }
+            return self._kernel_finish(event, "escalated", verdict, "approval timed out")
+        return replace(
+            event,
+            kind=EventKind.HUMAN_INPUT,
+            data={
+                "decision": "reject",
+                "payload": {"by": "timeout"},
+                "wait_epoch": task.wait_epoch,
+            },
+        )
+
+    def _kernel_patch(
+        self, event: Event, patch: GraphPatch, reason: str
+    ) -> tuple[PatchRecord, Delta]:
+        delta = validate(self.state, patch, self.k.workers.keys())
+        return PatchRecord(
+            event_seq=event.seq, ops=patch.to_json(), planner="kernel", reason=reason
+        ), delta
 
     def _judge(self, event: Event, proposal: Proposal) -> tuple[PatchRecord, Delta]:
         """A proposal: applied if the guard and ``validate`` pass it, else its fallback."""

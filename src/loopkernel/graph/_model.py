@@ -102,6 +102,9 @@ class EventKind(StrEnum):
     CANCEL_REQUESTED = "cancel_requested"
     TRIPWIRE = "tripwire"
     TOOL_RESTARTED = "tool_restarted"
+    TIMER_FIRED = "timer_fired"
+    """A waiting task's wake-up time came (``GraphPatch.sleep``, an approval's timeout):
+    journaled once per wait, then answered by the kernel (docs/operations.md)."""
     RUN_FINISHED = "run_finished"
 
 

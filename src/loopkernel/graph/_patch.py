@@ -47,6 +47,12 @@ class Wait:
     """A pending or ready task to park until a human answers."""
     reason: str
     """Why; shown to the human who must act."""
+    until: float | None = None
+    """A timer: the wake-up time (seconds since the epoch). When it comes, the kernel
+    journals ``timer_fired`` once and resumes the task; ``None``: a human must answer."""
+    seconds: float | None = None
+    """A timer as a duration: the executor turns it into ``until`` with its clock before
+    the patch is validated and journaled, so the journal holds only ``until``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -95,6 +101,23 @@ class GraphPatch:
     def wait(self, task_id: str, reason: str) -> GraphPatch:
         return self._with(Wait(task_id=TaskId(task_id), reason=reason))
 
+    def sleep(
+        self,
+        task_id: str,
+        *,
+        until: float | None = None,
+        seconds: float | None = None,
+        reason: str = "timer",
+    ) -> GraphPatch:
+        """Park a pending or ready task until a time (``until``, seconds since the epoch) or
+        for a duration (``seconds``, from when the executor applies the patch): a ``wait``
+        with a wake-up time, which the kernel answers itself when it comes."""
+        if (until is None) == (seconds is None):
+            raise UsageError("sleep takes exactly one of until= and seconds=")
+        return self._with(
+            Wait(task_id=TaskId(task_id), reason=reason, until=until, seconds=seconds)
+        )
+
     def resume(self, task_id: str, payload: JSON = None) -> GraphPatch:
         return self._with(Resume(task_id=TaskId(task_id), payload=payload))
 
@@ -112,8 +135,13 @@ class GraphPatch:
                     out.append({"op": "connect", "src": s, "dst": d})
                 case Cancel(task_id=t):
                     out.append({"op": "cancel", "task_id": t})
-                case Wait(task_id=t, reason=r):
-                    out.append({"op": "wait", "task_id": t, "reason": r})
+                case Wait(task_id=t, reason=r, until=u, seconds=sec):
+                    wait: dict[str, JSON] = {"op": "wait", "task_id": t, "reason": r}
+                    if u is not None:
+                        wait["until"] = u
+                    if sec is not None:
+                        wait["seconds"] = sec
+                    out.append(wait)
                 case Resume(task_id=t, payload=p):
                     out.append({"op": "resume", "task_id": t, "payload": p})
                 case Finish(status=s, verdict=v):
@@ -135,7 +163,7 @@ _FIELDS: dict[str, frozenset[str]] = {
     "add": frozenset({"op", "task_id", "skill", "input", "evidence_scope"}),
     "connect": frozenset({"op", "src", "dst"}),
     "cancel": frozenset({"op", "task_id"}),
-    "wait": frozenset({"op", "task_id", "reason"}),
+    "wait": frozenset({"op", "task_id", "reason", "until", "seconds"}),
     "resume": frozenset({"op", "task_id", "payload"}),
     "finish": frozenset({"op", "status", "verdict"}),
 }
@@ -180,7 +208,18 @@ def _op_from_json(index: int, raw: JSON) -> Op:
         case "cancel":
             return Cancel(task_id=TaskId(raw["task_id"]))
         case "wait":
-            return Wait(task_id=TaskId(raw["task_id"]), reason=raw["reason"])
+            times = {k: raw.get(k) for k in ("until", "seconds")}
+            for key, value in times.items():
+                if value is not None and (
+                    isinstance(value, bool) or not isinstance(value, int | float)
+                ):
+                    raise UsageError(f"op {index} (wait): {key} must be a number", op=index)
+            return Wait(
+                task_id=TaskId(raw["task_id"]),
+                reason=raw["reason"],
+                until=None if times["until"] is None else float(times["until"]),
+                seconds=None if times["seconds"] is None else float(times["seconds"]),
+            )
         case "resume":
             return Resume(task_id=TaskId(raw["task_id"]), payload=raw.get("payload"))
         case _:

@@ -22,6 +22,7 @@ from loopkernel.store._protocol import (
     PatchRecord,
     ProposalNote,
     RunInfo,
+    Schedule,
     Store,
 )
 from loopkernel.store._sqlite import DEFAULT_BUSY_TIMEOUT, SQLiteStore
@@ -42,6 +43,7 @@ __all__ = [
     "ProposalNote",
     "RunInfo",
     "SQLiteStore",
+    "Schedule",
     "Store",
     "digest_of",
     "dump_of_state",

@@ -84,7 +84,7 @@ canonical = dumps
 
 def task_from_row(row: Any) -> Task:
     """Row order: task_id, skill, input, evidence_scope, state, result, error, attempts,
-    wait_reason, human_input, wait_epoch, done_seq."""
+    wait_reason, human_input, wait_epoch, done_seq, wake_at."""
     return Task(
         task_id=TaskId(row[0]),
         skill=row[1],
@@ -98,12 +98,13 @@ def task_from_row(row: Any) -> Task:
         human_input=loads(row[9]),
         wait_epoch=row[10],
         done_seq=row[11],
+        wake_at=row[12],
     )
 
 
 TASK_COLUMNS = (
     "task_id, skill, input, evidence_scope, state, result, error, attempts, "
-    "wait_reason, human_input, wait_epoch, done_seq"
+    "wait_reason, human_input, wait_epoch, done_seq, wake_at"
 )
 
 
@@ -122,6 +123,7 @@ def task_params(run_id: RunId, task: Task) -> tuple[Any, ...]:
         dumps(task.human_input),
         task.wait_epoch,
         task.done_seq,
+        task.wake_at,
     )
 
 
@@ -136,7 +138,9 @@ def event_from_row(run_id: RunId, row: Any) -> Event:
     )
 
 
-RUN_COLUMNS = "run_id, app, params, status, verdict, max_events, created_at, updated_at, trace"
+RUN_COLUMNS = (
+    "run_id, app, params, status, verdict, max_events, created_at, updated_at, trace, app_version"
+)
 
 
 def run_params(
@@ -147,12 +151,13 @@ def run_params(
     token_hash: str,
     now: float,
     trace: str | None = None,
+    app_version: str | None = None,
 ) -> tuple[Any, ...]:
     """A new ``running`` run: run_id, app, params, status, verdict, max_events,
-    token_hash, created_at, updated_at, trace."""
+    token_hash, created_at, updated_at, trace, app_version."""
     status = RunStatus.RUNNING.value
     head = (run_id, app, dumps(params), status, dumps(None), max_events, token_hash)
-    return (*head, now, now, trace)
+    return (*head, now, now, trace, app_version)
 
 
 def run_info_from_row(row: Any, *, last_seq: int, task_counts: dict[str, int]) -> RunInfo:
@@ -167,6 +172,7 @@ def run_info_from_row(row: Any, *, last_seq: int, task_counts: dict[str, int]) -
         created_at=row[6],
         updated_at=row[7],
         trace=row[8],
+        app_version=row[9],
         last_seq=last_seq,
         task_counts=task_counts,
     )
@@ -192,7 +198,7 @@ def run_page_filter(
     return (" WHERE " + " AND ".join(terms) if terms else ""), params
 
 
-PATCH_COLUMNS = "event_seq, ops, outcome, reason, planner, proposal"
+PATCH_COLUMNS = "event_seq, ops, outcome, reason, planner, proposal, app_version"
 
 
 def patch_from_row(row: Any) -> PatchRecord:
@@ -204,13 +210,15 @@ def patch_from_row(row: Any) -> PatchRecord:
         reason=row[3],
         planner=row[4],
         proposal=ProposalNote.from_json(loads(row[5])),
+        app_version=row[6],
     )
 
 
 def patch_params(run_id: RunId, r: PatchRecord, now: float) -> tuple[Any, ...]:
     """``run_id, PATCH_COLUMNS, created_at``."""
     proposal = None if r.proposal is None else dumps(r.proposal.to_json())
-    return (run_id, r.event_seq, dumps(r.ops), r.outcome, r.reason, r.planner, proposal, now)
+    ops = dumps(r.ops)
+    return (run_id, r.event_seq, ops, r.outcome, r.reason, r.planner, proposal, r.app_version, now)
 
 
 EVIDENCE_COLUMNS = (

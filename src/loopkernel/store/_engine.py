@@ -98,6 +98,7 @@ from loopkernel.store._protocol import (
     NewEvent,
     PatchRecord,
     RunInfo,
+    Schedule,
 )
 from loopkernel.store._schema import TABLES
 
@@ -255,19 +256,19 @@ def transact(
                 cur.run(sql)
 
 
-_TASK_MARKS = ",".join("?" * 13)
+_TASK_MARKS = ",".join("?" * 14)
 _UPSERT_TASK = (
     f"INSERT INTO tasks (run_id, {TASK_COLUMNS}) VALUES ({_TASK_MARKS}) "
     "ON CONFLICT (run_id, task_id) DO UPDATE SET state=excluded.state, "
     "result=excluded.result, error=excluded.error, attempts=excluded.attempts, "
     "wait_reason=excluded.wait_reason, human_input=excluded.human_input, "
-    "wait_epoch=excluded.wait_epoch, done_seq=excluded.done_seq"
+    "wait_epoch=excluded.wait_epoch, done_seq=excluded.done_seq, wake_at=excluded.wake_at"
 )
 _INSERT_EVENT = (
     "INSERT INTO events (run_id, seq, kind, task_id, data, created_at) VALUES (?,?,?,?,?,?)"
 )
 _INSERT_PATCH = f"INSERT INTO patches (run_id, {PATCH_COLUMNS}, created_at) VALUES "
-_INSERT_PATCH += "(?,?,?,?,?,?,?,?)"
+_INSERT_PATCH += "(?,?,?,?,?,?,?,?,?)"
 _LAST_SEQ = "SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?"
 _EDGES = "SELECT src, dst FROM edges WHERE run_id = ? ORDER BY src, dst"
 _EFFECT = f"SELECT {EFFECT_COLUMNS} FROM effects WHERE run_id = ? AND idem_key = ?"
@@ -297,7 +298,7 @@ def _info_sql(agg: str) -> str:
 
 
 def _info(row: Any) -> RunInfo:
-    return run_info_from_row(row, last_seq=int(row[9]), task_counts=loads(row[10]) or {})
+    return run_info_from_row(row, last_seq=int(row[10]), task_counts=loads(row[11]) or {})
 
 
 class SQLStore:
@@ -402,6 +403,7 @@ class SQLStore:
         max_events: int,
         token_hash: str,
         trace: str | None = None,
+        app_version: str | None = None,
     ) -> Event:
         self._unfenced("create runs")
         now = time.time()
@@ -410,8 +412,9 @@ class SQLStore:
         def body(cur: Cursor) -> Event:
             cur.run(
                 "INSERT INTO runs (run_id, app, params, status, verdict, max_events, "
-                "token_hash, created_at, updated_at, trace) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                run_params(run_id, app, params, max_events, token_hash, now, trace),
+                "token_hash, created_at, updated_at, trace, app_version) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                run_params(run_id, app, params, max_events, token_hash, now, trace, app_version),
             )
             return self._append(cur, run_id, 0, [started], now)[0]
 
@@ -480,14 +483,23 @@ class SQLStore:
             info=info, state=state, unplanned=tuple(event_from_row(run_id, r) for r in unplanned)
         )
 
-    async def set_status(self, run_id: RunId, status: RunStatus, verdict: JSON = None) -> None:
+    async def set_status(
+        self,
+        run_id: RunId,
+        status: RunStatus,
+        verdict: JSON = None,
+        *,
+        wake_at: float | None = None,
+    ) -> None:
         if status in TERMINAL_RUN:
             raise UsageError("a run ends through a finish patch, not set_status")
+        wake = wake_at if status is RunStatus.WAITING else None
         await self._write(
             run_id,
             lambda cur, _: cur.run(
-                "UPDATE runs SET status = ?, verdict = ?, updated_at = ? WHERE run_id = ?",
-                (status.value, dumps(verdict), time.time(), run_id),
+                "UPDATE runs SET status = ?, verdict = ?, updated_at = ?, wake_at = ? "
+                "WHERE run_id = ?",
+                (status.value, dumps(verdict), time.time(), wake, run_id),
             ),
         )
         if status is RunStatus.WAITING:
@@ -830,6 +842,64 @@ class SQLStore:
         if cur.one(_WAKE, (now, run_id)) is not None:
             self._notify(cur, run_id)
 
+    # -- Schedules ---------------------------------------------------------------------------
+
+    async def add_schedule(self, schedule: Schedule) -> None:
+        row = (
+            schedule.name,
+            schedule.cron,
+            schedule.app,
+            dumps(schedule.params),
+            schedule.next_due,
+            time.time(),
+        )
+        sql = "INSERT INTO schedules (name, cron, app, params, next_due, created_at) "
+        sql += "VALUES (?,?,?,?,?,?)"
+        try:
+            await self._call(lambda cur: cur.run(sql, row), "write")
+        except DuplicateKey:
+            raise UsageError(f"schedule {schedule.name} exists already; remove it first") from None
+
+    async def _schedules(self, where: str, params: tuple[Any, ...]) -> list[Schedule]:
+        sql = f"SELECT name, cron, app, params, next_due, last_run FROM schedules{where} "
+        rows = await self._call(lambda cur: cur.all(sql + "ORDER BY name", params))
+        return [
+            Schedule(
+                name=r[0], cron=r[1], app=r[2], params=loads(r[3]), next_due=r[4], last_run=r[5]
+            )
+            for r in rows
+        ]
+
+    async def schedules(self) -> list[Schedule]:
+        return await self._schedules("", ())
+
+    async def due_schedules(self, now: float) -> list[Schedule]:
+        return await self._schedules(" WHERE next_due <= ?", (now,))
+
+    async def remove_schedule(self, name: str) -> None:
+        sql = "DELETE FROM schedules WHERE name = ?"
+        if await self._call(lambda cur: cur.run(sql, (name,)), "write") != 1:
+            raise UsageError(f"no schedule {name!r}")
+
+    async def advance_schedule(
+        self, name: str, seen: float, next_due: float | None, last_run: str | None
+    ) -> bool:
+        if next_due is None:
+            sql, params = "DELETE FROM schedules WHERE name = ? AND next_due = ?", (name, seen)
+            return bool(await self._call(lambda cur: cur.run(sql, params), "write"))
+        sql = "UPDATE schedules SET next_due = ?, last_run = COALESCE(?, last_run) "
+        sql += "WHERE name = ? AND next_due = ?"
+        moved = (next_due, last_run, name, seen)
+        return bool(await self._call(lambda cur: cur.run(sql, moved), "write"))
+
+    async def due_runs(self, now: float, limit: int = 100) -> list[RunId]:
+        """Waiting runs whose timer is due at ``now``, earliest first (``loopkernel serve``
+        and ``resume`` look; a worker's ``claim_run`` wakes enqueued ones itself)."""
+        sql = "SELECT run_id FROM runs WHERE status = 'waiting' AND wake_at IS NOT NULL "
+        sql += "AND wake_at <= ? ORDER BY wake_at, run_id LIMIT ?"
+        rows = await self._call(lambda cur: cur.all(sql, (now, limit)))
+        return [RunId(r[0]) for r in rows]
+
     async def enqueue(self, run_id: RunId) -> None:
         def body(cur: Cursor, status: RunStatus) -> None:
             if status in TERMINAL_RUN:
@@ -857,7 +927,16 @@ class SQLStore:
             f"ORDER BY created_at, run_id LIMIT 1{self.dialect.SKIP_LOCKED}) "
             "RETURNING run_id, lease_epoch"
         )
-        row = await self._call(lambda cur: cur.one(sql, (worker_id, lease_seconds)), "write")
+        due = (
+            f"UPDATE runs SET status = 'running', wake_at = NULL WHERE status = 'waiting' "
+            f"AND wake_at IS NOT NULL AND wake_at <= {now} AND lease_until IS NOT NULL"
+        )
+
+        def body(cur: Cursor) -> Any:
+            cur.run(due)  # timers that came: their runs are claimable now
+            return cur.one(sql, (worker_id, lease_seconds))
+
+        row = await self._call(body, "write")
         if row is None:
             return None
         return Claim(run_id=RunId(row[0]), epoch=int(row[1]), owner=worker_id)

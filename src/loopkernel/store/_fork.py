@@ -90,7 +90,7 @@ def fork_statements(fork: Fork, now: float) -> list[Statement]:
         ),
         (
             "patches",
-            f"INSERT INTO patches (run_id, {PATCH_COLUMNS}, created_at) VALUES (?,?,?,?,?,?,?,?)",
+            f"INSERT INTO patches (run_id, {PATCH_COLUMNS}, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
             [patch_params(new, p, now) for p in fork.patches],
         ),
         (
@@ -101,7 +101,7 @@ def fork_statements(fork: Fork, now: float) -> list[Statement]:
         ),
         (
             "tasks",
-            f"INSERT INTO tasks (run_id, {TASK_COLUMNS}) VALUES (?,{','.join('?' * 12)})",
+            f"INSERT INTO tasks (run_id, {TASK_COLUMNS}) VALUES (?,{','.join('?' * 13)})",
             [task_params(new, t) for t in state.tasks.values()],
         ),
         (

@@ -378,6 +378,7 @@ def _step_json(
                     "reason": r.reason,
                     "planner": r.planner,
                     "proposal": None if r.proposal is None else dumps(r.proposal.to_json()),
+                    "version": r.app_version,
                 }
                 for r in records
             ],
@@ -395,6 +396,7 @@ def _step_json(
                     "human": dumps(t.human_input),
                     "wait_epoch": t.wait_epoch,
                     "done": t.done_seq,
+                    "wake": t.wake_at,
                 }
                 for t in {t.task_id: t for t in delta.tasks}.values()
             ],

@@ -144,6 +144,27 @@ class PatchRecord:
     for a planner that proposes (``LLMPlanner``) ``llm`` or ``fallback``."""
     proposal: ProposalNote | None = None
     """A proposing planner's proposal: its rejection reason, raw-reply hash, model, usage."""
+    app_version: str | None = None
+    """The version of the app whose executor journaled it (``App.version``); ``None`` in
+    runs journaled before versions were recorded."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Schedule:
+    """One row of ``schedules``."""
+
+    name: str
+    """Unique; the prefix of its runs' ids."""
+    cron: str
+    """Five fields, UTC (``loopkernel._cron``)."""
+    app: str
+    """The app each run starts (a name or ``module:attribute``)."""
+    params: dict[str, JSON]
+    """``--set`` overrides of the app's defaults."""
+    next_due: float
+    """The next due time, seconds since the epoch."""
+    last_run: str | None = None
+    """The id of the last run it started."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -162,6 +183,8 @@ class RunInfo:
     task_counts: dict[str, int] = field(default_factory=dict)
     trace: str | None = None
     """The W3C ``traceparent`` of the run's span, when it was created with tracing on."""
+    app_version: str | None = None
+    """The version of the app that started the run (``App.version``), if recorded."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -230,16 +253,27 @@ class Journal(Protocol):
         max_events: int,
         token_hash: str,
         trace: str | None = None,
+        app_version: str | None = None,
     ) -> Event:
         """Insert the run (status ``running``) and its ``run_started`` event, seq 1;
-        ``trace`` is the run span's ``traceparent`` (``RunInfo.trace``)."""
+        ``trace`` is the run span's ``traceparent`` (``RunInfo.trace``), ``app_version``
+        the starting app's version (``RunInfo.app_version``)."""
 
     async def load_run(self, run_id: RunId) -> LoadedRun: ...
 
     async def get_run(self, run_id: RunId) -> RunInfo: ...
 
-    async def set_status(self, run_id: RunId, status: RunStatus, verdict: JSON = None) -> None:
-        """Set a non-terminal status (``running``, ``waiting``) and checkpoint when quiescent."""
+    async def set_status(
+        self,
+        run_id: RunId,
+        status: RunStatus,
+        verdict: JSON = None,
+        *,
+        wake_at: float | None = None,
+    ) -> None:
+        """Set a non-terminal status (``running``, ``waiting``) and checkpoint when quiescent.
+        ``wake_at``: a waiting run's earliest timer (seconds since the epoch), which
+        ``claim_run`` and ``due_runs`` look for; any other status clears it."""
 
     async def append_events(
         self, run_id: RunId, events: Sequence[NewEvent], tasks: Sequence[Task] = ()
@@ -362,7 +396,8 @@ class Leases(Protocol):
     async def claim_run(self, worker_id: str, lease_seconds: float) -> Claim | None:
         """Take the oldest enqueued run that is ``running`` and whose lease is free or has
         expired: set its owner, bump its epoch, hold it for ``lease_seconds``. ``None``
-        when there is none. Two workers never get the same run at once."""
+        when there is none. Two workers never get the same run at once. First, enqueued
+        ``waiting`` runs whose timer is due (``wake_at``) become ``running``."""
 
     async def acquire(
         self,
@@ -435,7 +470,29 @@ class Catalog(Protocol):
 
 
 @runtime_checkable
-class Store(Journal, Effects, Leases, Catalog, Protocol):
+class Schedules(Protocol):
+    """The schedules of a database (``loopkernel schedule``; workers start their runs)."""
+
+    async def add_schedule(self, schedule: Schedule) -> None:
+        """``UsageError`` if one has that name already."""
+
+    async def schedules(self) -> list[Schedule]:
+        """All, by name."""
+
+    async def remove_schedule(self, name: str) -> None:
+        """``UsageError`` if there is none of that name."""
+
+    async def due_schedules(self, now: float) -> list[Schedule]:
+        """Those whose ``next_due`` is at or before ``now``."""
+
+    async def advance_schedule(
+        self, name: str, seen: float, next_due: float | None, last_run: str | None
+    ) -> bool:
+        """Move ``next_due`` on if it still is ``seen`` (the first caller wins); a schedule
+        whose expression never comes due again (``None``) is removed."""
+
+
+class Store(Journal, Effects, Leases, Catalog, Schedules, Protocol):
     """A durable home for runs, every role at once. Implementations: ``SQLiteStore``,
     ``PostgresStore``, both one engine (``_engine.SQLStore``)."""
 

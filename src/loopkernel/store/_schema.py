@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "COMMIT_STEP",
+    "DATABASE_TABLES",
     "LEASE_LOST",
     "NO_RUN",
     "POSTGRES_MIGRATIONS",
@@ -65,8 +66,11 @@ TABLES: tuple[Table, ...] = (
         fork="none: a fork records its own evidence as its tasks run (docs/fork.md)",
     ),
 )
-"""Every table whose rows belong to one run, by its ``run_id`` column (``meta`` alone is
-the database's). Export keeps, delete removes, each table's rows of one run."""
+"""Every table whose rows belong to one run, by its ``run_id`` column (``DATABASE_TABLES``
+are the database's). Export keeps, delete removes, each table's rows of one run."""
+
+DATABASE_TABLES: tuple[str, ...] = ("meta", "schedules")
+"""Tables of the whole database, not of a run: the schema version, the schedules."""
 
 LEASE_LOST = "LK001"
 """SQLSTATE of ``loopkernel_commit_step`` when a fenced step's lease epoch is not the run's;
@@ -204,6 +208,31 @@ SQLITE_MIGRATIONS: list[list[str]] = [
     ],
     # 7: the digest of a tool call's raw arguments, beside its effect (docs/tools.md).
     ["ALTER TABLE effects ADD COLUMN arguments_digest TEXT"],
+    # 8: timers (docs/operations.md, "Timers, schedules and versions"): a waiting task's
+    # wake-up time, and the run's earliest one, which workers look for.
+    [
+        "ALTER TABLE tasks ADD COLUMN wake_at REAL",
+        "ALTER TABLE runs ADD COLUMN wake_at REAL",
+        "CREATE INDEX runs_due ON runs (wake_at) WHERE status = 'waiting' AND wake_at IS NOT NULL",
+    ],
+    # 9: versions (docs/operations.md): the app version that started the run, and the one
+    # whose executor journaled each patch.
+    [
+        "ALTER TABLE runs ADD COLUMN app_version TEXT",
+        "ALTER TABLE patches ADD COLUMN app_version TEXT",
+    ],
+    # 10: schedules (docs/operations.md): cron expressions that workers start runs from.
+    [
+        """CREATE TABLE schedules (
+            name        TEXT PRIMARY KEY,
+            cron        TEXT NOT NULL,
+            app         TEXT NOT NULL,
+            params      TEXT NOT NULL,
+            next_due    REAL NOT NULL,
+            last_run    TEXT,
+            created_at  REAL NOT NULL
+        ) WITHOUT ROWID""",
+    ],
 ]
 
 # Migration 7's text: as every migration, frozen once released. A later change to the step
@@ -306,6 +335,55 @@ BEGIN
     RETURN v_top;
 END
 $fn$"""
+
+
+def _with_wake(text: str) -> str:
+    """Migration 7's step function, replaced, writing the tasks' ``wake_at`` too: derived
+    from the frozen text by exact substitutions, each of which must apply once."""
+    for old, new in (
+        ("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"),
+        (
+            "wait_reason, human_input, wait_epoch, done_seq)",
+            "wait_reason, human_input, wait_epoch, done_seq, wake_at)",
+        ),
+        ("ELSE x.done END\n", "ELSE x.done END, x.wake\n"),
+        (
+            "wait_epoch bigint, done bigint)",
+            "wait_epoch bigint, done bigint, wake double precision)",
+        ),
+        (
+            "done_seq = excluded.done_seq;",
+            "done_seq = excluded.done_seq, wake_at = excluded.wake_at;",
+        ),
+    ):
+        if text.count(old) != 1:
+            raise AssertionError(f"step function: {old!r} is not in it once")
+        text = text.replace(old, new)
+    return text
+
+
+COMMIT_STEP_WAKE = _with_wake(COMMIT_STEP)
+"""Migration 9's text (PostgreSQL): the step function that also writes ``wake_at``."""
+
+
+def _with_version(text: str) -> str:
+    """Migration 9's step function, replaced again, writing the patches' ``app_version``."""
+    for old, new in (
+        (
+            "proposal,\n                             created_at)",
+            "proposal, app_version,\n                             created_at)",
+        ),
+        ("x.proposal::json, p_now", "x.proposal::json, x.version, p_now"),
+        ("planner text, proposal text)", "planner text, proposal text, version text)"),
+    ):
+        if text.count(old) != 1:
+            raise AssertionError(f"step function: {old!r} is not in it once")
+        text = text.replace(old, new)
+    return text
+
+
+COMMIT_STEP_VERSION = _with_version(COMMIT_STEP_WAKE)
+"""Migration 10's text (PostgreSQL): the step function that also writes ``app_version``."""
 
 POSTGRES_MIGRATIONS: list[list[str]] = [
     # 1: the journal, the materialized graph, approvals and effects.
@@ -441,6 +519,31 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
     [COMMIT_STEP],
     # 8: the digest of a tool call's raw arguments, beside its effect (docs/tools.md).
     ["ALTER TABLE effects ADD COLUMN arguments_digest text"],
+    # 9: timers, as SQLite's 8; the step function writes the task's wake_at too.
+    [
+        "ALTER TABLE tasks ADD COLUMN wake_at double precision",
+        "ALTER TABLE runs ADD COLUMN wake_at double precision",
+        "CREATE INDEX runs_due ON runs (wake_at) WHERE status = 'waiting' AND wake_at IS NOT NULL",
+        COMMIT_STEP_WAKE,
+    ],
+    # 10: versions, as SQLite's 9; the step function writes the patches' app_version too.
+    [
+        "ALTER TABLE runs ADD COLUMN app_version text",
+        "ALTER TABLE patches ADD COLUMN app_version text",
+        COMMIT_STEP_VERSION,
+    ],
+    # 11: schedules, as SQLite's 10.
+    [
+        """CREATE TABLE schedules (
+            name        text COLLATE "C" PRIMARY KEY,
+            cron        text NOT NULL,
+            app         text NOT NULL,
+            params      json NOT NULL,
+            next_due    double precision NOT NULL,
+            last_run    text COLLATE "C",
+            created_at  double precision NOT NULL
+        )""",
+    ],
 ]
 
 SQLITE_VERSION = len(SQLITE_MIGRATIONS)
