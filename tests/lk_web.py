@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import re
 import signal
@@ -105,7 +106,9 @@ def ensure_database(db: str) -> None:
         await store.close()
 
     if "://" not in db and not Path(db).exists():
-        asyncio.run(create())
+        # on a thread of its own: the browser tests call this with Playwright's loop running
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pool.submit(lambda: asyncio.run(create())).result()
 
 
 def start_server(db: str, tmp_path: Path, *extra: str) -> Served:

@@ -75,12 +75,17 @@ def test_wait_for_journal_wakes_when_another_writer_appends(backend: Backend) ->
         await writer.open()
         try:
 
+            entered = asyncio.Event()
+
             async def until_two_events() -> None:
                 while await watcher.last_seq(RunId("w")) < 2:
+                    entered.set()  # the wait below notes where the journal stands first
                     await watcher.wait_for_journal(60)  # returns early only when woken
 
             waiting = asyncio.create_task(until_two_events())
-            await asyncio.sleep(0)  # the watcher has read where the journal stands
+            # the store reads off the loop: wait for the watcher to be waiting, not one turn
+            await entered.wait()
+            await asyncio.sleep(0)
             await writer.append_events(RunId("w"), [NewEvent(kind=EventKind.TOOL_RESTARTED)])
             await asyncio.wait_for(waiting, 30)  # far below the 60 s a missed wake-up costs
         finally:

@@ -171,7 +171,7 @@ def looks_secret(value: str) -> bool:
     """Whether a value given on a command line looks like a credential: a known key shape
     (``sk-...``, ``hf_...``, a JWT, an AWS key id ...) or one long token of letters and
     digits (24 characters or more, both kinds, no ``/``: not a path)."""
-    from loopkernel.evidence._redact import redact_text
+    from loopkernel.evidence import redact_text
 
     if redact_text(value) != value or re.fullmatch(r"hf_[A-Za-z0-9]{20,}", value):
         return True
@@ -184,7 +184,7 @@ def looks_secret(value: str) -> bool:
 
 def quiet(message: str) -> str:
     """``message`` with every part that looks like a secret replaced by a note."""
-    from loopkernel.evidence._redact import redact_text
+    from loopkernel.evidence import redact_text
 
     hidden = "[a value that looks like a secret]"
     message = _CANDIDATE.sub(lambda m: hidden if looks_secret(m.group(0)) else m.group(0), message)
