@@ -101,7 +101,13 @@ def test_stopping_gives_back_unfinished_runs_that_another_worker_finishes(
         assert await status(store, "slow") is RunStatus.RUNNING
         assert await lease(backend, "slow") == (None, 2)  # claimed, released: free
         async with serving(store, worker_id="second") as second:
-            await eventually("the run to end", lambda: _is(store, "slow", RunStatus.SUCCEEDED))
+
+            async def ended() -> bool:
+                # the store says succeeded before the worker has released and counted it
+                done = await _is(store, "slow", RunStatus.SUCCEEDED)
+                return done and second.stats.ended == 1
+
+            await eventually("the run to end and be counted", ended)
         assert second.stats.ended == 1
         journal = await store.events(RunId("slow"))
         assert [e.task_id for e in journal if e.kind is EventKind.TASK_COMPLETED] == ["a", "b", "c"]
