@@ -137,7 +137,7 @@ MUTATIONS = [
     Mutation(
         name="tool-replay-done",
         guards="journal replay: a journaled tool result is returned without a call",
-        file="loopkernel/tools/_layer.py",
+        file="loopkernel/_effects.py",
         old='if prior.status == "done":',
         new="if False:",
         tests=("tests/tools/test_journal.py",),
@@ -145,7 +145,7 @@ MUTATIONS = [
     Mutation(
         name="tool-replay-failed",
         guards="journal replay: a journaled tool error is raised again without a call",
-        file="loopkernel/tools/_layer.py",
+        file="loopkernel/_effects.py",
         old='if prior.status == "failed":',
         new="if False:",
         tests=("tests/tools/test_journal.py",),
