@@ -58,9 +58,14 @@ class LocalModel:
     One thread by default: on a small shared machine more threads than free cores make
     llama.cpp's spinning workers fight (measured here: 2 threads on a busy 2-core box ran
     5x slower than 1). Sampling is greedy (temperature 0, fixed seed), so the same prompt
-    gets the same answer."""
+    gets the same answer.
 
-    def __init__(self, name: str = "smollm2", *, threads: int = 1, ctx_size: int = 2048) -> None:
+    The context is the model's own (SmolLM2 is trained on 8,192 tokens): a planner's prompt
+    grows with its run, and its re-ask adds the refused reply and the reason, so a
+    2,048-token context refused looplab's later re-asks (HTTP 400) though the model could
+    read them. The KV cache of 8,192 tokens is about 190 MB for this model."""
+
+    def __init__(self, name: str = "smollm2", *, threads: int = 1, ctx_size: int = 8192) -> None:
         if name != "smollm2":
             raise UsageError(f"no bundled local model {name!r} (known: smollm2)")
         self.name = name
