@@ -97,6 +97,11 @@ class TimerWaker:
             if self._in_hand:
                 await asyncio.gather(*self._in_hand.values(), return_exceptions=True)
 
+    async def settle(self) -> None:
+        """Wait until the runs in hand have ended or stopped to wait again."""
+        while self._in_hand:
+            await asyncio.gather(*self._in_hand.values(), return_exceptions=True)
+
     async def wake_due(self) -> list[RunId]:
         """Start executing every due run that may be woken now; the ids started."""
         try:

@@ -365,3 +365,50 @@ def test_serve_wakes_sleeping_runs_once_while_a_worker_and_resumes_race_it(
         assert _inspect(db, run)["status"] == "succeeded"
     counts = read_trace(trace)
     assert counts[("start", "prep")] == 2 and counts[("start", "nap")] == 2, counts
+
+
+def test_the_waker_leaves_other_apps_alone_and_backs_off_a_run_its_clock_says_is_early(
+    tmp_path: Path,
+) -> None:
+    """``serve``'s timer waker in process: a due run of an app it may not run is left
+    waiting (said once), never failed; one whose app's clock is behind the waker's is
+    executed, stays waiting with nothing journaled, and is looked at again after a
+    back-off; once the app's clock has come, the timer fires once."""
+    from loopkernel._waker import TimerWaker
+    from loopkernel.client import Client
+
+    clock = tmp_path / "clock"
+    clock.write_text("1000")
+    lines: list[str] = []
+
+    async def body() -> None:
+        async with Client(str(tmp_path / "runs.db")) as client:
+            overrides = {"clock_file": str(clock), "seconds": 60.0}
+            await client.start("lk_timerapps:nap", overrides=overrides, run_id="n")
+            assert (await client.execute("n")).status is RunStatus.WAITING  # due at 1060
+
+            other = TimerWaker(client, poll_seconds=0.001, log=lines.append)
+            assert await other.wake_due() == [] and await other.wake_due() == []
+            assert len(lines) == 1 and "'lk_timerapps:nap' is not installed" in lines[0]
+            assert (await client.info("n")).status is RunStatus.WAITING  # not failed
+
+            waker = TimerWaker(
+                client, poll_seconds=0.001, apps={"lk_timerapps:nap"}, log=lines.append
+            )
+            assert await waker.wake_due() == ["n"]  # 1060 is long past on this clock ...
+            await waker.settle()
+            assert (await client.info("n")).status is RunStatus.WAITING  # ... not on the app's
+            assert await waker.wake_due() == []  # backing off
+            clock.write_text("1060")
+            for _ in range(1000):  # the back-off is one poll (1 ms) long: not a threshold
+                if await waker.wake_due():
+                    break
+                await asyncio.sleep(0.01)
+            await waker.settle()
+            assert (await client.info("n")).status is RunStatus.SUCCEEDED
+            kinds = [e.kind for e in await client.events("n")]
+            assert kinds.count(EventKind.TIMER_FIRED) == 1
+            assert await waker.wake_due() == []
+            assert waker.woken == 2
+
+    asyncio.run(body())
