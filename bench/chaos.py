@@ -272,7 +272,9 @@ def launch(cmd: list[str], env: dict[str, str], trig: Trigger | None, trace: Pat
         return Outcome(code=-1, stderr=f"hung: killed after {CASE_TIMEOUT:.0f} s")
     finally:
         reap_group(proc)
-    reader.join()
+        reader.join()
+        if proc.stderr is not None:
+            proc.stderr.close()
     killed = proc.returncode == -signal.SIGKILL
     return Outcome(
         code=proc.returncode, stderr="".join(err), killed=killed, tool_killed=tool_killed
@@ -363,9 +365,12 @@ class Drive:
 
 def inspect(db: str | Path, run_id: str, env: dict[str, str]) -> dict[str, Any] | None:
     """What ``loopkernel inspect RUN --json`` prints (the same ``Client.inspect``, in this
-    process: a process start per case saved), or None when there is no such run."""
-    from loopkernel import LoopKernelError
+    process: a process start per case saved), or None when there is no such run (or no
+    database yet). A store that cannot be read (``StoreUnavailable``: a full disk, a held
+    lock) raises: that is not an absent run, and judging it as one called a whole run
+    lost (issue 25: a run read on a disk still full after ``run`` exited 0)."""
     from loopkernel.client import Client
+    from loopkernel.errors import NotADatabase, RunNotFound
 
     async def go() -> dict[str, Any]:
         async with Client(str(db), create=False) as client:
@@ -373,12 +378,17 @@ def inspect(db: str | Path, run_id: str, env: dict[str, str]) -> dict[str, Any] 
 
     try:
         return asyncio.run(go())
-    except LoopKernelError:
+    except (RunNotFound, NotADatabase):
         return None
 
 
 def approve_waiting(db: str | Path, run_id: str, env: dict[str, str]) -> list[str]:
-    got = inspect(db, run_id, env) or {}
+    from loopkernel import LoopKernelError
+
+    try:
+        got = inspect(db, run_id, env) or {}
+    except LoopKernelError as exc:
+        raise RuntimeError(f"approve {run_id}: cannot read the run: {exc}") from None
     waiting = [t["task_id"] for t in got.get("tasks", []) if t["state"] == "waiting"]
     for task in waiting:
         out = subprocess.run(
@@ -404,9 +414,12 @@ def drive(
     max_resumes: int = 8,
     extra: Sequence[str] = (),
     after_approval: Trigger | None = None,
+    after_first: Any = None,
 ) -> Drive:
     """Start the run (with ``first`` armed), then resume it until it ends; ``again`` (a
-    callable) may arm a trigger on each resume. Approves every task that waits, once."""
+    callable) may arm a trigger on each resume. Approves every task that waits, once.
+    ``after_first()`` is called once the first process has ended, whatever its exit, before
+    anything reads the store (the full-disk case frees the disk there)."""
     env = base_env(lab)
     start = lk(db, "run", cfg.app, *cfg.args, "--run-id", run_id, "--quiet", *extra)
     resume = lk(db, "resume", run_id, "--quiet", *extra)
@@ -436,6 +449,8 @@ def drive(
                 f"{'run' if cmd is start else 'resume'}"
                 f"{' [' + trig.label() + ']' if trig else ''}: exit {out.code}"
             )
+        if after_first is not None and round_ == 0:
+            after_first()
         got.kills += out.killed
         got.tool_kills += out.tool_killed
         # a double trigger that landed starts the two resumes next; any other is spent
@@ -466,9 +481,16 @@ def drive(
         got.problems.append(f"still not ended after {max_resumes} resumes")
     got.seconds = time.monotonic() - t0
     got.trace_lines = _lines(trace)
-    final = inspect(db, run_id, env)
+    from loopkernel import LoopKernelError
+
+    try:
+        final = inspect(db, run_id, env)
+    except LoopKernelError as exc:
+        got.problems.append(f"cannot read the run: {type(exc).__name__}: {exc}")
+        final = None
     if final is None:
-        got.problems.append("the run is not in the database")
+        if not got.problems or not got.problems[-1].startswith("cannot read"):
+            got.problems.append("the run is not in the database")
     else:
         got.status, got.digest, got.tasks = final["status"], final["digest"], len(final["tasks"])
         got.verdict = final.get("verdict")
@@ -771,14 +793,15 @@ def disk_case(
         t0 = time.monotonic()
         filling = threading.Thread(target=fill)
         filling.start()
-        state = {"first": True}
 
-        def free_after_first(round_: int) -> Trigger | None:
-            if state["first"]:
-                state["first"] = False
-                freed.set()
-                filling.join()
-            return None
+        def free() -> None:
+            # The first process has ended, whatever its exit: free the disk before anything
+            # reads the store. A run that ended (exit 0, its database closed cleanly) just
+            # before the disk filled cannot even be read until then (SQLite must make its
+            # -shm file): judged on the full disk it was called lost (issue 25, seed
+            # 20261201 case 1, 2.26 s), though it was whole.
+            freed.set()
+            filling.join()
 
         got = drive(
             cfg,
@@ -786,7 +809,7 @@ def disk_case(
             lab=lab,
             run_id=run_id,
             first=None,
-            again=free_after_first,
+            after_first=free,
             extra=("--store-retry", "1"),
         )
         freed.set()

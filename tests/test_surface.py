@@ -22,6 +22,15 @@ def test_all_is_sorted_exported_and_complete() -> None:
         assert name in loopkernel.__all__
 
 
+def test_what_an_app_hands_to_app_parts_is_exported() -> None:
+    """An app uses only what ``loopkernel`` exports (DESIGN.md section 10): each value
+    ``AppParts`` takes is importable from it, not only from a subpackage."""
+    from loopkernel.executor import ApprovalTimeout
+
+    assert "ApprovalTimeout" in loopkernel.__all__
+    assert loopkernel.ApprovalTimeout is ApprovalTimeout
+
+
 def test_import_loopkernel_loads_no_mcp_no_http_no_database_driver() -> None:
     code = (
         "import sys, loopkernel, loopkernel.client, loopkernel.cli;"

@@ -22,6 +22,7 @@ from loopkernel.errors import (
 from loopkernel.evidence import Evidence, SourceRef
 from loopkernel.executor import (
     DEFAULT_MAX_EVENTS,
+    ApprovalTimeout,
     Kernel,
     NeedsApproval,
     RunOutcome,
@@ -54,6 +55,7 @@ __all__ = [
     "App",
     "AppParts",
     "ApprovalRefused",
+    "ApprovalTimeout",
     "At",
     "BasePlanner",
     "Event",

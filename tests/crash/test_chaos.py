@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from lk_helpers import ROOT, cli_env
+from lk_helpers import ROOT, cli_env, tmpfs
 from lk_looplab import APPLIED, DIGESTS
 from loopkernel.testing import run_cli
 from loopkernel_apps.looplab.tools import applied
@@ -129,3 +129,39 @@ def test_a_tool_server_killed_in_its_handshake_is_a_fault_that_passes(tmp_path: 
     assert got["status"] == "succeeded", (got["verdict"], err)
     assert got["digest"] == DIGESTS["baseline"]
     assert applied(lab, "lab") == APPLIED["baseline"]
+
+
+def test_a_run_read_on_a_disk_still_full_is_unreadable_not_lost(tmp_path: Path) -> None:
+    """Issue 25's open case, reduced: ``run`` exited 0 and the disk filled before the judge
+    read the run. The harness read it on the full disk, where a database closed cleanly
+    cannot be opened (SQLite must make its -shm file), took the refusal for an absent run
+    and judged the run ``lost``. Now ``drive`` calls ``after_first`` once the first process
+    has ended, whatever its exit, before anything reads (the full-disk case frees the disk
+    there), and a store that refuses the read is "cannot read", never "not in the
+    database". Here the hook fills the disk instead: the moment of the case, made sure."""
+    sys.path.insert(0, str(ROOT))
+    from bench import chaos
+
+    fast = chaos.Config(name="speculation/fast", app="speculation", args=("--scenario", "fast"))
+    with tmpfs(tmp_path / "disk", "3m") as disk:
+        filler = disk / "filler"
+
+        def fill() -> None:
+            with filler.open("wb") as f:
+                try:
+                    while True:
+                        f.write(b"\0" * 65536)
+                        f.flush()
+                except OSError:
+                    pass
+
+        got = chaos.drive(
+            fast, db=disk / "runs.db", lab=None, run_id="r", first=None, after_first=fill
+        )
+        assert got.steps == ["run: exit 0"], got.steps
+        assert len(got.problems) == 1, got.problems
+        assert got.problems[0].startswith("cannot read the run: StoreUnavailable"), got.problems
+        assert "the disk is full" in got.problems[0]
+        filler.unlink()
+        whole = chaos.inspect(disk / "runs.db", "r", {})
+        assert whole is not None and whole["status"] == "succeeded"

@@ -147,6 +147,30 @@ def test_a_full_disk_stops_runs_resumably_and_resume_finishes_them_once_freed(
         assert digest(db, run) == reference["fast"]
 
 
+def test_a_run_that_ended_before_the_disk_filled_is_whole_and_readable_once_freed(
+    small_disk: Path, reference: dict[str, str]
+) -> None:
+    """Issue 25's open chaos case, reduced: ``run`` exits 0, its database closed cleanly (the
+    WAL folded in, no -wal or -shm left), then the disk fills. A new connection must size
+    a -shm file before it reads (SQLITE_IOERR_SHMSIZE), so every command, reads included,
+    is exit 8 naming the full disk -- never "no run", and never a traceback. Nothing was
+    lost: once space is freed the run reads back whole, with the uninterrupted digest."""
+    db = small_disk / "runs.db"
+    fast = ["run", "speculation", "--scenario", "fast", "--run-id", "fast", "--quiet"]
+    assert cli(db, *fast).returncode == 0
+    assert sorted(p.name for p in small_disk.iterdir()) == ["runs.db"]  # closed cleanly
+    filler = fill(small_disk, 0)
+    for args in (["inspect", "fast"], ["runs"], ["resume", "fast", "--store-retry", "0"]):
+        out = cli(db, *args)
+        assert out.returncode == 8, (args, out.stderr)
+        line = one_line(out.stderr)
+        assert "store unavailable" in line and "the disk is full" in line, line
+        assert "no run" not in line
+    filler.unlink()
+    assert digest(db, "fast") == reference["fast"]
+    assert cli(db, "inspect", "fast").returncode == 0
+
+
 def test_a_full_disk_at_the_start_is_one_line_and_exit_8(small_disk: Path) -> None:
     db = small_disk / "runs.db"
     fill(small_disk, 0)

@@ -7,12 +7,13 @@ value that looks like a secret. Real processes for the last three."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from lk_helpers import ROOT
+from lk_helpers import LOOPKERNEL, ROOT, cli_env
 from loopkernel.models._scrub import PROVIDER_VARIABLES, credential_names, looks_secret
 from loopkernel.testing import GatewayProcess, ScriptedProvider, run_cli
 
@@ -139,6 +140,33 @@ def test_a_command_line_never_echoes_a_rejected_secret(tmp_path: Path, secret: s
         assert secret not in out.stderr and secret not in out.stdout, args
     shown = run_cli(["gateway", "--provider", secret], db=db).stderr
     assert "looks like a secret" in shown and "choose from 'openai', 'anthropic'" in shown
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--provider", "openai-ish"],
+        ["--no-such-flag"],
+        ["--listen", "sk-proj-Zx9Qw8Er7Ty6Ui5Op4As3Df2Gh1Jk0Lz"],
+        ["--run-usd", "lots"],
+        ["stray"],
+    ],
+)
+def test_a_refused_gateway_command_line_is_one_line_and_exit_2(args: list[str]) -> None:
+    """As every other command's refusals (``cli._door.Parser``): no usage block, no echo of
+    a value that looks like a secret; both spellings of the command."""
+    for prog, argv in (
+        ("loopkernel gateway", [*LOOPKERNEL, "gateway", *args]),
+        ("python -m loopkernel.gateway", [sys.executable, "-m", "loopkernel.gateway", *args]),
+    ):
+        out = subprocess.run(argv, env=cli_env(), capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2, (argv, out.stderr)
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1, out.stderr
+        assert lines[0].startswith(f"{prog}: error: "), lines[0]
+        assert "usage:" not in out.stderr and "Traceback" not in out.stderr
+        assert "sk-proj-" not in out.stderr
+        assert out.stdout == ""
 
 
 def test_looks_secret_leaves_ordinary_values_alone() -> None:

@@ -297,3 +297,118 @@ def test_a_worker_wakes_a_sleeping_run_when_it_is_due(tmp_path: Path) -> None:
         worker.communicate(timeout=60)
     assert _kinds(db, "w").count("timer_fired") == 1
     assert _inspect(db, "w")["status"] == "succeeded"
+
+
+def _timer_events(db: Path, run_id: str) -> list[tuple[float, float]]:
+    """``(due, journaled at)`` of each ``timer_fired`` of the run."""
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute(
+            "SELECT data, created_at FROM events WHERE run_id = ? AND kind = 'timer_fired'",
+            (run_id,),
+        )
+        return [(float(json.loads(data)["due"]), float(at)) for data, at in rows]
+
+
+def test_serve_wakes_sleeping_runs_once_while_a_worker_and_resumes_race_it(
+    tmp_path: Path,
+) -> None:
+    """``loopkernel serve`` as a real process: a run started by ``run`` (which no worker
+    serves) asleep 0.5 s is woken by serve alone and finishes after its due time; a run
+    handed to workers, asleep too, is raced by serve, a ``worker`` and ``resume`` after
+    ``resume``: whichever holds the lease fires the timer, once, and no task runs twice."""
+    from loopkernel.testing import read_trace
+
+    db, trace = tmp_path / "runs.db", tmp_path / "trace"
+    env = cli_env(LOOPKERNEL_TRACE=str(trace))
+    nap = ["lk_timerapps:nap", "--set", "seconds=0.5"]
+    alone = run_cli(["run", *nap, "--run-id", "alone", "--quiet"], db=db, env=env)
+    assert alone.returncode == 3, alone.stderr  # waiting on its timer
+    raced = run_cli(["submit", *nap, "--run-id", "raced"], db=db, env=env)
+    assert raced.returncode == 0, raced.stderr
+    app = ["--app", "lk_timerapps:nap", "--poll", "0.05"]
+    serve = subprocess.Popen(
+        [*LOOPKERNEL, "--db", str(db), "serve", "--port", "0", *app],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    worker = subprocess.Popen(
+        [*LOOPKERNEL, "--db", str(db), "worker", *app],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    resumed: list[int] = []
+    try:
+        for _ in range(400):
+            if all("run_finished" in _kinds(db, r) for r in ("alone", "raced")):
+                break
+            assert serve.poll() is None, serve.communicate()
+            out = run_cli(["resume", "raced", "--quiet"], db=db, env=env)  # a third executor
+            resumed.append(out.returncode)
+        else:
+            raise AssertionError("the runs never finished")
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+        serve.terminate()  # SIGTERM: serve stops, exit 0
+        _, err = serve.communicate(timeout=60)
+    assert serve.returncode == 0, err
+    assert "woke alone: succeeded" in err, err  # nobody else could have: not a worker's
+    assert set(resumed) <= {0, 3, 7}, resumed  # done, not yet due, or held: never doubled
+    for run in ("alone", "raced"):
+        fired = _timer_events(db, run)
+        assert len(fired) == 1, (run, fired)
+        due, at = fired[0]
+        assert at >= due  # after the due time, never before
+        assert _inspect(db, run)["status"] == "succeeded"
+    counts = read_trace(trace)
+    assert counts[("start", "prep")] == 2 and counts[("start", "nap")] == 2, counts
+
+
+def test_the_waker_leaves_other_apps_alone_and_backs_off_a_run_its_clock_says_is_early(
+    tmp_path: Path,
+) -> None:
+    """``serve``'s timer waker in process: a due run of an app it may not run is left
+    waiting (said once), never failed; one whose app's clock is behind the waker's is
+    executed, stays waiting with nothing journaled, and is looked at again after a
+    back-off; once the app's clock has come, the timer fires once."""
+    from loopkernel._waker import TimerWaker
+    from loopkernel.client import Client
+
+    clock = tmp_path / "clock"
+    clock.write_text("1000")
+    lines: list[str] = []
+
+    async def body() -> None:
+        async with Client(str(tmp_path / "runs.db")) as client:
+            overrides = {"clock_file": str(clock), "seconds": 60.0}
+            await client.start("lk_timerapps:nap", overrides=overrides, run_id="n")
+            assert (await client.execute("n")).status is RunStatus.WAITING  # due at 1060
+
+            other = TimerWaker(client, poll_seconds=0.001, log=lines.append)
+            assert await other.wake_due() == [] and await other.wake_due() == []
+            assert len(lines) == 1 and "'lk_timerapps:nap' is not installed" in lines[0]
+            assert (await client.info("n")).status is RunStatus.WAITING  # not failed
+
+            waker = TimerWaker(
+                client, poll_seconds=0.001, apps={"lk_timerapps:nap"}, log=lines.append
+            )
+            assert await waker.wake_due() == ["n"]  # 1060 is long past on this clock ...
+            await waker.settle()
+            assert (await client.info("n")).status is RunStatus.WAITING  # ... not on the app's
+            assert await waker.wake_due() == []  # backing off
+            clock.write_text("1060")
+            for _ in range(1000):  # the back-off is one poll (1 ms) long: not a threshold
+                if await waker.wake_due():
+                    break
+                await asyncio.sleep(0.01)
+            await waker.settle()
+            assert (await client.info("n")).status is RunStatus.SUCCEEDED
+            kinds = [e.kind for e in await client.events("n")]
+            assert kinds.count(EventKind.TIMER_FIRED) == 1
+            assert await waker.wake_due() == []
+            assert waker.woken == 2
+
+    asyncio.run(body())

@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import signal
 
-from loopkernel.cli._args import count
+from loopkernel.cli._args import count, positive
 
 __all__ = ["add_parser"]
 
@@ -23,16 +24,35 @@ def port(text: str) -> int:
     return value
 
 
+def _stop_on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
-    """Serve until Ctrl-C or SIGTERM, then exit 0: stopping a server is not an error."""
+    """Serve until Ctrl-C or SIGTERM, then exit 0: stopping a server is not an error.
+
+    Beside the inspector, on the same loop, a ``TimerWaker`` executes the runs whose timer
+    is due (unless ``--no-timers``). Stopping cancels it: the runs it executes stop between
+    two steps and give their leases back (SIGTERM is turned into the same interrupt as
+    Ctrl-C, after uvicorn has closed its connections)."""
     from loopkernel.web import require_extra
 
     require_extra()
     from loopkernel.web._serve import serve
 
-    with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the signal it handled
-        asyncio.run(
-            serve(
+    async def serve_and_wake() -> None:
+        waking: asyncio.Task[None] | None = None
+        client = None
+        if not args.no_timers:
+            from loopkernel._waker import TimerWaker
+            from loopkernel.client import Client
+
+            client = Client(args.db, create=False)
+            await client.store.open()
+            waker = TimerWaker(client, poll_seconds=args.poll, apps=frozenset(args.app))
+            waking = asyncio.create_task(waker.serve(), name="timers")
+        try:
+            await serve(
                 args.db,
                 host=args.host,
                 port=args.port,
@@ -42,7 +62,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 allow_hosts=tuple(args.allow_host),
                 keepalive_seconds=args.keepalive_seconds,
             )
-        )
+        finally:
+            if waking is not None:
+                waking.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await waking
+            if client is not None:
+                await client.store.close()
+
+    previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    try:
+        with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the signal it handled
+            asyncio.run(serve_and_wake())
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print("inspector stopped")
     return 0
 
@@ -75,6 +108,26 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="NAME",
         help="also answer requests for this host name (repeatable; loopback names and "
         "--host always are: any other Host is refused, against DNS rebinding)",
+    )
+    p.add_argument(
+        "--no-timers",
+        action="store_true",
+        help="only serve the inspector: do not execute runs whose timer is due (a worker "
+        "or `resume` wakes them then)",
+    )
+    p.add_argument(
+        "--poll",
+        type=positive,
+        default=1.0,
+        metavar="SECONDS",
+        help="how often to look for runs whose timer is due (default 1)",
+    )
+    p.add_argument(
+        "--app",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also wake runs of this app (module:attribute; installed apps always are)",
     )
     # for tests: a short keepalive, so a test waits on a keepalive instead of 15 s
     p.add_argument("--keepalive-seconds", type=float, default=None, help=argparse.SUPPRESS)

@@ -193,8 +193,10 @@ def quiet(message: str) -> str:
 
 class SecretSafeParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose error messages never echo a rejected value that looks
-    like a secret (a key given to the wrong flag, or as a stray argument)."""
+    like a secret (a key given to the wrong flag, or as a stray argument), and are one line
+    with exit 2, as the ``loopkernel`` command's own (``cli._door.Parser``): the usage
+    block is for ``--help``."""
 
     def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {quiet(message)}\n")
+        line = " | ".join(part.strip() for part in message.splitlines() if part.strip())
+        self.exit(2, f"{self.prog}: error: {quiet(line)} (see {self.prog} --help)\n")

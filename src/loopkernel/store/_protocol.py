@@ -399,6 +399,10 @@ class Leases(Protocol):
         when there is none. Two workers never get the same run at once. First, enqueued
         ``waiting`` runs whose timer is due (``wake_at``) become ``running``."""
 
+    async def due_runs(self, now: float, limit: int = 100) -> list[RunId]:
+        """Waiting runs whose timer (``wake_at``) is due at ``now``, earliest first,
+        enqueued or not: what ``loopkernel serve`` wakes (``loopkernel._waker``)."""
+
     async def acquire(
         self,
         run_id: RunId,

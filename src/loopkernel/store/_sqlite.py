@@ -77,6 +77,12 @@ _TRANSIENT = {
     13: "the disk is full",  # SQLITE_FULL
     15: "the file lock protocol failed",  # SQLITE_PROTOCOL
 }
+# Extended codes whose primary code hides the cause. SHMSIZE: the -shm file cannot be
+# grown to its first 32 KiB, which a connection to a WAL database needs before it reads;
+# a database closed cleanly has none left, so on a full disk even a read stops here.
+_TRANSIENT_EXTENDED = {
+    4874: "the disk is full: no room for the database's shared-memory file (-shm)",
+}
 _CORRUPT = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
 _READONLY = 8
 
@@ -91,7 +97,7 @@ def transient(exc: BaseException) -> str | None:
     if code is None:
         text = str(exc)
         return "the database is locked by another process" if "locked" in text else None
-    return _TRANSIENT.get(code & 0xFF)
+    return _TRANSIENT_EXTENDED.get(code) or _TRANSIENT.get(code & 0xFF)
 
 
 def _prepare_file(path: Path, *, create: bool) -> bool:
