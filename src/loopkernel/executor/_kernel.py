@@ -523,7 +523,7 @@ class _RunLoop:
             if kind is EventKind.APPROVAL_REQUIRED and self.k.approval_timeout is not None:
                 task = task.evolve(wake_at=self.k.clock() + self.k.approval_timeout.seconds)
             changed[tid] = task
-            new_events.append(NewEvent(kind=kind, task_id=tid, data=event_data(kind, task)))
+            new_events.append(NewEvent(kind=kind, task_id=tid, data=event_data(kind, task, fut)))
         if not new_events:
             return []
         succeeded = [t.task_id for t in changed.values() if t.state is TaskState.SUCCEEDED]
