@@ -676,6 +676,19 @@ class Client:
         token = "lk_" + secrets.token_urlsafe(24)  # never "-...": it follows --token
         # a fork keeps its source's approval rule (--require-token)
         strict = (await self.store.token_hash(rid)).startswith(TOKEN_REQUIRED)
+        from loopkernel import telemetry
+
+        trace = None
+        if tracer := telemetry.tracer():  # the fork's run span, linked to its source's
+            attributes = {
+                "loopkernel.run_id": new,
+                "loopkernel.app": past.info.app,
+                "loopkernel.fork.source_run": rid,
+                "loopkernel.fork.at_seq": at,
+            }
+            span = tracer.start(f"run {past.info.app}", attributes, links=(past.info.trace,))
+            trace = tracer.traceparent(span)
+            tracer.end(span)
         await self.store.fork_run(
             Fork(
                 source=past.info,
@@ -689,6 +702,7 @@ class Client:
                     replace(e, run_id=new, key=f"{new}/{e.key.removeprefix(prefix)}")
                     for e in past.effects
                 ),
+                trace=trace,
             )
         )
         return StartedRun(run_id=new, token=token)
@@ -933,6 +947,8 @@ class Client:
             return
         info = await self.store.get_run(event.run_id)
         data = event.data if isinstance(event.data, Mapping) else {}
+        # A span of its own, linked to the run's: an answer days after the run's start is
+        # not a child of a span that ended when the run was created.
         tracer.event(
             f"approval {event.task_id}",
             {
@@ -945,7 +961,7 @@ class Client:
                 "loopkernel.by.host": by.get("host"),
                 "loopkernel.by.address": by.get("address"),
             },
-            parent=info.trace,
+            links=(info.trace,),
         )
 
     async def delete(self, run_id: str) -> None:
