@@ -169,6 +169,17 @@ class JournalRow:
     """Seconds after the event before it."""
 
 
+def _summary_of(ev: Event) -> JSON:
+    """What a journal row says of its event on one line: a human's answer leads with who
+    gave it (the data's ``by``), then the payload; any other event, its data."""
+    data = ev.data
+    if ev.kind is not EventKind.HUMAN_INPUT or not isinstance(data, dict):
+        return data
+    head = f"{data.get('decision')} by {approver_text(data.get('by'))}"
+    payload = data.get("payload")
+    return head if payload is None else f"{head} · {json.dumps(payload, ensure_ascii=False)}"
+
+
 def journal_rows(
     events: Iterable[Event],
     patches: dict[int, PatchRecord],
@@ -179,8 +190,9 @@ def journal_rows(
     times = times or {}
     for ev in events:
         at = times.get(ev.seq)
-        summary = preview(ev.data)
-        full = pretty(ev.data) if len(summary) and summary.endswith("…") else None
+        summary = preview(_summary_of(ev))
+        said = summary.endswith("…") or ev.kind is EventKind.HUMAN_INPUT  # the rest below
+        full = pretty(ev.data) if said else None
         cut = full is not None and len(full) > ROW_DATA
         if full is not None and cut:
             full = full[:ROW_DATA] + "\n…"
