@@ -197,3 +197,32 @@ charge = App(
     build=_charge,
     defaults={"ledger": "", "hold": "", "tool": "charge"},
 )
+
+
+PARKED_SECRET = "sk-proj-AbCdEf0123456789abcdefGHIJ"
+"""A credential in the arguments of ``approve_charge``'s call: never journaled as it is."""
+
+
+async def call_charge_noted(ctx: TaskContext) -> Any:
+    note = f"pay with key {PARKED_SECRET}"
+    return await ctx.call_tool("charge", {"ledger": str(ctx.params["ledger"]), "note": note})
+
+
+def _approve_charge(params: Mapping[str, Any]) -> AppParts:
+    from loopkernel.tools import ToolLayer
+    from loopkernel.tools.testkit import faults_source
+
+    return AppParts(
+        planner=ChargeCall(),
+        workers={"call": call_charge_noted},
+        # the default policy hook: an irreversible call parks its task for approval
+        tool_layer=lambda store: ToolLayer(store, [faults_source()]),
+    )
+
+
+approve_charge = App(
+    name="lk_testapps:approve_charge",
+    description="one irreversible charge, parked for approval, with a credential in its note",
+    build=_approve_charge,
+    defaults={"ledger": ""},
+)

@@ -274,7 +274,12 @@ class EffectJournal:
             key = decided
         elif prior is None:
             if plan.before is not None:
-                await plan.before()
+                try:
+                    await plan.before()
+                except NeedsApproval as ask:  # parked: say which call waits, redacted
+                    if ask.call is None:
+                        ask.call = self._pending(call, key, plan, ask.cost_usd)
+                    raise
             record = await self.store.intend_effect(self._record(call, key, plan, digest))
             if record.status == "done":  # another executor got there first
                 return revive(record.result)
@@ -317,10 +322,31 @@ class EffectJournal:
             prior = await self.store.get_effect(call.run_id, _resent_key(call.key, resends))
         return prior, resends
 
-    def _record(self, call: Call, key: str, plan: Plan[Any], digest: str) -> EffectRecord:
+    def _arguments(self, call: Call, plan: Plan[Any]) -> JSON:
+        """The arguments as the journal stores them: redacted, minus the caller's paths."""
         args: JSON = dict(call.arguments)
-        if self.redact_secrets:
-            args = redact(args, keep=plan.keep_arguments)
+        return redact(args, keep=plan.keep_arguments) if self.redact_secrets else args
+
+    def _pending(
+        self, call: Call, key: str, plan: Plan[Any], cost_usd: float | None
+    ) -> dict[str, JSON]:
+        """A call parked before its first send (``NeedsApproval.call``), as it is stored."""
+        if cost_usd is None:
+            for name in ("cost_usd", "est_cost_usd"):
+                value = call.arguments.get(name)
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    cost_usd = float(value)
+                    break
+        return {
+            "tool": call.tool,
+            "key": key,
+            "effect": plan.effect,
+            "arguments": self._arguments(call, plan),
+            "cost_usd": cost_usd,
+        }
+
+    def _record(self, call: Call, key: str, plan: Plan[Any], digest: str) -> EffectRecord:
+        args = self._arguments(call, plan)
         return EffectRecord(
             run_id=call.run_id,
             key=key,

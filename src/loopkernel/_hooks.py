@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Mapping
 from typing import Protocol
 
 from loopkernel.graph import JSON
@@ -99,10 +100,24 @@ class NeedsApproval(Exception):
     so nothing above the pause happens twice.
     """
 
-    def __init__(self, reason: str, *, tool: str | None = None) -> None:
+    def __init__(
+        self,
+        reason: str,
+        *,
+        tool: str | None = None,
+        cost_usd: float | None = None,
+        call: Mapping[str, JSON] | None = None,
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.tool = tool
+        self.cost_usd = cost_usd
+        """What the call waiting for approval is expected to cost, when the policy says."""
+        self.call = call
+        """The call waiting for approval, as the journal keeps it (filled in by the effect
+        journal): ``tool``, ``key``, ``effect``, ``arguments`` (redacted), ``cost_usd``.
+        The executor journals it in the ``approval_required`` event, so a human sees what
+        they approve before anything of the call is sent or written as an effect."""
 
 
 class CallContext(Protocol):

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import getpass
 import hmac
 import json
 import os
 import secrets
+import socket
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, replace
@@ -147,6 +149,35 @@ class Pruned:
     """Nothing was deleted."""
 
 
+def approver(actor: str, known: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Who answered an approval, as the journal keeps it (``human_input``'s ``by``):
+    ``actor`` is the authority the answer came with (``operator``: the web inspector's
+    operator; ``run token``: the run's approval token; ``local``: write access to the
+    store), then what the caller knows of the person (the CLI: the user and host it runs
+    as; the inspector: ``via`` and the browser's ``address``). Never a token: a token is
+    checked, then only its kind is written."""
+    facts = dict(known) if known is not None else {"user": _user(), "host": socket.gethostname()}
+    return {"actor": actor, **{k: redact_text(str(v))[:200] for k, v in facts.items()}}
+
+
+def approver_text(by: JSON) -> str:
+    """One line for a ``human_input``'s ``by``: ``operator (web inspector, 127.0.0.1)``,
+    ``local (alice@build-1)``; ``unknown`` for an answer journaled before it was kept."""
+    if not isinstance(by, Mapping) or not isinstance(by.get("actor"), str):
+        return "unknown (journaled before approvers were recorded)"
+    who = f"{by['user']}@{by['host']}" if "user" in by and "host" in by else None
+    facts = [str(by[k]) for k in ("via", "address") if isinstance(by.get(k), str)]
+    facts += [who] if who else []
+    return f"{by['actor']} ({', '.join(facts)})" if facts else str(by["actor"])
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container)
+        return f"uid {os.getuid()}"
+
+
 def _rid(run_id: str) -> RunId:
     """A run id from a caller, checked against the id grammar before it reaches a store."""
     return RunId(check_id(run_id))
@@ -175,6 +206,9 @@ class Inspection:
     """``(run, seq)`` it was forked from."""
     at_seq: int | None = None
     """Set when this is the run as of an earlier event (``inspect --at``)."""
+    times: dict[int, float] | None = None
+    """When each event of ``events`` was journaled (seq -> epoch seconds), if the store
+    says; not in ``to_json``'s journal, which is the journal's content."""
 
     def to_json(self) -> dict[str, JSON]:
         out: dict[str, JSON] = {
@@ -614,6 +648,7 @@ class Client:
                 patches=list(past.patches) if journal else None,
                 origin=origin,
                 at_seq=at,
+                times=await self.event_times(run_id) if journal else None,
             )
         info = await self.store.get_run(rid)
         dump = await self.store.dump(rid)
@@ -625,6 +660,7 @@ class Client:
             events=await self.store.events(rid) if journal else None,
             patches=await self.store.patches(rid) if journal else None,
             origin=origin,
+            times=await self.event_times(run_id) if journal else None,
         )
 
     async def fork(self, run_id: str, *, at: int, new_run_id: str | None = None) -> StartedRun:
@@ -640,6 +676,19 @@ class Client:
         token = "lk_" + secrets.token_urlsafe(24)  # never "-...": it follows --token
         # a fork keeps its source's approval rule (--require-token)
         strict = (await self.store.token_hash(rid)).startswith(TOKEN_REQUIRED)
+        from loopkernel import telemetry
+
+        trace = None
+        if tracer := telemetry.tracer():  # the fork's run span, linked to its source's
+            attributes = {
+                "loopkernel.run_id": new,
+                "loopkernel.app": past.info.app,
+                "loopkernel.fork.source_run": rid,
+                "loopkernel.fork.at_seq": at,
+            }
+            span = tracer.start(f"run {past.info.app}", attributes, links=(past.info.trace,))
+            trace = tracer.traceparent(span)
+            tracer.end(span)
         await self.store.fork_run(
             Fork(
                 source=past.info,
@@ -653,6 +702,7 @@ class Client:
                     replace(e, run_id=new, key=f"{new}/{e.key.removeprefix(prefix)}")
                     for e in past.effects
                 ),
+                trace=trace,
             )
         )
         return StartedRun(run_id=new, token=token)
@@ -692,8 +742,12 @@ class Client:
         payload: JSON = None,
         token: str | None = None,
         local: bool = False,
+        by: Mapping[str, str] | None = None,
     ) -> Event:
-        """Journal a human's answer for a waiting task (``approve`` / ``reject``)."""
+        """Journal a human's answer for a waiting task (``approve`` / ``reject``), with who
+        answered (``approver``): the run token's holder or, without one, whoever has write
+        access to the store; ``by`` is what the caller knows of them (default: the user
+        and host this process runs as)."""
         rid = _rid(run_id)
         tid = TaskId(check_id(task_id, "task id"))
         check_payload(payload)
@@ -715,8 +769,11 @@ class Client:
                 raise ApprovalRefused(f"the approval token does not match run {rid}", run_id=rid)
         # secrets nowhere: the payload is journaled (and shown to the task) redacted
         payload = redact(payload)
-        event = await self.store.add_human_input(rid, tid, decision=decision, payload=payload)
-        await self._trace_decision(event, "run token" if token is not None else "local")
+        who = approver("run token" if token is not None else "local", by)
+        event = await self.store.add_human_input(
+            rid, tid, decision=decision, payload=payload, by=who
+        )
+        await self._trace_decision(event, who)
         return event
 
     async def cancel(
@@ -769,6 +826,18 @@ class Client:
         if query is None:
             return {}
         times: dict[int, float] = await query(_rid(run_id), after)
+        return times
+
+    async def task_times(
+        self, run_id: str, task_id: str | None = None
+    ) -> dict[str, tuple[float | None, float | None]]:
+        """task -> ``(started, finished)`` in epoch seconds (``None`` where unknown): when
+        the task's latest attempt went running, and when its finishing event was journaled;
+        every task, or the one ``task_id``. Empty from a store that does not say."""
+        query = getattr(self.store, "task_times", None)
+        if query is None:
+            return {}
+        times: dict[str, tuple[float | None, float | None]] = await query(_rid(run_id), task_id)
         return times
 
     async def usage(self, run_id: str) -> dict[str, float | int]:
@@ -853,18 +922,23 @@ class Client:
         decision: Literal["approve", "reject"],
         *,
         payload: JSON = None,
+        by: Mapping[str, str] | None = None,
     ) -> Event:
         """Journal a human's answer on an authority the caller checked itself (the web
         inspector's operator token): no run token is asked for, even for a run started
-        with ``--require-token``. The store still refuses a replayed or late answer."""
+        with ``--require-token``. The store still refuses a replayed or late answer.
+        Journaled as answered by the ``operator`` (``by``: what the caller knows)."""
         rid = _rid(run_id)
         tid = TaskId(check_id(task_id, "task id"))
         payload = redact(payload)
-        event = await self.store.add_human_input(rid, tid, decision=decision, payload=payload)
-        await self._trace_decision(event, "operator")
+        who = approver("operator", by)
+        event = await self.store.add_human_input(
+            rid, tid, decision=decision, payload=payload, by=who
+        )
+        await self._trace_decision(event, who)
         return event
 
-    async def _trace_decision(self, event: Event, by: str) -> None:
+    async def _trace_decision(self, event: Event, by: Mapping[str, str]) -> None:
         """An ``approval`` span in the run's trace, when tracing is on."""
         from loopkernel import telemetry
 
@@ -873,6 +947,8 @@ class Client:
             return
         info = await self.store.get_run(event.run_id)
         data = event.data if isinstance(event.data, Mapping) else {}
+        # A span of its own, linked to the run's: an answer days after the run's start is
+        # not a child of a span that ended when the run was created.
         tracer.event(
             f"approval {event.task_id}",
             {
@@ -880,9 +956,12 @@ class Client:
                 "loopkernel.task_id": event.task_id,
                 "loopkernel.event.seq": event.seq,
                 "loopkernel.decision": str(data.get("decision")),
-                "loopkernel.by": by,
+                "loopkernel.by": by["actor"],
+                "loopkernel.by.user": by.get("user"),
+                "loopkernel.by.host": by.get("host"),
+                "loopkernel.by.address": by.get("address"),
             },
-            parent=info.trace,
+            links=(info.trace,),
         )
 
     async def delete(self, run_id: str) -> None:

@@ -83,9 +83,10 @@ def test_the_stores_share_their_schema_versions_but_the_step_function() -> None:
     # (effects.arguments_digest); SQLite's 8 (timers) is PostgreSQL's 9, which also
     # replaces the step function to write tasks.wake_at; SQLite's 9 (versions) is
     # PostgreSQL's 10, which replaces it again to write patches.app_version; SQLite's 10
-    # (schedules) is PostgreSQL's 11.
-    assert SQLITE_VERSION == 10
-    assert PG_VERSION == 11
+    # (schedules) is PostgreSQL's 11; SQLite's 11 (the task page's index, tasks.started_at)
+    # is PostgreSQL's 12.
+    assert SQLITE_VERSION == 11
+    assert PG_VERSION == 12
 
 
 def test_only_enqueued_running_runs_are_claimed_once_each(backend: Backend) -> None:

@@ -65,6 +65,7 @@ def _span(span: Any, resource: dict[str, str]) -> dict[str, Any]:
         "trace_id": span.trace_id.hex(),
         "span_id": span.span_id.hex(),
         "parent": span.parent_span_id.hex() or None,
+        "links": [(link.trace_id.hex(), link.span_id.hex()) for link in span.links],
         "attributes": attributes,
         "resource": resource,
     }
@@ -81,7 +82,7 @@ def receiver() -> Iterator[Receiver]:
         r.server.server_close()
 
 
-def test_cli_runs_export_one_trace_over_otlp_http(
+def test_cli_runs_export_linked_traces_over_otlp_http(
     tmp_path: Path, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("LOOPLAB_DIR", str(tmp_path / "lab"))
@@ -101,10 +102,17 @@ def test_cli_runs_export_one_trace_over_otlp_http(
     assert set(receiver.paths) == {"/v1/traces"}
     assert {s["resource"]["service.name"] for s in spans} == {"loopkernel"}
     (run,) = [s for s in spans if s["name"] == "run looplab"]
-    assert {s["trace_id"] for s in spans} == {run["trace_id"]}
     executes = [s for s in spans if s["name"] == "execute lab"]
     assert [e["attributes"]["loopkernel.status"] for e in executes] == ["waiting", "succeeded"]
-    assert {e["parent"] for e in executes} == {run["span_id"]}
+    # each execution a trace of its own, linked to the run's span
+    assert [(e["parent"], e["links"]) for e in executes] == [
+        (None, [(run["trace_id"], run["span_id"])])
+    ] * 2
+    (approval,) = [s for s in spans if s["name"].startswith("approval ")]
+    assert approval["links"] == [(run["trace_id"], run["span_id"])]
+    traces = {e["trace_id"] for e in executes}
+    assert len(traces) == 2 and run["trace_id"] not in traces
+    assert {s["trace_id"] for s in spans} == traces | {run["trace_id"], approval["trace_id"]}
     by_id = {s["span_id"]: s for s in spans}
     tools = [s for s in spans if s["name"].startswith("tool ")]
     assert tools

@@ -1,7 +1,7 @@
 """What a trace viewer shows red, and what it shows at all: a failed run's ``execute``
 span is an error with its exception recorded, an approval is not an error but a span of
-its own, tool calls are CLIENT spans that name their run and task, and an OTLP endpoint
-that is down costs one line."""
+its own (linked to the run's), tool calls are CLIENT spans that name their run and task,
+and an OTLP endpoint that is down costs one line."""
 
 from __future__ import annotations
 
@@ -73,8 +73,9 @@ def test_an_approval_is_not_an_error_and_is_a_span_of_the_run(
         assert str(tool.attributes["loopkernel.task_id"]) in str(tool.attributes["loopkernel.key"])
     (approval,) = named(got, "approval ")
     (run,) = named(got, "run ")
-    assert approval.context.trace_id == run.context.trace_id
-    assert approval.parent is not None and approval.parent.span_id == run.context.span_id
+    # its own span, linked to the run's (not a child of a span that ended long before)
+    assert approval.parent is None
+    assert [link.context.span_id for link in approval.links] == [run.context.span_id]
     assert approval.attributes["loopkernel.decision"] == "approve"
     assert approval.attributes["loopkernel.by"] == "local"
 

@@ -1,5 +1,6 @@
 """The spans a run produces, with the SDK's in-memory exporter: structure, parents,
-attributes, trace context on the MCP wire, and one trace across a resume."""
+attributes, trace context on the MCP wire, and every execution linked to the run's span
+across a resume (tests/telemetry/test_linked_traces.py has the rest)."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def parent_of(span: ReadableSpan) -> int | None:
     return span.parent.span_id if span.parent is not None else None
 
 
-def test_a_speculation_run_is_one_trace_of_plans_and_tasks(
+def test_a_speculation_execution_is_one_trace_of_plans_and_tasks(
     tmp_path: Path, spans: InMemorySpanExporter
 ) -> None:
     async def go() -> None:
@@ -66,8 +67,9 @@ def test_a_speculation_run_is_one_trace_of_plans_and_tasks(
     (run,) = by_name(got, "run ")
     (execute,) = by_name(got, "execute ")
     assert run.name == "run speculation"
-    assert {s.context.trace_id for s in got} == {run.context.trace_id}
-    assert parent_of(execute) == run.context.span_id
+    assert {s.context.trace_id for s in got if s is not run} == {execute.context.trace_id}
+    assert execute.parent is None
+    assert [link.context.span_id for link in execute.links] == [run.context.span_id]
     assert execute.attributes["loopkernel.status"] == "succeeded"
     assert execute.attributes["loopkernel.resumed"] is False
 
@@ -134,7 +136,9 @@ def test_a_tool_call_is_a_span_of_its_task_and_carries_the_trace_to_the_server(
     assert int(span_id, 16) == tool.context.span_id
 
 
-def test_a_resumed_run_continues_its_trace(tmp_path: Path, spans: InMemorySpanExporter) -> None:
+def test_a_resumed_run_links_each_execution_to_the_run(
+    tmp_path: Path, spans: InMemorySpanExporter
+) -> None:
     async def go() -> None:
         async with Client(str(tmp_path / "runs.db")) as client:
             await client.start("looplab", scenario="irreversible", run_id="lab")
@@ -147,8 +151,9 @@ def test_a_resumed_run_continues_its_trace(tmp_path: Path, spans: InMemorySpanEx
     got = list(spans.get_finished_spans())
     (run,) = by_name(got, "run ")
     first, second = sorted(by_name(got, "execute "), key=lambda s: s.start_time or 0)
-    assert {s.context.trace_id for s in got} == {run.context.trace_id}
-    assert parent_of(first) == parent_of(second) == run.context.span_id
+    assert parent_of(first) is None and parent_of(second) is None
+    for execute in (first, second):
+        assert [link.context.span_id for link in execute.links] == [run.context.span_id]
     assert first.attributes["loopkernel.status"] == "waiting"
     assert (second.attributes["loopkernel.resumed"], second.attributes["loopkernel.status"]) == (
         True,

@@ -181,13 +181,21 @@ def test_the_approval_card_shows_what_is_approved(
     assert "irreversible" in text
     assert card.locator("dd.tool").inner_text() == "publish"  # the looplab step's tool
     assert card.locator("dd.cost").inner_text() == "$0.2500"
-    shown = json.loads(card.locator("pre.task-input").inner_text())
+    # the parked call itself: its arguments as the journal stores them, its key
+    called = json.loads(card.locator("pre.call-arguments").inner_text())
+    assert called == {"step": "deploy", "attempt": 1, "cost_usd": 0.25}
+    assert card.locator("details.approval-call summary").inner_text().count(f"{run_id}/act:") == 1
+    shown = json.loads(card.locator("pre.task-input").text_content() or "")
     assert shown["tool"] == "publish" and shown["step"] == "deploy"
     assert card.locator("input[name=token]").count() == 0  # signed in: the operator decides
     screenshot(page, tmp_path, "approval-card")
     card.locator("button[value=approve]").click()
     page.wait_for_selector("p.notice >> text=approve journaled")
     page.wait_for_selector("section.answered .d-approve")
+    # who approved, and when: the journal's answer on the task page
+    page.locator("section.answered a.mono").click()
+    by = page.locator("table.decisions td.by")
+    assert by.inner_text() == "operator (web inspector, 127.0.0.1)"
 
 
 def test_cancel_then_approve_is_refused(server: Served, chromium: Any, tmp_path: Path) -> None:

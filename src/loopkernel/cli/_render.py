@@ -6,7 +6,7 @@ import json
 import time
 from typing import TYPE_CHECKING, TextIO
 
-from loopkernel.graph import JSON, Event, GraphState, TaskState
+from loopkernel.graph import JSON, Event, EventKind, GraphState, TaskState
 from loopkernel.store import PatchRecord
 
 if TYPE_CHECKING:
@@ -96,7 +96,13 @@ class Progress:
         print(line.rstrip(), file=self.out, flush=True)
 
 
+def _utc(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) + " UTC"
+
+
 def render_inspection(ins: Inspection, out: TextIO, *, journal: bool) -> None:
+    from loopkernel.client import approver_text
+
     info = ins.info
     print(f"run {info.run_id}  app={info.app}  status={info.status.value}", file=out)
     if ins.at_seq is not None:
@@ -133,6 +139,11 @@ def render_inspection(ins: Inspection, out: TextIO, *, journal: bool) -> None:
             elif p is not None and p.planner != "planner":
                 answer += f"  [{planner_note(p)}]"
             print(f"  #{e.seq:<4} {e.kind.value:<22} {e.task_id or '':<12} {answer}", file=out)
+            if e.kind is EventKind.HUMAN_INPUT and isinstance(e.data, dict):
+                at = (ins.times or {}).get(e.seq)
+                when = "" if at is None else f" at {_utc(at)}"
+                by = approver_text(e.data.get("by"))
+                print(f"        {e.data.get('decision')} by {by}{when}", file=out)
             if p is not None and p.proposal is not None and not p.proposal.accepted:
                 if p.proposal.ops is not None:
                     proposed = summarize_ops(p.proposal.ops) or "(empty patch)"

@@ -68,6 +68,7 @@ from loopkernel.executor._timers import (
     next_wake,
     resolve,
     timer_event_data,
+    timer_span,
 )
 from loopkernel.executor._versions import check_resumable
 from loopkernel.graph import (
@@ -325,10 +326,12 @@ class _RunLoop:
     async def _execute(self) -> RunOutcome:
         loaded = await self.store.load_run(self.run_id)
         if self.tracer:
+            # A trace of its own, as long as this execution, linked to the run's span: a
+            # run that lasts days is not one root span that ended when the run was created.
             self.span = self.tracer.start(
                 f"execute {self.run_id}",
                 {"loopkernel.run_id": self.run_id, "loopkernel.resumed": loaded.info.last_seq > 1},
-                parent=loaded.info.trace,
+                links=(loaded.info.trace,),
             )
         self.state = loaded.state
         if self.k.keep_finished is not None:
@@ -493,6 +496,10 @@ class _RunLoop:
         cleared = [t.evolve(wake_at=None) for t in ready]
         events = await self.store.append_events(self.run_id, fired, cleared)
         crashpoint("timer_fired")
+        if self.tracer:
+            for ev, task in zip(events, ready, strict=True):
+                attributes = timer_span(ev, task, self.k.clock())
+                self.tracer.event(f"timer {task.task_id}", attributes, parent=self.span)
         for task in cleared:
             self.state.tasks[task.task_id] = task
         return await self._with_gaps(events)
@@ -523,7 +530,7 @@ class _RunLoop:
             if kind is EventKind.APPROVAL_REQUIRED and self.k.approval_timeout is not None:
                 task = task.evolve(wake_at=self.k.clock() + self.k.approval_timeout.seconds)
             changed[tid] = task
-            new_events.append(NewEvent(kind=kind, task_id=tid, data=event_data(kind, task)))
+            new_events.append(NewEvent(kind=kind, task_id=tid, data=event_data(kind, task, fut)))
         if not new_events:
             return []
         succeeded = [t.task_id for t in changed.values() if t.state is TaskState.SUCCEEDED]

@@ -105,11 +105,16 @@ def outcome_of(
     return EventKind.TASK_COMPLETED, succeeded
 
 
-def event_data(kind: EventKind, task: Task) -> JSON:
+def event_data(kind: EventKind, task: Task, fut: asyncio.Task[JSON] | None = None) -> JSON:
     if kind in (EventKind.TASK_FAILED, EventKind.TRIPWIRE):
         return {"error": task.error, "attempt": task.attempts}
     if kind is EventKind.APPROVAL_REQUIRED:
-        return {"reason": task.wait_reason, "wait_epoch": task.wait_epoch}
+        data: dict[str, JSON] = {"reason": task.wait_reason, "wait_epoch": task.wait_epoch}
+        asked = fut.exception() if fut is not None and not fut.cancelled() else None
+        if isinstance(asked, NeedsApproval) and asked.call is not None:
+            # the call that waits, as the effect journal keeps arguments (redacted)
+            data["call"] = dict(asked.call)
+        return data
     return {"attempt": task.attempts}
 
 

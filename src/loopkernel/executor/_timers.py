@@ -30,7 +30,7 @@ from loopkernel.errors import UsageError
 from loopkernel.graph import JSON, Event, EventKind, GraphPatch, Task, TaskState, Wait
 from loopkernel.planner import Proposal
 
-__all__ = ["ApprovalTimeout", "due", "next_wake", "resolve", "timer_event_data"]
+__all__ = ["ApprovalTimeout", "due", "next_wake", "resolve", "timer_event_data", "timer_span"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -99,6 +99,21 @@ def timer_event_data(task: Task, approval: bool) -> JSON:
         "wait_epoch": task.wait_epoch,
         "due": task.wake_at,
         "timer": "approval_timeout" if approval else "sleep",
+    }
+
+
+def timer_span(event: Event, task: Task, now: float) -> dict[str, JSON]:
+    """The attributes of a fired timer's span (``timer <task>``, in the execution's trace)."""
+    data = event.data if isinstance(event.data, dict) else {}
+    due_at = task.wake_at
+    return {
+        "loopkernel.run_id": event.run_id,
+        "loopkernel.task_id": task.task_id,
+        "loopkernel.event.seq": event.seq,
+        "loopkernel.timer": data.get("timer"),
+        "loopkernel.wait_epoch": task.wait_epoch,
+        "loopkernel.timer.due": due_at,
+        "loopkernel.timer.late_seconds": None if due_at is None else max(0.0, now - due_at),
     }
 
 

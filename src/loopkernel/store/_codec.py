@@ -358,12 +358,13 @@ def waiting_epoch(run_id: RunId, task_id: TaskId, row: Any) -> int:
     return epoch
 
 
-def human_input_event(task_id: TaskId, decision: str, payload: JSON, epoch: int) -> NewEvent:
-    return NewEvent(
-        kind=EventKind.HUMAN_INPUT,
-        task_id=task_id,
-        data={"decision": decision, "payload": payload, "wait_epoch": epoch},
-    )
+def human_input_event(
+    task_id: TaskId, decision: str, payload: JSON, epoch: int, by: JSON = None
+) -> NewEvent:
+    data: dict[str, JSON] = {"decision": decision, "payload": payload, "wait_epoch": epoch}
+    if by is not None:
+        data["by"] = by  # who answered (docs/web.md, "Approvals"); the event's time says when
+    return NewEvent(kind=EventKind.HUMAN_INPUT, task_id=task_id, data=data)
 
 
 # -- the canonical dump ----------------------------------------------------------------------

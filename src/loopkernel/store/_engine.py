@@ -269,6 +269,13 @@ _INSERT_EVENT = (
 )
 _INSERT_PATCH = f"INSERT INTO patches (run_id, {PATCH_COLUMNS}, created_at) VALUES "
 _INSERT_PATCH += "(?,?,?,?,?,?,?,?,?)"
+TASK_EVENTS = (
+    "SELECT seq, kind, task_id, data FROM events WHERE run_id = ? AND seq IN "
+    "(SELECT seq FROM events WHERE run_id = ? AND task_id = ?) ORDER BY seq"
+)
+"""One task's events: the seqs from the covering index ``events_by_task``, the rows by the
+primary key (SQLite, without statistics, would rather scan the run's whole journal by its
+primary key than look rows up from an index that does not cover them)."""
 _LAST_SEQ = "SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?"
 _EDGES = "SELECT src, dst FROM edges WHERE run_id = ? ORDER BY src, dst"
 _EFFECT = f"SELECT {EFFECT_COLUMNS} FROM effects WHERE run_id = ? AND idem_key = ?"
@@ -619,6 +626,7 @@ class SQLStore:
         *,
         decision: Literal["approve", "reject"],
         payload: JSON,
+        by: JSON = None,
     ) -> Event:
         check_decision(decision)
         epoch = [0]
@@ -631,7 +639,7 @@ class SQLStore:
                 (run_id, task_id),
             )
             epoch[0] = waiting_epoch(run_id, task_id, row)
-            answer = human_input_event(task_id, decision, payload, epoch[0])
+            answer = human_input_event(task_id, decision, payload, epoch[0], by)
             now = time.time()
             (event,) = self._append(cur, run_id, self._last_seq(cur, run_id), [answer], now)
             cur.run(
@@ -805,9 +813,9 @@ class SQLStore:
         return [(RunId(r[0]), int(r[1])) for r in rows]
 
     async def task_events(self, run_id: RunId, task_id: str) -> list[Event]:
-        """The events of one task, filtered by the database."""
-        sql = "SELECT seq, kind, task_id, data FROM events WHERE run_id = ? AND task_id = ? "
-        rows = await self._call(lambda cur: cur.all(sql + "ORDER BY seq", (run_id, task_id)))
+        """The events of one task, filtered by the database (``events_by_task``)."""
+        args = (run_id, run_id, task_id)
+        rows = await self._call(lambda cur: cur.all(TASK_EVENTS, args))
         return [event_from_row(run_id, row) for row in rows]
 
     async def event_times(self, run_id: RunId, after: int = 0) -> dict[int, float]:
@@ -815,6 +823,27 @@ class SQLStore:
         sql = "SELECT seq, created_at FROM events WHERE run_id = ? AND seq > ? ORDER BY seq"
         rows = await self._call(lambda cur: cur.all(sql, (run_id, after)))
         return {int(r[0]): float(r[1]) for r in rows}
+
+    async def task_times(
+        self, run_id: RunId, task_id: str | None = None
+    ) -> dict[str, tuple[float | None, float | None]]:
+        """task -> (when its latest attempt started, when its finishing event was
+        journaled), epoch seconds or ``None``; every task, or the one ``task_id``."""
+        sql = (
+            "SELECT t.task_id, t.started_at, e.created_at FROM tasks t LEFT JOIN events e "
+            "ON e.run_id = t.run_id AND e.seq = t.done_seq WHERE t.run_id = ?"
+        )
+        args: tuple[Any, ...] = (run_id,)
+        if task_id is not None:
+            sql, args = sql + " AND t.task_id = ?", (run_id, task_id)
+        rows = await self._call(lambda cur: cur.all(sql, args))
+        return {
+            str(r[0]): (
+                None if r[1] is None else float(r[1]),
+                None if r[2] is None else float(r[2]),
+            )
+            for r in rows
+        }
 
     async def delete_run(self, run_id: RunId) -> None:
         """Remove every row of the run, in every table of ``TABLES``, in one transaction:

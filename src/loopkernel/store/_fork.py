@@ -49,6 +49,8 @@ class Fork:
     """The graph as of ``at_seq``, with the status the fork starts in."""
     effects: tuple[EffectRecord, ...]
     """The source's finished effects the fork keeps, already under the fork's keys."""
+    trace: str | None = None
+    """The ``traceparent`` of the fork's run span (linked to its source's), when traced."""
 
 
 Statement = tuple[str, str, list[tuple[Any, ...]]]
@@ -67,7 +69,7 @@ def fork_statements(fork: Fork, now: float) -> list[Statement]:
         (
             "runs",
             "INSERT INTO runs (run_id, app, params, status, verdict, max_events, token_hash, "
-            "created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?)",
+            "created_at, updated_at, trace) VALUES (?,?,?,?,?,?,?,?,?,?)",
             [
                 (
                     new,
@@ -79,6 +81,7 @@ def fork_statements(fork: Fork, now: float) -> list[Statement]:
                     fork.token_hash,
                     now,
                     now,
+                    fork.trace,
                 )
             ],
         ),

@@ -330,8 +330,11 @@ class Journal(Protocol):
         *,
         decision: Literal["approve", "reject"],
         payload: JSON,
+        by: JSON = None,
     ) -> Event:
         """Journal a human's answer to a waiting task; refuse a replay (``ApprovalRefused``).
+        ``by``: who answered, as the caller knows it (never a token), kept in the event's
+        data; the event's journal time says when.
 
         An enqueued run that was ``waiting`` becomes ``running`` again: claimable.
         """

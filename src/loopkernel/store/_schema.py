@@ -78,6 +78,12 @@ the detail is ``{"epoch": ..., "owner": ...}`` as JSON."""
 NO_RUN = "LK002"
 """SQLSTATE of ``loopkernel_commit_step`` when there is no such run."""
 
+_SQLITE_STARTED = (
+    "UPDATE tasks SET started_at = (julianday('now') - 2440587.5) * 86400.0 "
+    "WHERE run_id = NEW.run_id AND task_id = NEW.task_id"
+)
+"""Migration 11's trigger body: the task's start, in seconds since the epoch."""
+
 SQLITE_MIGRATIONS: list[list[str]] = [
     # 1: the journal, the materialized graph, approvals and effects.
     [
@@ -232,6 +238,20 @@ SQLITE_MIGRATIONS: list[list[str]] = [
             last_run    TEXT,
             created_at  REAL NOT NULL
         ) WITHOUT ROWID""",
+    ],
+    # 11: the web inspector's task page reads one task's events by the database (docs/web.md),
+    # and a task's start: when its latest attempt went running, set by the database itself
+    # whichever statement writes the state (NULL for a task that started before this
+    # version). Neither is in the state digest (the dump names its columns).
+    [
+        "CREATE INDEX events_by_task ON events (run_id, task_id, seq)",
+        "ALTER TABLE tasks ADD COLUMN started_at REAL",
+        f"""CREATE TRIGGER tasks_started_insert AFTER INSERT ON tasks
+        WHEN NEW.state = 'running'
+        BEGIN {_SQLITE_STARTED}; END""",
+        f"""CREATE TRIGGER tasks_started_update AFTER UPDATE OF state ON tasks
+        WHEN NEW.state = 'running' AND OLD.state <> 'running'
+        BEGIN {_SQLITE_STARTED}; END""",
     ],
 ]
 
@@ -543,6 +563,21 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
             last_run    text COLLATE "C",
             created_at  double precision NOT NULL
         )""",
+    ],
+    # 12: the task page's index and the tasks' start, as SQLite's 11 (the server's clock).
+    [
+        "CREATE INDEX events_by_task ON events (run_id, task_id, seq)",
+        "ALTER TABLE tasks ADD COLUMN started_at double precision",
+        """CREATE FUNCTION loopkernel_task_started() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF NEW.state = 'running' AND (TG_OP = 'INSERT' OR OLD.state <> 'running') THEN
+        NEW.started_at := extract(epoch FROM clock_timestamp())::double precision;
+    END IF;
+    RETURN NEW;
+END
+$fn$""",
+        "CREATE TRIGGER tasks_started BEFORE INSERT OR UPDATE OF state ON tasks "
+        "FOR EACH ROW EXECUTE FUNCTION loopkernel_task_started()",
     ],
 ]
 

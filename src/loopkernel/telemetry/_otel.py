@@ -14,7 +14,7 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 __all__ = ["Span", "Tracer", "from_env", "from_global"]
@@ -47,9 +47,11 @@ class Tracer:
         *,
         parent: Span | str | None = None,
         kind: SpanKind = SpanKind.INTERNAL,
+        links: Sequence[str | None] = (),
     ) -> Span:
         """A started span under ``parent``: a span, a stored ``traceparent``, or (``None``)
-        whatever span is current."""
+        whatever span is current. ``links``: stored ``traceparent`` values of spans it
+        follows from (the run's span, a fork's source run); ``None`` entries are skipped."""
         if isinstance(parent, str):
             ctx = _PROPAGATOR.extract({"traceparent": parent})
         elif parent is not None:
@@ -62,7 +64,10 @@ class Tracer:
             # that says which run and task made it.
             kind = SpanKind.CLIENT
             attrs = {**_ids_of(attrs, parent), **attrs}
-        span: Span = self._tracer.start_span(name, context=ctx, kind=kind, attributes=attrs)
+        follows = [Link(c) for c in map(_context_of, links) if c is not None]
+        span: Span = self._tracer.start_span(
+            name, context=ctx, kind=kind, attributes=attrs, links=follows
+        )
         return span
 
     @staticmethod
@@ -86,9 +91,16 @@ class Tracer:
             span.set_status(Status(StatusCode.ERROR, str(why)))
         span.end()
 
-    def event(self, name: str, attributes: Attributes, *, parent: Span | str | None = None) -> None:
-        """A span of no duration for something that happened once (an approval)."""
-        self.end(self.start(name, attributes, parent=parent))
+    def event(
+        self,
+        name: str,
+        attributes: Attributes,
+        *,
+        parent: Span | str | None = None,
+        links: Sequence[str | None] = (),
+    ) -> None:
+        """A span of no duration for something that happened once (an approval, a timer)."""
+        self.end(self.start(name, attributes, parent=parent, links=links))
 
     @staticmethod
     @contextmanager
@@ -107,6 +119,15 @@ class Tracer:
         ctx = trace.set_span_in_context(span) if span is not None else None
         _PROPAGATOR.inject(carrier, context=ctx)
         return carrier.get("traceparent")
+
+
+def _context_of(traceparent: str | None) -> SpanContext | None:
+    """The span context a stored ``traceparent`` names, or ``None``."""
+    if not traceparent:
+        return None
+    found = trace.get_current_span(_PROPAGATOR.extract({"traceparent": traceparent}))
+    context = found.get_span_context()
+    return context if context.is_valid else None
 
 
 def _clean(attributes: Attributes) -> dict[str, Any]:

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeAlias
 
+from loopkernel import telemetry
 from loopkernel._effects import Call, EffectJournal, NoEffect, OutcomeUnknown, Plan
 from loopkernel._hooks import CallContext, NeedsApproval
 from loopkernel.errors import (
@@ -524,37 +525,53 @@ class ToolLayer:
             if slot.session is None:
                 if not self._open:
                     raise UsageError("the tool layer is closed")
-                early = None if self._started is None else self._started.take(slot.source)
-                session = early or SourceSession(slot.source, schemas=self._schemas)
-                session.schemas = self._schemas
-                self.spawns += 1
-                if self.on_server is not None:
-                    self.on_server(slot.source.name, "starting")
+                tracer = telemetry.tracer()
+                if not tracer:
+                    slot.session = await self._start(slot, tool)
+                    return slot.session
+                # the start-up's own span: a cold server's seconds are not the call's
+                attributes = {"loopkernel.tool_server": slot.source.name, "loopkernel.tool": tool}
+                span = tracer.start(f"start server {slot.source.name}", attributes)
                 try:
-                    if early is None:
-                        await session.open()
-                    else:
-                        await session.wait_ready()
-                except ToolUnavailable as err:
-                    if err.attrs.get("kind") != "server_died":
-                        slot.failed = err  # a setup that is wrong: final for this layer
-                        raise _again(err, tool) from None
-                    # killed while it started: one more start, then a fault that may pass
-                    # (the run stays resumable; nothing was sent)
-                    session = SourceSession(slot.source, schemas=self._schemas)
-                    self.spawns += 1
-                    try:
-                        await session.open()
-                    except ToolUnavailable as again:
-                        if again.attrs.get("kind") != "server_died":
-                            slot.failed = again
-                            raise _again(again, tool) from None
-                        attrs = {**_again(again, tool).attrs, "transient": True}
-                        raise ToolUnavailable(again.message, **attrs) from None
-                if self.on_server is not None:
-                    self.on_server(slot.source.name, "ready")
-                slot.session = session
+                    slot.session = await self._start(slot, tool)
+                except BaseException as exc:
+                    tracer.end(span, error=exc)
+                    raise
+                tracer.end(span, {"loopkernel.tool_server.restarts": slot.restarts})
             return slot.session
+
+    async def _start(self, slot: _Slot, tool: str | None) -> SourceSession:
+        """Start ``slot``'s server (or take the one started early) until it answers."""
+        early = None if self._started is None else self._started.take(slot.source)
+        session = early or SourceSession(slot.source, schemas=self._schemas)
+        session.schemas = self._schemas
+        self.spawns += 1
+        if self.on_server is not None:
+            self.on_server(slot.source.name, "starting")
+        try:
+            if early is None:
+                await session.open()
+            else:
+                await session.wait_ready()
+        except ToolUnavailable as err:
+            if err.attrs.get("kind") != "server_died":
+                slot.failed = err  # a setup that is wrong: final for this layer
+                raise _again(err, tool) from None
+            # killed while it started: one more start, then a fault that may pass
+            # (the run stays resumable; nothing was sent)
+            session = SourceSession(slot.source, schemas=self._schemas)
+            self.spawns += 1
+            try:
+                await session.open()
+            except ToolUnavailable as again:
+                if again.attrs.get("kind") != "server_died":
+                    slot.failed = again
+                    raise _again(again, tool) from None
+                attrs = {**_again(again, tool).attrs, "transient": True}
+                raise ToolUnavailable(again.message, **attrs) from None
+        if self.on_server is not None:
+            self.on_server(slot.source.name, "ready")
+        return session
 
     async def _fail(self, slot: _Slot, session: SourceSession, err: ToolUnavailable) -> None:
         """Mark a source gone for the rest of the layer's life (garbage on stdout ...)."""

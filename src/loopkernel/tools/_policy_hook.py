@@ -45,6 +45,8 @@ def policy_hook(policy: Policy, store: Store) -> PolicyHook:
         )
         reason = policy.check_call(call, usage)
         if reason is not None:
-            raise NeedsApproval(reason, tool=request.tool)
+            raise NeedsApproval(
+                reason, tool=request.tool, cost_usd=policy.price(request.arguments) or None
+            )
 
     return hook

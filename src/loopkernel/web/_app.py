@@ -99,7 +99,8 @@ def create_app(
     env.filters["preview"] = views.preview
     env.filters["duration"] = views.duration
     env.filters["q"] = lambda s: quote(str(s), safe="")
-    env.filters["approval"] = views.approval_of
+    env.globals["approval_of"] = views.approval_of
+    env.globals["task_time"] = views.task_time
 
     def render(request: Request, name: str, code: int = 200, **ctx: Any) -> HTMLResponse:
         csrf = request.cookies.get(CSRF_COOKIE) or secrets.token_urlsafe(24)
@@ -171,8 +172,10 @@ def create_app(
             "waiting": [] if snap.cancel_requested else state.in_state(TaskState.WAITING),
             "cancel_requested": snap.cancel_requested,
             "answered": snap.answered,
+            "pending": snap.pending,
             "graph": views.graph_of(state, snap.late),
             "late": snap.late,
+            "task_times": snap.times,
             "live": views.is_live(snap.info),
             "run_id": run_id,
         }
@@ -309,6 +312,8 @@ def create_app(
             late=any(e.kind.value == "late_result_discarded" for e in events),
             values=views.task_values(task),
             times=times,
+            took=views.task_time(await client.task_times(run_id, task_id), task_id),
+            decisions=views.decisions(events, times),
             traceback=views.traceback_of(task.error),
         )
 
@@ -407,6 +412,8 @@ def create_app(
                 "answered": snap.answered,
                 "waiting": waiting,
                 "cancel_requested": snap.cancel_requested,
+                "pending": snap.pending,
+                "task_times": snap.times,
             }
             drawn = drawing_of(snap)
             # The page was rendered from this very state: what it shows is the baseline.
@@ -427,7 +434,7 @@ def create_app(
             shown = drawn.order if all_tasks else drawn.order[:TASKS_SHOWN]
             for tid in shown:  # the rows the page can show, no others
                 task = tasks[tid]
-                mark = views.task_mark(task, tid in snap.late)
+                mark = views.task_mark(task, tid in snap.late, views.task_time(snap.times, tid))
                 if sent.get("t:" + tid) != mark:
                     sent["t:" + tid] = mark
                     if not fresh:
@@ -488,6 +495,12 @@ def create_app(
             return form, token
         raise _Refused(403, "refused: that is neither the operator token nor this run's token")
 
+    def answered_by(request: Request) -> dict[str, str]:
+        """What the inspector knows of who answers: how they came, from which address."""
+        via = "web API, Bearer" if auth.is_bearer(request) else "web inspector"
+        host = request.client.host if request.client is not None else None
+        return {"via": via} if host is None else {"via": via, "address": host}
+
     async def decide(request: Request) -> Response:
         run_id = run_id_of(request)
         task_id = request.path_params["task_id"]
@@ -506,10 +519,15 @@ def create_app(
             if snap.cancel_requested:
                 raise _Refused(409, "refused: a cancel of this run is journaled; it stops")
             verdict: Literal["approve", "reject"] = "approve" if decision == "approve" else "reject"
+            who = answered_by(request)
             if token is None:  # the operator: the server checked the authority
-                event = await client.decide_as_operator(run_id, task_id, verdict, payload=payload)
+                event = await client.decide_as_operator(
+                    run_id, task_id, verdict, payload=payload, by=who
+                )
             else:
-                event = await client.decide(run_id, task_id, verdict, payload=payload, token=token)
+                event = await client.decide(
+                    run_id, task_id, verdict, payload=payload, token=token, by=who
+                )
         except _Refused as exc:
             return render(request, "error.html", exc.status, message=exc.message, back=run_id)
         except ApprovalRefused as exc:

@@ -45,7 +45,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from loopkernel.client import Client
-from loopkernel.graph import TERMINAL_RUN, Event, EventKind, GraphState
+from loopkernel.graph import JSON, TERMINAL_RUN, Event, EventKind, GraphState, TaskState
 from loopkernel.store import PatchRecord, RunInfo
 
 __all__ = ["Hub", "Renderers", "Snapshot", "Watcher", "stream"]
@@ -71,8 +71,14 @@ class Snapshot:
     """Waiting tasks whose current wait a human answered (journaled, not yet planned)."""
     cancel_requested: bool
     """A ``cancel_requested`` event is journaled and the run is not finished yet."""
+    pending: dict[str, dict[str, JSON]] = field(default_factory=dict)
+    """Waiting tasks whose current wait is a tool call parked for approval -> that call,
+    as its ``approval_required`` event journaled it (tool, key, effect, redacted
+    arguments, cost)."""
     planned: int
     """The highest seq a patch answers: every event up to it is planned."""
+    times: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
+    """task -> (started, finished), epoch seconds (``Client.task_times``)."""
     key: str
     """A digest of what the snapshot was read at (status, times, seqs, counts): equal for
     equal states, so a page rendered from it tells its stream it needs no catching up."""
@@ -93,6 +99,8 @@ class Hub:
     _late: set[str] = field(default_factory=set)
     _humans: dict[str, tuple[int, str]] = field(default_factory=dict)
     """task -> (wait epoch, decision) of its latest human input."""
+    _asks: dict[str, tuple[int, dict[str, JSON]]] = field(default_factory=dict)
+    """task -> (wait epoch, call) of its latest approval_required event with a call."""
     _cancel: bool = False
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Only the refresh of this one run holds it (the watcher, or a stream's first read)."""
@@ -112,6 +120,7 @@ class Hub:
             for ev in await self.client.events(self.run_id, after=self._seen):
                 self._note(ev)
             state = await self.client.graph(self.run_id)
+            times = await self.client.task_times(self.run_id)
             self._key = key
             self.version += 1
             answered = {}
@@ -119,14 +128,23 @@ class Hub:
                 task = state.get(tid)
                 if task is not None and task.wait_epoch == epoch:
                     answered[tid] = decision
+            pending = {
+                tid: call
+                for tid, (epoch, call) in self._asks.items()
+                if (task := state.get(tid)) is not None
+                and task.wait_epoch == epoch
+                and task.state is TaskState.WAITING
+            }
             self.snapshot = Snapshot(
                 version=self.version,
                 info=info,
                 state=state,
                 late=frozenset(self._late),
                 answered=answered,
+                pending=pending,
                 cancel_requested=self._cancel and info.status not in TERMINAL_RUN,
                 planned=self._planned,
+                times=times,
                 key=digest(repr(key)),
             )
         for wake in list(self.subscribers):
@@ -142,6 +160,11 @@ class Hub:
             epoch = data.get("wait_epoch")
             if isinstance(epoch, int):
                 self._humans[ev.task_id] = (epoch, str(data.get("decision")))
+        elif ev.kind is EventKind.APPROVAL_REQUIRED and ev.task_id is not None:
+            data = ev.data if isinstance(ev.data, dict) else {}
+            epoch, call = data.get("wait_epoch"), data.get("call")
+            if isinstance(epoch, int) and isinstance(call, dict):
+                self._asks[ev.task_id] = (epoch, call)
         elif ev.kind is EventKind.CANCEL_REQUESTED:
             self._cancel = True
 

@@ -10,13 +10,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from loopkernel.client import approver_text
 from loopkernel.graph import JSON, Event, EventKind, GraphState, RunStatus, Task, TaskState
 from loopkernel.store import PatchRecord, RunInfo
 from loopkernel.web._graph import Box, Layout, layout, natural_key
 
 __all__ = [
+    "Decision",
     "JournalRow",
     "PatchView",
+    "TaskTime",
     "TaskValue",
     "Timeline",
     "actions_key",
@@ -25,6 +28,7 @@ __all__ = [
     "answered",
     "approval_of",
     "box_mark",
+    "decisions",
     "duration",
     "graph_of",
     "graph_shape",
@@ -36,6 +40,7 @@ __all__ = [
     "pretty",
     "preview",
     "task_mark",
+    "task_time",
     "task_values",
     "timeline",
     "timestamp",
@@ -164,6 +169,17 @@ class JournalRow:
     """Seconds after the event before it."""
 
 
+def _summary_of(ev: Event) -> JSON:
+    """What a journal row says of its event on one line: a human's answer leads with who
+    gave it (the data's ``by``), then the payload; any other event, its data."""
+    data = ev.data
+    if ev.kind is not EventKind.HUMAN_INPUT or not isinstance(data, dict):
+        return data
+    head = f"{data.get('decision')} by {approver_text(data.get('by'))}"
+    payload = data.get("payload")
+    return head if payload is None else f"{head} · {json.dumps(payload, ensure_ascii=False)}"
+
+
 def journal_rows(
     events: Iterable[Event],
     patches: dict[int, PatchRecord],
@@ -174,8 +190,9 @@ def journal_rows(
     times = times or {}
     for ev in events:
         at = times.get(ev.seq)
-        summary = preview(ev.data)
-        full = pretty(ev.data) if len(summary) and summary.endswith("…") else None
+        summary = preview(_summary_of(ev))
+        said = summary.endswith("…") or ev.kind is EventKind.HUMAN_INPUT  # the rest below
+        full = pretty(ev.data) if said else None
         cut = full is not None and len(full) > ROW_DATA
         if full is not None and cut:
             full = full[:ROW_DATA] + "\n…"
@@ -209,6 +226,38 @@ def answered(events: Iterable[Event], state: GraphState) -> dict[str, str]:
         data = ev.data if isinstance(ev.data, dict) else {}
         if task is not None and data.get("wait_epoch") == task.wait_epoch:
             out[ev.task_id] = str(data.get("decision"))
+    return out
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Decision:
+    """A human's answer to one of a task's waits, as the journal keeps it."""
+
+    seq: int
+    decision: str
+    by: str
+    """Who answered (``loopkernel.client.approver_text``): never a token."""
+    at: float | None
+    """When it was journaled (epoch seconds), if the store says."""
+    wait_epoch: JSON
+
+
+def decisions(events: Iterable[Event], times: dict[int, float]) -> list[Decision]:
+    """The ``human_input`` events among ``events``: who approved or rejected, and when."""
+    out = []
+    for ev in events:
+        if ev.kind is not EventKind.HUMAN_INPUT:
+            continue
+        data = ev.data if isinstance(ev.data, dict) else {}
+        out.append(
+            Decision(
+                seq=ev.seq,
+                decision=str(data.get("decision")),
+                by=approver_text(data.get("by")),
+                at=times.get(ev.seq),
+                wait_epoch=data.get("wait_epoch"),
+            )
+        )
     return out
 
 
@@ -253,10 +302,38 @@ def actions_key(
     return f"{waits}|{info.status.value}|{'cancel' if cancel else ''}"
 
 
-def task_mark(task: Task, late: bool) -> str:
+def task_mark(task: Task, late: bool, time: TaskTime | None = None) -> str:
     """What a task's row shows, compact: the live stream resends a row when it changes."""
     value = task.error if task.error is not None else task.result
-    return f"{task.state.value}|{task.attempts}|{task.wait_epoch}|{late}|{preview(value, 120)}"
+    when = "" if time is None else f"{time.started}|{time.finished}"
+    return (
+        f"{task.state.value}|{task.attempts}|{task.wait_epoch}|{late}|{when}|{preview(value, 120)}"
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskTime:
+    """When a task ran, as the store recorded it (epoch seconds)."""
+
+    started: float | None
+    """When its latest attempt went running (``None``: not yet, or a store or fork that
+    did not record it)."""
+    finished: float | None
+    """When its finishing event was journaled."""
+
+    @property
+    def took(self) -> float | None:
+        """Seconds from start to finish, when both are known."""
+        if self.started is None or self.finished is None:
+            return None
+        return max(0.0, self.finished - self.started)
+
+
+def task_time(times: dict[str, tuple[float | None, float | None]], task_id: str) -> TaskTime | None:
+    found = times.get(task_id)
+    if found is None or found == (None, None):
+        return None
+    return TaskTime(started=found[0], finished=found[1])
 
 
 def box_mark(box: Box) -> str:
@@ -304,13 +381,26 @@ def traceback_of(error: JSON) -> str | None:
     return None
 
 
-def approval_of(task: Task) -> dict[str, str]:
-    """What a waiting task asks approval for, as far as the journal says: the tool (the
-    task input's ``tool``, else the one the policy's reason names: ``tool 'x' is ...``)
-    and its cost (the input's ``est_cost_usd`` or ``cost_usd``)."""
+def approval_of(task: Task, call: JSON = None) -> dict[str, str]:
+    """What a waiting task asks approval for, as far as the journal says. With the parked
+    call (its ``approval_required`` event's ``call``): its tool, effect, idempotency key,
+    arguments (redacted, as the effect journal stores them) and cost. Else, for a wait
+    journaled without one: the tool (the task input's ``tool``, else the one the
+    policy's reason names: ``tool 'x' is ...``) and its cost (the input's
+    ``est_cost_usd`` or ``cost_usd``)."""
     out: dict[str, str] = {}
+    if isinstance(call, dict) and isinstance(call.get("tool"), str):
+        out["tool"] = str(call["tool"])
+        for name in ("effect", "key"):
+            if isinstance(call.get(name), str):
+                out[name] = str(call[name])
+        out["arguments"] = pretty(call.get("arguments"))
+        cost = call.get("cost_usd")
+        if isinstance(cost, int | float) and not isinstance(cost, bool):
+            out["cost"] = f"${cost:,.4f}"
+            return out
     data = task.input if isinstance(task.input, dict) else {}
-    tool = data.get("tool")
+    tool = out.get("tool") or data.get("tool")
     if not isinstance(tool, str):
         found = re.search(r"tool '([^']+)'", task.wait_reason or "")
         tool = None if found is None else found.group(1)
