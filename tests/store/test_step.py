@@ -327,7 +327,8 @@ def _v6(pg_backend: Backend) -> None:
     pg_backend.sql("ALTER TABLE patches DROP COLUMN app_version")
     pg_backend.sql("DROP TABLE schedules")  # schema 11
     pg_backend.sql("DROP INDEX events_by_task")  # schema 12: task pages, task starts
-    pg_backend.sql("DROP TRIGGER tasks_started ON tasks")
+    pg_backend.sql("DROP TRIGGER tasks_started_insert ON tasks")
+    pg_backend.sql("DROP TRIGGER tasks_started_update ON tasks")
     pg_backend.sql("DROP FUNCTION loopkernel_task_started")
     pg_backend.sql("ALTER TABLE tasks DROP COLUMN started_at")
     pg_backend.sql("UPDATE meta SET value = '6' WHERE key = 'schema_version'")

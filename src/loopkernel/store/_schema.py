@@ -570,14 +570,16 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
         "ALTER TABLE tasks ADD COLUMN started_at double precision",
         """CREATE FUNCTION loopkernel_task_started() RETURNS trigger LANGUAGE plpgsql AS $fn$
 BEGIN
-    IF NEW.state = 'running' AND (TG_OP = 'INSERT' OR OLD.state <> 'running') THEN
-        NEW.started_at := extract(epoch FROM clock_timestamp())::double precision;
-    END IF;
+    NEW.started_at := extract(epoch FROM clock_timestamp())::double precision;
     RETURN NEW;
 END
 $fn$""",
-        "CREATE TRIGGER tasks_started BEFORE INSERT OR UPDATE OF state ON tasks "
-        "FOR EACH ROW EXECUTE FUNCTION loopkernel_task_started()",
+        # BEFORE: the row is written once, with its start; WHEN: no call for other rows
+        "CREATE TRIGGER tasks_started_insert BEFORE INSERT ON tasks FOR EACH ROW "
+        "WHEN (NEW.state = 'running') EXECUTE FUNCTION loopkernel_task_started()",
+        "CREATE TRIGGER tasks_started_update BEFORE UPDATE OF state ON tasks FOR EACH ROW "
+        "WHEN (NEW.state = 'running' AND OLD.state <> 'running') "
+        "EXECUTE FUNCTION loopkernel_task_started()",
     ],
 ]
 
