@@ -68,6 +68,9 @@ def main() -> None:
     parser.add_argument(
         "--model", action="store_true", help="also run with the bundled local model (smollm2)"
     )
+    parser.add_argument(
+        "--match", default="", help="only the incidents whose name contains this (e.g. heldout-)"
+    )
     args = parser.parse_args()
     if args.model:
         import os
@@ -79,12 +82,12 @@ def main() -> None:
             GatewayProcess(["--local", "smollm2"], ledger=Path(gw_dir) / "ledger.db") as gw,
         ):
             os.environ.update(gw.runtime_env())
-            bench(args.repeat, model=True)
+            bench(args.repeat, model=True, match=args.match)
         return
-    bench(args.repeat, model=False)
+    bench(args.repeat, model=False, match=args.match)
 
 
-def bench(repeat: int, *, model: bool) -> None:
+def bench(repeat: int, *, model: bool, match: str = "") -> None:
     rows = []
     head = (
         f"{'incident':<24} {'detector':<21} {'main':<5} {'FALSE':>5} {'facts':>6} {'ok':<4} "
@@ -94,6 +97,8 @@ def bench(repeat: int, *, model: bool) -> None:
         head += f" {'model s':>8} {'ratio':>6} {'model det.':<18} {'planned':>7} {'fellback':>8}"
     print(head)
     for d in sorted(p for p in INCIDENTS.iterdir() if (p / "expected.json").is_file()):
+        if match not in d.name:
+            continue
         dump = d / "dump" if (d / "dump").is_dir() else d / "dump.txt"
         params = {
             "question": (d / "question.txt").read_text().strip(),
@@ -198,6 +203,8 @@ def bench(repeat: int, *, model: bool) -> None:
         results.update(
             model_median_s=mmed, model_correct=right, model_rounds=planned, fallback_rounds=fell
         )
+    if match:  # a partial run does not replace the recorded figures
+        return
     write_results("sre_model" if model else "sre", results)
 
 

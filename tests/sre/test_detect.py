@@ -184,3 +184,56 @@ def test_without_a_fatal_line_the_last_causal_error_wins_over_the_wrapper() -> N
     text = "ERROR optional plugin x not loaded\nERROR db write failed: disk quota\nERROR exiting\n"
     found, _ = detect([pod()], [], [log(text)])
     assert found[0].quote == "ERROR db write failed: disk quota"
+
+
+def test_a_segfault_exit_is_a_signal_and_prose_with_the_word_error_is_no_error_line() -> None:
+    segv = pod(last={"reason": "Error", "exitCode": 139})
+    prose = "decoder: no error handler registered for image/heic, using default\n"
+    assert detectors([segv], [], [log("ERROR cache miss storm\n" + prose)]) == []
+    assert detectors([pod()], [], [log(prose + 'level=warn msg="slow" error="canceled"\n')]) == []
+    assert detectors([pod()], [], [log('{"level":"error","msg":"db write failed"}\n')]) == [
+        "crash_log_reason"
+    ]
+
+
+def test_a_jvm_exception_is_explained_by_its_innermost_caused_by() -> None:
+    text = (
+        "ERROR c.z.h.p.HikariPool : Exception during pool initialization.\n"
+        "com.acme.db.CommunicationsException: Communications link failure\n"
+        "\tat com.acme.db.Pool.<init>(Pool.java:115)\n"
+        "Caused by: java.io.IOException: handshake failed\n"
+        "\t... 12 common frames omitted\n"
+        "Caused by: java.lang.IllegalStateException: keystore is empty\n"
+        "\tat com.acme.tls.Keys.load(Keys.java:40)\n"
+        "ERROR o.s.boot.SpringApplication : Application run failed\n"
+    )
+    line, frame = decisive_line(text.splitlines()) or ("", None)
+    assert line == "Caused by: java.lang.IllegalStateException: keystore is empty"
+    assert frame == "at com.acme.tls.Keys.load(Keys.java:40)"
+
+
+def test_known_shapes_of_a_missing_variable_and_an_unknown_host() -> None:
+    found, _ = detect([pod()], [], [log("panic: required key REDIS_HOST missing value\n")])
+    assert next(f.detector for f, _, _ in rank(found, set())) == "missing_env"
+    java = "Caused by: java.net.UnknownHostException: db.internal: Name or service not known\n"
+    found, _ = detect([pod()], [], [log(java)])
+    dns = next(f for f in found if f.detector == "dns_resolution")
+    assert dns.extra["host"] == "db.internal"
+
+
+def test_an_eviction_replaced_by_a_pod_failing_on_its_own_is_history() -> None:
+    owner = [{"kind": "ReplicaSet", "name": "api-7f", "uid": "rs-1", "controller": True}]
+    gone = pod("api-7f-old", restarts=0)
+    gone["pod"]["metadata"].update(ownerReferences=owner, creationTimestamp="2026-11-28T03:00:00Z")
+    target = {"type": "DisruptionTarget", "status": "True",
+              "lastTransitionTime": "2026-11-28T21:44:00Z"}  # fmt: skip
+    gone["pod"]["status"] = {"phase": "Failed", "reason": "Evicted", "conditions": [target],
+                             "message": "The node was low on resource: memory. "}  # fmt: skip
+    now = pod("api-7f-new")
+    now["pod"]["metadata"]["ownerReferences"] = owner
+    found, stale = detect([gone, now], [], [log("panic: boom\n")])
+    assert "evicted" not in [f.detector for f in found]
+    assert [(i["event"]["reason"], i["ref"]) for i, _ in stale] == [("Evicted", "E1")]
+    alone = pod("api-7f-old", restarts=0)
+    alone["pod"]["status"] = dict(gone["pod"]["status"])
+    assert detectors([alone], [], []) == ["evicted"]  # nothing newer: the eviction is the story

@@ -468,7 +468,27 @@ def detect(
             log, owner["pod"] if owner else None, owner["ref"] if owner else None
         )
     findings += workload_findings(pods, fresh, logs, context or {})
-    return _dedupe(findings), stale
+    return _dedupe(findings), stale + _stale_evictions(pods, fresh)
+
+
+def _stale_evictions(
+    pods: list[dict[str, Any]], events: list[dict[str, Any]]
+) -> list[tuple[dict[str, Any], str]]:
+    """An evicted pod that is history, as a stale ``Evicted`` item citing the pod's own
+    status (where the kubelet's message is), or its event when the dump still holds it."""
+    from loopkernel_apps.sre._detect_nodes import stale_evictions
+
+    out = []
+    for item in pods:
+        name = _meta(item["pod"]).get("name", "")
+        why = stale_evictions(pods, events).get(name)
+        if why is None:
+            continue
+        st = item["pod"].get("status", {})
+        ev = {"reason": "Evicted", "message": st.get("message") or "Evicted",
+              "involvedObject": {"kind": "Pod", "name": name}}  # fmt: skip
+        out.append(({"ref": item["ref"], "event": ev}, why))
+    return out
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:

@@ -29,7 +29,10 @@ _MISSING_ENV = [
         r"(?i)missing (?:required )?env(?:ironment)?(?: variable| var)?:?\s+['\"`]?"
         r"([A-Z][A-Z0-9_]{2,})"
     ),
-    re.compile(r"\b([A-Z][A-Z0-9]*_[A-Z0-9_]+) (?:is not set|must be set|is required|not defined)"),
+    re.compile(
+        r"\b([A-Z][A-Z0-9]*_[A-Z0-9_]+)['\"`]? (?:is not set|must be set|is required|not defined"
+        r"|missing value|is missing|is unset|is undefined|is empty)"
+    ),
 ]
 _DNS = [
     re.compile(r"(?i)could not resolve host:?\s*['\"]?([\w.-]+\.[\w-]+)"),
@@ -41,6 +44,11 @@ _DNS = [
     re.compile(
         r"(?i)(?:host|hostname)[= ]['\"]?([\w.-]+\.[\w-]+)['\"]?.*"
         r"(?:Name or service not known|Temporary failure in name resolution|nodename nor servname)"
+    ),
+    re.compile(r"UnknownHostException:\s*([\w.-]+)"),
+    re.compile(
+        r"(?<![\w.-])([a-z][\w-]*(?:\.[\w-]+)*): (?:Name or service not known|Temporary failure "
+        r"in name resolution|nodename nor servname provided|No address associated with hostname)"
     ),
 ]
 _CERT = [
@@ -57,9 +65,14 @@ _CONFIG = [
     re.compile(r"(?i)unknown (?:configuration )?(?:key|field|option|directive) ['\"]"),
 ]
 _FATAL = re.compile(
-    r"(?i)(\bpanic:|\bfatal\b|\bFATAL\b|\bcritical\b|\bemerg\b|Traceback|^\w*(Error|Exception)\b"
-    r"|\b[A-Z]\w*(Error|Exception):|\berror\b|\bERROR\b|exit(ed|ing)? with)"
+    r"(\bpanic:|(?i:\bfatal\b)|\bcritical\b|\bCRITICAL\b|\bemerg\b|Traceback|^[\w.$]*(Error|Exception)\b"
+    r"|\b[A-Z][\w.$]*(Error|Exception):|^Caused by: |\bERROR\b|(?i:^error\b|\berror:)"
+    r"|(?i:\blevel\W{1,3}(?:error|err|fatal|crit)\b|\[(?:error|err|crit|fatal)\])"
+    r"|^E\d{4} \d|exit(ed|ing)? with)"
 )
+"""An error line in any program's words: a level (``ERROR``, ``level=error``, ``"level":"error"``,
+``[error]``, klog's ``E1201``), an exception's name, ``error:``. The bare word in prose ("no
+error handler registered", ``error=null``) is not one."""
 
 
 def _log_lines(text: str) -> list[str]:
@@ -200,8 +213,10 @@ def decisive_line(lines: list[str]) -> tuple[str, str | None] | None:
                 elif not later[:1].isspace() and not later.startswith("During handling"):
                     return later.strip(), frame
             return line.strip(), frame
-        frame = next((ln.strip() for ln in lines[i + 1 : i + 12] if _FRAME.match(ln)), None)
-        return line.strip(), frame
+        return _root_of(lines, i, 12)
+    exceptions = [i for i, line in enumerate(lines) if _EXCEPTION.match(line)]
+    if exceptions:  # an exception printed with its stack: its innermost "Caused by"
+        return _root_of(lines, exceptions[0], 9)
     errors = [i for i, line in enumerate(lines) if _FATAL.search(line)]
     if not errors:
         return None
@@ -213,6 +228,27 @@ def decisive_line(lines: list[str]) -> tuple[str, str | None] | None:
     return lines[i].strip(), frame
 
 
+_EXCEPTION = re.compile(
+    r"^(?:Exception in thread \S+ )?[a-z][\w$]*(?:\.[\w$]+)+(?:Exception|Error)(?::|$)"
+)
+"""A JVM-style exception line (``com.acme.FooException: …``), at the start of a line."""
+_CAUSED_BY = re.compile(r"^Caused by: ")
+_STACK = re.compile(r"^\s+(?:at |\.\.\. \d+ )|^Caused by: |^\s*$")
+
+
+def _root_of(lines: list[str], i: int, reach: int) -> tuple[str, str | None]:
+    """Line ``i`` with its frame; when a chain of ``Caused by:`` follows in its stack, the
+    innermost one with its first frame (the root of the exception)."""
+    chosen = i
+    for j in range(i + 1, len(lines)):
+        if not _STACK.match(lines[j]):
+            break
+        if _CAUSED_BY.match(lines[j]):
+            chosen = j
+    after = lines[chosen + 1 : chosen + reach]
+    return lines[chosen].strip(), next((ln.strip() for ln in after if _FRAME.match(ln)), None)
+
+
 _WRAPPER = re.compile(
     r"(?i)(\bexit(?:ing|ed)?\b|exit status \d+|shutting down|\bstopp(?:ed|ing)\b|giving up"
     r"|see above|terminated|aborting)"
@@ -221,7 +257,11 @@ _WRAPPER = re.compile(
 
 def is_strong(line: str) -> bool:
     """A panic, a fatal line, the end of a traceback: the program said it was dying."""
-    return bool(_STRONG.search(line)) or bool(re.match(r"^[\w.]*(Error|Exception)\b", line))
+    return (
+        bool(_STRONG.search(line))
+        or bool(re.match(r"^[\w.]*(Error|Exception)\b", line))
+        or bool(_CAUSED_BY.match(line))
+    )
 
 
 def _crash_reason(
@@ -249,9 +289,10 @@ def _crash_reason(
         return
     decisive, frame = found
     code = int(term.get("exitCode", 0))
-    if code in (137, 143) and not is_strong(decisive):
-        return  # killed by a signal (a probe, a deadline, the node): an error line is no reason
-    at = f" at {frame}" if frame else ""
+    if code > 128 and not is_strong(decisive):
+        return  # killed by a signal (128+N: a probe, a deadline, the node, SIGSEGV): an error
+        # line is no reason, only a fatal one
+    at = f" at {frame.removeprefix('at ')}" if frame else ""
     text = (
         f"Container {c} of pod {name} exited (exit code {code}, "
         f"{term.get('reason', 'Error')}); the decisive line of its "

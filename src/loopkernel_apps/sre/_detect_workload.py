@@ -29,14 +29,16 @@ from typing import Any
 
 from loopkernel_apps.sre._detect import _EXEC_NOT_FOUND
 from loopkernel_apps.sre._detect_logs import _log_lines, decisive_line
-from loopkernel_apps.sre._finding import Finding, _meta, _refs, _same
+from loopkernel_apps.sre._detect_nodes import _evicted, _node_not_ready, stale_evictions
+from loopkernel_apps.sre._finding import Finding, _meta, _refs, _same, _unhealthy
 
 __all__ = ["FAILURE", "HOST", "workload_findings"]
 
 FAILURE = re.compile(
     r"(?i)(connection refused|ECONNREFUSED|no route to host|EHOSTUNREACH|connection reset"
     r"|ECONNRESET|timed? ?out|ETIMEDOUT|deadline exceeded|\b50[234]\b|Service Unavailable"
-    r"|Bad Gateway|Gateway Timeout)"
+    r"|Bad Gateway|Gateway Timeout|no response|not responding|did not respond|unreachable"
+    r"|(?:could ?n[o']t|unable to|failed to) connect)"
 )
 """How a request to a dependency fails, in any program's words."""
 
@@ -57,17 +59,6 @@ def _specs(pod: dict[str, Any], init: bool | None = None) -> dict[str, dict[str,
     keys = {None: ("containers", "initContainers"), True: ("initContainers",),
             False: ("containers",)}[init]  # fmt: skip
     return {c.get("name", ""): c for k in keys for c in spec.get(k, []) or []}
-
-
-def _unhealthy(pod: dict[str, Any]) -> bool:
-    st = pod.get("status", {})
-    if st.get("phase") in ("Pending", "Failed", "Unknown"):
-        return True
-    for cs in (st.get("containerStatuses") or []) + (st.get("initContainerStatuses") or []):
-        completed = cs.get("state", {}).get("terminated", {}).get("reason") == "Completed"
-        if (int(cs.get("restartCount", 0)) > 0 or not cs.get("ready", False)) and not completed:
-            return True
-    return False
 
 
 def _data(context: dict[str, list[dict[str, Any]]], tool: str) -> list[dict[str, Any]]:
@@ -106,7 +97,7 @@ def _init_container(
             f"({term.get('reason', 'Error')}, {restarts} restarts), so the pod's containers "
             "never start"
             + (f"; its decisive log line: {line!r}" if line else "; its log is not in the dump")
-            + (f" at {frame}" if frame else "")
+            + (f" at {frame.removeprefix('at ')}" if frame else "")
         )
         yield Finding(
             detector="init_container",
@@ -278,89 +269,6 @@ def _taint_untolerated(
             extra={"taint": taint, "key": key, "nodes": sorted(set(on))},
         )
         return
-
-
-def _node_rows(nodes: list[dict[str, Any]]) -> dict[str, tuple[dict[str, Any], str | None]]:
-    return {str(n.get("name")): (n, item["ref"]) for item in nodes
-            for n in item["data"].get("nodes", [])}  # fmt: skip
-
-
-_EVICTED_USE = re.compile(
-    r"Container (\S+) was using (\S+?),? (?:request is|which exceeds its request of) (\S+?)[,.]"
-)
-
-
-def _evicted(item: dict[str, Any], nodes: list[dict[str, Any]]) -> Iterator[Finding]:
-    pod, ref = item["pod"], item["ref"]
-    st = pod.get("status", {})
-    if st.get("reason") != "Evicted":
-        return
-    name = _meta(pod).get("name", "")
-    message = str(st.get("message") or "")
-    m = re.search(r"The node was low on resource: [\w-]+", message)
-    quote = m.group(0) if m else (message[:120] or "Evicted")
-    node = str(pod.get("spec", {}).get("nodeName") or "")
-    row, node_ref = _node_rows(nodes).get(node, ({}, None))
-    pressure = [
-        f"{c['type']}={c['status']} ({c.get('reason', '')})"
-        for c in row.get("conditions", []) or []
-        if c.get("type", "").endswith("Pressure") and c.get("status") == "True"
-    ]
-    use = _EVICTED_USE.search(message)
-    by = (
-        f"; container {use.group(1)} used {use.group(2)} against a request of {use.group(3)}"
-        if use
-        else ""
-    )
-    on = f" (node {node}: {', '.join(pressure)})" if pressure else ""
-    text = f"Pod {name} was evicted by the kubelet: {quote}{on}{by}."
-    yield Finding(
-        detector="evicted",
-        pod=name,
-        container=use.group(1) if use else None,
-        text=text,
-        quote=quote,
-        identifiers=(name,),
-        refs=_refs(ref, node_ref if pressure else None),
-        extra={"node": node, "pressure": pressure, "resource": quote.rsplit(" ", 1)[-1]},
-    )
-
-
-def _node_not_ready(
-    item: dict[str, Any], mine: list[dict[str, Any]], nodes: list[dict[str, Any]]
-) -> Iterator[Finding]:
-    pod, ref = item["pod"], item["ref"]
-    node = str(pod.get("spec", {}).get("nodeName") or "")
-    if not node or not _unhealthy(pod) or pod.get("status", {}).get("reason") == "Evicted":
-        return
-    row, node_ref = _node_rows(nodes).get(node, ({}, None))
-    ready = next((c for c in row.get("conditions", []) or [] if c.get("type") == "Ready"), None)
-    if ready is None or ready.get("status") == "True":
-        return
-    name = _meta(pod).get("name", "")
-    msg = str(ready.get("message") or ready.get("reason") or "")
-    text = (
-        f"Pod {name} runs on node {node}, whose Ready condition is {ready.get('status')} "
-        f"({ready.get('reason', '')}: {msg}); the pod's containers cannot be served there."
-    )
-    yield Finding(
-        detector="node_not_ready",
-        pod=name,
-        container=None,
-        text=text,
-        quote=msg,
-        identifiers=(node,),
-        refs=_refs(
-            node_ref,
-            ref,
-            *[
-                e["ref"]
-                for e in mine
-                if e["event"].get("reason") in ("NodeNotReady", "TaintManagerEviction")
-            ],
-        ),
-        extra={"node": node, "status": ready.get("status")},
-    )
 
 
 # -- log shapes ------------------------------------------------------------------------------
@@ -581,6 +489,7 @@ def workload_findings(
     by_name = {_meta(p["pod"]).get("name", ""): p for p in pods}
     by_log = {(lg["pod"], lg["container"], bool(lg.get("previous"))): lg for lg in logs}
     nodes = _data(context, "node_capacity")
+    stale = stale_evictions(pods, events)
     out: list[Finding] = []
     for item in pods:
         name = _meta(item["pod"]).get("name", "")
@@ -594,7 +503,7 @@ def workload_findings(
         out += _create_config_error(item, mine)
         out += _pvc_unbound(item, mine, events + _claim_events(context))
         out += _taint_untolerated(item, mine, nodes)
-        out += _evicted(item, nodes)
+        out += _evicted(item, nodes, stale)
         out += _node_not_ready(item, mine, nodes)
     for log in logs:
         owner = by_name.get(log["pod"])

@@ -68,3 +68,14 @@ def _statuses(pod: dict[str, Any]) -> list[dict[str, Any]]:
 def _same(events: list[dict[str, Any]], ev: dict[str, Any]) -> list[str | None]:
     """The refs of every item holding an event with this message (describe and events)."""
     return [i["ref"] for i in events if i["event"].get("message") == ev.get("message")]
+
+
+def _unhealthy(pod: dict[str, Any]) -> bool:
+    st = pod.get("status", {})
+    if st.get("phase") in ("Pending", "Failed", "Unknown"):
+        return True
+    for cs in (st.get("containerStatuses") or []) + (st.get("initContainerStatuses") or []):
+        completed = cs.get("state", {}).get("terminated", {}).get("reason") == "Completed"
+        if (int(cs.get("restartCount", 0)) > 0 or not cs.get("ready", False)) and not completed:
+            return True
+    return False
