@@ -19,6 +19,7 @@ from loopkernel import (
     TaskSpec,
 )
 from loopkernel.errors import SchemaTooNew
+from loopkernel.ids import RunId
 
 
 def test_a_database_from_a_newer_loopkernel_is_refused(tmp_path: Path) -> None:
@@ -74,3 +75,37 @@ def test_the_journal_grows_linearly_not_with_snapshots_of_the_state(tmp_path: Pa
     large = _journal_bytes(tmp_path / "b.db", 400)
     # Four times the work, about four times the journal (whole-state snapshots would be ~16x).
     assert 3.5 < large / small < 4.5
+
+
+def test_a_second_store_in_one_process_keeps_the_first_ones_view_of_the_wal(
+    tmp_path: Path,
+) -> None:
+    """``loopkernel serve`` holds two stores on one file (the inspector's and the timer
+    waker's). Opening the second once read the file's header with Python's own ``open``,
+    whose ``close`` dropped every POSIX lock this process held on the file: another
+    process closing after a write then took itself for the last connection and reset the
+    WAL under the first store, which from then on saw no new run and called the (sound)
+    file malformed."""
+    from loopkernel.testing import run_cli
+
+    db = tmp_path / "runs.db"
+    args = ["run", "speculation", "--scenario", "fast", "--quiet", "--run-id"]
+    assert run_cli([*args, "one"], db=db).returncode == 0
+
+    async def go() -> None:
+        first, second = SQLiteStore(db, create=False), SQLiteStore(db, create=False)
+        await first.open()
+        assert (await first.get_run(RunId("one"))).status.value == "succeeded"
+        await second.open()
+        try:
+            for run_id in ("two", "three", "four"):
+                done = await asyncio.to_thread(run_cli, [*args, run_id], db=db)
+                assert done.returncode == 0, done.stderr
+                assert (await first.get_run(RunId(run_id))).status.value == "succeeded"
+                assert (await second.get_run(RunId(run_id))).status.value == "succeeded"
+            assert {r.run_id for r in await first.list_runs()} == {"one", "two", "three", "four"}
+        finally:
+            await second.close()
+            await first.close()
+
+    asyncio.run(go())

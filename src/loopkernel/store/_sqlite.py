@@ -66,7 +66,6 @@ DEFAULT_BUSY_TIMEOUT = 10.0
 """Seconds, in all, a write waits for another process's write lock before it is
 ``StoreUnavailable``."""
 
-_SQLITE_HEADER = b"SQLite format 3\x00"
 
 # Primary result codes of faults that pass: retrying later is right (sqlite.org/rescode.html).
 _TRANSIENT = {
@@ -124,19 +123,23 @@ def _prepare_file(path: Path, *, create: bool) -> bool:
                 f"cannot make {path} a private (0600) database: {exc.strerror}", path=str(path)
             ) from None
         return True
-    try:
-        with open(path, "rb") as f:
-            header = f.read(len(_SQLITE_HEADER))
-    except OSError as exc:
-        raise NotADatabase(f"cannot read {path}: {exc.strerror}", path=str(path)) from None
-    if header != _SQLITE_HEADER and not empty:
-        raise NotADatabase(f"{path} is not a SQLite database", path=str(path))
+    # Whether it is a SQLite file at all is SQLite's to say (``_check_ours``): a file this
+    # process opens and closes itself drops every POSIX lock the process holds on it, the
+    # locks of its other connections included (sqlite.org/howtocorrupt.html 2.2). Another
+    # process then takes itself for the last connection and resets the WAL under them.
+    if not os.access(path, os.R_OK):
+        raise NotADatabase(f"cannot read {path}: permission denied", path=str(path))
     return False
 
 
 def _check_ours(db: sqlite3.Connection, path: Path, *, create: bool) -> None:
     """Refuse a SQLite file of another application before anything is written to it."""
-    (app_id,) = db.execute("PRAGMA application_id").fetchone()
+    try:
+        (app_id,) = db.execute("PRAGMA application_id").fetchone()
+    except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorname", None) == "SQLITE_NOTADB":
+            raise NotADatabase(f"{path} is not a SQLite database", path=str(path)) from None
+        raise
     if app_id == APPLICATION_ID:
         return
     tables = {
