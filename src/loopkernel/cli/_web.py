@@ -7,8 +7,12 @@ import argparse
 import asyncio
 import contextlib
 import signal
+from typing import TYPE_CHECKING
 
 from loopkernel.cli._args import count, positive
+
+if TYPE_CHECKING:
+    from loopkernel.client import Client
 
 __all__ = ["add_parser"]
 
@@ -31,44 +35,32 @@ def _stop_on_sigterm(signum: int, frame: object) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve until Ctrl-C or SIGTERM, then exit 0: stopping a server is not an error.
 
-    Beside the inspector, on the same loop, a ``TimerWaker`` executes the runs whose timer
-    is due (unless ``--no-timers``). Stopping cancels it: the runs it executes stop between
-    two steps and give their leases back (SIGTERM is turned into the same interrupt as
-    Ctrl-C, after uvicorn has closed its connections)."""
+    Beside the inspector, on the same loop and the same client, a ``TimerWaker`` executes
+    the runs whose timer is due (unless ``--no-timers``). Stopping cancels it: the runs it
+    executes stop between two steps and give their leases back (SIGTERM is turned into the
+    same interrupt as Ctrl-C, after uvicorn has closed its connections)."""
     from loopkernel.web import require_extra
 
     require_extra()
     from loopkernel.web._serve import serve
 
-    async def serve_and_wake() -> None:
-        waking: asyncio.Task[None] | None = None
-        client = None
-        if not args.no_timers:
-            from loopkernel._waker import TimerWaker
-            from loopkernel.client import Client
+    async def wake(client: Client) -> None:
+        from loopkernel._waker import TimerWaker
 
-            client = Client(args.db, create=False)
-            await client.store.open()
-            waker = TimerWaker(client, poll_seconds=args.poll, apps=frozenset(args.app))
-            waking = asyncio.create_task(waker.serve(), name="timers")
-        try:
-            await serve(
-                args.db,
-                host=args.host,
-                port=args.port,
-                token_file=args.token_file,
-                require_token_for_reads=args.require_token_for_reads,
-                max_streams=args.max_streams,
-                allow_hosts=tuple(args.allow_host),
-                keepalive_seconds=args.keepalive_seconds,
-            )
-        finally:
-            if waking is not None:
-                waking.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await waking
-            if client is not None:
-                await client.store.close()
+        await TimerWaker(client, poll_seconds=args.poll, apps=frozenset(args.app)).serve()
+
+    async def serve_and_wake() -> None:
+        await serve(
+            args.db,
+            host=args.host,
+            port=args.port,
+            token_file=args.token_file,
+            require_token_for_reads=args.require_token_for_reads,
+            max_streams=args.max_streams,
+            allow_hosts=tuple(args.allow_host),
+            keepalive_seconds=args.keepalive_seconds,
+            beside=None if args.no_timers else wake,
+        )
 
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import os
 import secrets
 import socket
 import sys
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import uvicorn
 
@@ -80,9 +82,16 @@ async def serve(
     allow_hosts: tuple[str, ...] = (),
     keepalive_seconds: float | None = None,
     out: TextIO = sys.stdout,
+    beside: Callable[[Client], Coroutine[Any, Any, None]] | None = None,
 ) -> None:
     """Serve the inspector until interrupted. Requests are answered for loopback names,
-    ``host`` itself (unless it is a wildcard address) and ``allow_hosts``."""
+    ``host`` itself (unless it is a wildcard address) and ``allow_hosts``.
+
+    ``beside(client)``: a task run on the same client while the server runs (``loopkernel
+    serve``'s timer waker), cancelled and awaited when it stops. The same client, not a
+    second one: two SQLite stores on one file in one process are not safe (opening the
+    second reads the file's header with a plain ``open``/``close``, and POSIX drops every
+    lock the process holds on a file when any descriptor of it closes)."""
     token, new = operator_token(token_file)
     sock = _bind(host, port)
     async with Client(db) as client:
@@ -117,9 +126,16 @@ async def serve(
             timeout_graceful_shutdown=2,
         )
         server = uvicorn.Server(config)
+        task: asyncio.Task[None] | None = None
+        if beside is not None:
+            task = asyncio.create_task(beside(client))
         try:
             await server.serve(sockets=[sock])
         except asyncio.CancelledError:
             pass
         finally:
             sock.close()
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
