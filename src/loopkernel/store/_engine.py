@@ -315,7 +315,9 @@ class SQLStore:
 
     # -- the connection --------------------------------------------------------------------
 
-    async def _submit(self, body: Callable[[Cursor], T], how: How, sync: bool) -> T:
+    async def _submit(
+        self, body: Callable[[Cursor], T], how: How, sync: bool, bulk: bool = False
+    ) -> T:
         raise NotImplementedError
 
     async def _call(
@@ -324,9 +326,12 @@ class SQLStore:
         how: How = "statement",
         *,
         sync: bool = True,
+        bulk: bool = False,
     ) -> T:
-        """``body`` as one transaction, off the loop."""
-        return await self._retrying(lambda: self._submit(body, how, sync))
+        """``body`` as one transaction, never waiting on the loop (a dialect may run a
+        write that cannot wait on the loop itself: SQLite's unsynced ones). ``bulk``: a
+        write of a whole run's rows (a fork, a delete), always off the loop."""
+        return await self._retrying(lambda: self._submit(body, how, sync, bulk))
 
     async def _retrying(self, attempt: Callable[[], Awaitable[T]]) -> T:
         """``attempt()``, again after an async backoff while another process holds the
@@ -359,6 +364,7 @@ class SQLStore:
         *,
         sync: bool = True,
         lock: bool = True,
+        bulk: bool = False,
     ) -> T:
         """A write of ``run_id``: its row read under the dialect's lock (``RunNotFound``
         without it) and a fenced view's epoch compared, before ``body(cur, status)``.
@@ -378,7 +384,7 @@ class SQLStore:
                 fence.check_epoch(row[1], row[2])
             return body(cur, RunStatus(row[0]))
 
-        return await self._call(locked, "write", sync=sync)
+        return await self._call(locked, "write", sync=sync, bulk=bulk)
 
     def _unfenced(self, what: str) -> None:
         if self._fence is not None:
@@ -783,7 +789,7 @@ class SQLStore:
                 cur.many(sql, rows)
 
         try:
-            await self._write(fork.source.run_id, body)
+            await self._write(fork.source.run_id, body, bulk=True)
         except DuplicateKey:
             raise UsageError(
                 f"run {fork.run_id} already exists in {self.where}; pick another id",
@@ -829,7 +835,7 @@ class SQLStore:
             for table in TABLES:
                 cur.run(f"DELETE FROM {table.name} WHERE run_id = ?", (run_id,))
 
-        await self._write(run_id, body)
+        await self._write(run_id, body, bulk=True)
 
     # -- Leases (docs/workers.md) ----------------------------------------------------------
 
