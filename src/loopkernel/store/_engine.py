@@ -163,6 +163,11 @@ class Dialect:
     """Appended to the claim's subquery: PostgreSQL's ``FOR UPDATE SKIP LOCKED``."""
     OBJECT_AGG: ClassVar[str]
     """The aggregate of ``(key, value)`` rows into a JSON object."""
+    SEQ_WITH_LOCK: ClassVar[bool] = False
+    """Whether the run-row read of a write may read the run's last seq in the same
+    statement: true where the lock is taken before the statement (SQLite's ``BEGIN
+    IMMEDIATE``); not under ``FOR UPDATE``, whose subqueries see the snapshot taken before
+    the lock was waited for."""
 
     def sql(self, text: str) -> str:
         """``text`` (written with ``?`` placeholders, so never a ``?`` of its own) as the
@@ -188,11 +193,13 @@ class Dialect:
 class Cursor:
     """What a body gets: statements on one connection, faults translated here."""
 
-    __slots__ = ("_conn", "_dialect")
+    __slots__ = ("_conn", "_dialect", "top")
 
     def __init__(self, conn: Any, dialect: Dialect) -> None:
         self._conn = conn
         self._dialect = dialect
+        self.top: int | None = None
+        """The run's last seq, when the run-row read under the lock read it too."""
 
     def _execute(self, sql: str, params: Sequence[Any], many: bool = False) -> Any:
         d = self._dialect
@@ -270,6 +277,12 @@ _INSERT_EVENT = (
 _INSERT_PATCH = f"INSERT INTO patches (run_id, {PATCH_COLUMNS}, created_at) VALUES "
 _INSERT_PATCH += "(?,?,?,?,?,?,?,?,?)"
 _LAST_SEQ = "SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?"
+_RUN_ROW = "SELECT status, lease_epoch, owner FROM runs WHERE run_id = ?"
+_RUN_ROW_SEQ = (
+    "SELECT status, lease_epoch, owner, (SELECT COALESCE(MAX(seq), 0) FROM events "
+    "WHERE events.run_id = runs.run_id) FROM runs WHERE run_id = ?"
+)
+_STATUS = {status.value: status for status in RunStatus}
 _EDGES = "SELECT src, dst FROM edges WHERE run_id = ? ORDER BY src, dst"
 _EFFECT = f"SELECT {EFFECT_COLUMNS} FROM effects WHERE run_id = ? AND idem_key = ?"
 _EVIDENCE_BY_KEY = f"SELECT {EVIDENCE_COLUMNS} FROM evidence WHERE run_id = ? AND ev_key = ?"
@@ -365,14 +378,18 @@ class SQLStore:
         sync: bool = True,
         lock: bool = True,
         bulk: bool = False,
+        seq: bool = False,
     ) -> T:
         """A write of ``run_id``: its row read under the dialect's lock (``RunNotFound``
         without it) and a fenced view's epoch compared, before ``body(cur, status)``.
-        ``lock=False`` (an effect of an unfenced store): straight to the body."""
+        ``lock=False`` (an effect of an unfenced store): straight to the body. ``seq``:
+        the body appends; the run's last seq is read with the row where the dialect can
+        (``Dialect.SEQ_WITH_LOCK``; ``_last_seq`` answers it)."""
         fence = self._fence
         if fence is not None:
             fence.check_run(run_id)
-        sql = f"SELECT status, lease_epoch, owner FROM runs WHERE run_id = ?{self.dialect.LOCK}"
+        top = seq and self.dialect.SEQ_WITH_LOCK
+        sql = _RUN_ROW_SEQ if top else _RUN_ROW + self.dialect.LOCK
 
         def locked(cur: Cursor) -> T:
             if not (lock or fence):
@@ -382,7 +399,9 @@ class SQLStore:
                 raise self._not_found(run_id)
             if fence is not None:
                 fence.check_epoch(row[1], row[2])
-            return body(cur, RunStatus(row[0]))
+            if top:
+                cur.top = int(row[3])
+            return body(cur, _STATUS[row[0]])
 
         return await self._call(locked, "write", sync=sync, bulk=bulk)
 
@@ -534,6 +553,11 @@ class SQLStore:
 
     @staticmethod
     def _last_seq(cur: Cursor, run_id: RunId) -> int:
+        """The run's last seq, read under the run's lock (once, with its row, if it was)."""
+        top = cur.top
+        if top is not None:
+            cur.top = None
+            return top
         return int(cur.one(_LAST_SEQ, (run_id,))[0])
 
     async def last_seq(self, run_id: RunId) -> int:
@@ -551,7 +575,7 @@ class SQLStore:
 
         # Not fsynced on its own: the WAL is ordered, so the patch commit that follows
         # makes both durable with one fsync (docs/durability.md).
-        return await self._write(run_id, body, sync=False)
+        return await self._write(run_id, body, sync=False, seq=True)
 
     async def commit_patches(
         self,
@@ -593,7 +617,7 @@ class SQLStore:
             return out, None if final is None else self._append(cur, run_id, last, [final], now)[0]
 
         try:
-            written = await self._write(run_id, body)
+            written = await self._write(run_id, body, seq=True)
         except DuplicateKey:
             raise self._planned_twice(run_id, records) from None
         if delta.finish is not None:
@@ -650,7 +674,7 @@ class SQLStore:
             return event
 
         try:
-            return await self._write(run_id, body)
+            return await self._write(run_id, body, seq=True)
         except DuplicateKey:
             raise ApprovalRefused(
                 f"task {task_id!r} wait #{epoch[0]} was already answered; a replayed approval "
@@ -670,7 +694,7 @@ class SQLStore:
                 self._wake(cur, run_id, now)
             return event
 
-        return await self._write(run_id, body)
+        return await self._write(run_id, body, seq=True)
 
     # -- Effects ---------------------------------------------------------------------------
 

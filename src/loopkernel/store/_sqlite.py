@@ -231,6 +231,7 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
 class SQLiteDialect(Dialect):
     NOW: ClassVar[str] = "((julianday('now') - 2440587.5) * 86400.0)"
     OBJECT_AGG: ClassVar[str] = "json_group_object"
+    SEQ_WITH_LOCK: ClassVar[bool] = True
 
     def __init__(self, path: Path, url: str, synchronous: Synchronous) -> None:
         self.path = path
