@@ -4,7 +4,8 @@ A method is a *body*, a plain function of a ``Cursor``, run as one transaction o
 connection the dialect owns, **off the event loop**: SQLite on its one writer thread,
 PostgreSQL on a thread of its pool. The loop only awaits the body's result, so a lock
 held by another process, a slow disk or a slow server never stalls heartbeats, tool
-deadlines or cancellation.
+deadlines or cancellation. (SQLite runs a small write that cannot wait -- no fsync, no
+lock wait, no checkpoint -- on the loop when its thread is idle: ``SQLiteStore._submit``.)
 
 Faults are translated in one place, ``Cursor._execute``, where every statement passes:
 a passing fault (the write lock held, a full disk, an I/O error, a lost server) becomes
