@@ -109,3 +109,40 @@ def test_a_second_store_in_one_process_keeps_the_first_ones_view_of_the_wal(
             await first.close()
 
     asyncio.run(go())
+
+
+def test_the_wal_is_folded_in_as_it_grows_though_commits_never_checkpoint(
+    tmp_path: Path,
+) -> None:
+    # A commit that runs on the loop must never checkpoint there (a checkpoint fsyncs), so
+    # automatic checkpoints are off and the store's thread folds the WAL in past 4 MiB:
+    # a long run's WAL stays bounded, with every step in the database.
+    db = tmp_path / "runs.db"
+    wal = tmp_path / "runs.db-wal"
+    sizes: list[int] = []
+
+    class Watching(Chain):
+        def on_completed(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+            if wal.exists():
+                sizes.append(wal.stat().st_size)
+            return super().on_completed(snapshot, event)
+
+    async def go() -> None:
+        store = SQLiteStore(db, synchronous="normal")
+        await store.open()
+        with sqlite3.connect(db) as conn:  # the writer's connection has them off
+            assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000
+        assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+        kernel = Kernel(store, Watching(3000), {"w": _work})
+        started = await kernel.start(app="t")
+        assert (await kernel.run(started.run_id)).status.value == "succeeded"
+        await store.close()
+
+    asyncio.run(go())
+    # About 3 KB a step: 9 MB of journal went through a WAL that stayed near 4 MiB.
+    assert len(sizes) > 2900
+    assert max(sizes) < 6 * 1024 * 1024, max(sizes)
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM tasks WHERE state = 'succeeded'").fetchone() == (
+            3000,
+        )

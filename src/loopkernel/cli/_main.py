@@ -415,7 +415,7 @@ def build_parser(*, app_commands: bool = True) -> argparse.ArgumentParser:
             metavar="N",
             help="keep about N succeeded tasks in memory and read older ones back from the "
             "store when asked, so a long run's memory stays flat (SQLite only; default: "
-            "keep every task)",
+            "1,000 on SQLite, every task on PostgreSQL)",
         )
         p.add_argument(
             "--store-retry",

@@ -101,6 +101,7 @@ if TYPE_CHECKING:
     from loopkernel.telemetry._otel import Span, Tracer
 
 __all__ = [
+    "DEFAULT_KEEP_FINISHED",
     "DEFAULT_MAX_EVENTS",
     "Kernel",
     "PatchGuard",
@@ -117,6 +118,10 @@ of the task, and the run stays resumable (the task runs again when it resumes)."
 
 DEFAULT_MAX_EVENTS = 100_000
 """The runaway guard's default: far above any run the shipped apps make (tens of events)."""
+
+DEFAULT_KEEP_FINISHED = 1000
+"""``keep_finished`` when none is given, on a store that reads tasks back (SQLite): a run
+of up to about this many tasks never evicts one; a longer run's memory stays flat."""
 
 _EVICT_LOOKS = 64
 """At most this many finished tasks are looked at for eviction per step, so that a step's
@@ -204,7 +209,9 @@ class Kernel:
         """``keep_finished``: keep at most about this many succeeded tasks in memory and
         read older ones back from the store when a planner or a worker asks for them, so
         that a long run's memory stays flat (docs/performance.md, "Memory"). ``None``
-        (the default) keeps every task. Needs a store that reads synchronously (SQLite).
+        (the default): ``DEFAULT_KEEP_FINISHED`` (1,000) on a store that reads tasks back
+        synchronously (SQLite), every task on one that cannot (PostgreSQL). A number
+        needs such a store.
         ``workers``: ``async def`` callables, or plain ``def`` ones, which run in a thread
         (``as_async_worker`` states how they are cancelled)."""
         if max_concurrency < 1:
@@ -222,6 +229,8 @@ class Kernel:
         self.cancel_grace = cancel_grace
         self.observer = observer
         self.guard = guard
+        if keep_finished is None and isinstance(store, ArchiveSource):
+            keep_finished = DEFAULT_KEEP_FINISHED
         self.keep_finished = keep_finished
         self.clock = clock
         """Wall time in seconds since the epoch, for timers (tests pass a fake one)."""

@@ -4,7 +4,8 @@ A method is a *body*, a plain function of a ``Cursor``, run as one transaction o
 connection the dialect owns, **off the event loop**: SQLite on its one writer thread,
 PostgreSQL on a thread of its pool. The loop only awaits the body's result, so a lock
 held by another process, a slow disk or a slow server never stalls heartbeats, tool
-deadlines or cancellation.
+deadlines or cancellation. (SQLite runs a small write that cannot wait -- no fsync, no
+lock wait, no checkpoint -- on the loop when its thread is idle: ``SQLiteStore._submit``.)
 
 Faults are translated in one place, ``Cursor._execute``, where every statement passes:
 a passing fault (the write lock held, a full disk, an I/O error, a lost server) becomes
@@ -163,6 +164,11 @@ class Dialect:
     """Appended to the claim's subquery: PostgreSQL's ``FOR UPDATE SKIP LOCKED``."""
     OBJECT_AGG: ClassVar[str]
     """The aggregate of ``(key, value)`` rows into a JSON object."""
+    SEQ_WITH_LOCK: ClassVar[bool] = False
+    """Whether the run-row read of a write may read the run's last seq in the same
+    statement: true where the lock is taken before the statement (SQLite's ``BEGIN
+    IMMEDIATE``); not under ``FOR UPDATE``, whose subqueries see the snapshot taken before
+    the lock was waited for."""
 
     def sql(self, text: str) -> str:
         """``text`` (written with ``?`` placeholders, so never a ``?`` of its own) as the
@@ -188,11 +194,13 @@ class Dialect:
 class Cursor:
     """What a body gets: statements on one connection, faults translated here."""
 
-    __slots__ = ("_conn", "_dialect")
+    __slots__ = ("_conn", "_dialect", "top")
 
     def __init__(self, conn: Any, dialect: Dialect) -> None:
         self._conn = conn
         self._dialect = dialect
+        self.top: int | None = None
+        """The run's last seq, when the run-row read under the lock read it too."""
 
     def _execute(self, sql: str, params: Sequence[Any], many: bool = False) -> Any:
         d = self._dialect
@@ -277,6 +285,12 @@ TASK_EVENTS = (
 primary key (SQLite, without statistics, would rather scan the run's whole journal by its
 primary key than look rows up from an index that does not cover them)."""
 _LAST_SEQ = "SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?"
+_RUN_ROW = "SELECT status, lease_epoch, owner FROM runs WHERE run_id = ?"
+_RUN_ROW_SEQ = (
+    "SELECT status, lease_epoch, owner, (SELECT COALESCE(MAX(seq), 0) FROM events "
+    "WHERE events.run_id = runs.run_id) FROM runs WHERE run_id = ?"
+)
+_STATUS = {status.value: status for status in RunStatus}
 _EDGES = "SELECT src, dst FROM edges WHERE run_id = ? ORDER BY src, dst"
 _EFFECT = f"SELECT {EFFECT_COLUMNS} FROM effects WHERE run_id = ? AND idem_key = ?"
 _EVIDENCE_BY_KEY = f"SELECT {EVIDENCE_COLUMNS} FROM evidence WHERE run_id = ? AND ev_key = ?"
@@ -322,7 +336,9 @@ class SQLStore:
 
     # -- the connection --------------------------------------------------------------------
 
-    async def _submit(self, body: Callable[[Cursor], T], how: How, sync: bool) -> T:
+    async def _submit(
+        self, body: Callable[[Cursor], T], how: How, sync: bool, bulk: bool = False
+    ) -> T:
         raise NotImplementedError
 
     async def _call(
@@ -331,9 +347,12 @@ class SQLStore:
         how: How = "statement",
         *,
         sync: bool = True,
+        bulk: bool = False,
     ) -> T:
-        """``body`` as one transaction, off the loop."""
-        return await self._retrying(lambda: self._submit(body, how, sync))
+        """``body`` as one transaction, never waiting on the loop (a dialect may run a
+        write that cannot wait on the loop itself: SQLite's unsynced ones). ``bulk``: a
+        write of a whole run's rows (a fork, a delete), always off the loop."""
+        return await self._retrying(lambda: self._submit(body, how, sync, bulk))
 
     async def _retrying(self, attempt: Callable[[], Awaitable[T]]) -> T:
         """``attempt()``, again after an async backoff while another process holds the
@@ -366,14 +385,19 @@ class SQLStore:
         *,
         sync: bool = True,
         lock: bool = True,
+        bulk: bool = False,
+        seq: bool = False,
     ) -> T:
         """A write of ``run_id``: its row read under the dialect's lock (``RunNotFound``
         without it) and a fenced view's epoch compared, before ``body(cur, status)``.
-        ``lock=False`` (an effect of an unfenced store): straight to the body."""
+        ``lock=False`` (an effect of an unfenced store): straight to the body. ``seq``:
+        the body appends; the run's last seq is read with the row where the dialect can
+        (``Dialect.SEQ_WITH_LOCK``; ``_last_seq`` answers it)."""
         fence = self._fence
         if fence is not None:
             fence.check_run(run_id)
-        sql = f"SELECT status, lease_epoch, owner FROM runs WHERE run_id = ?{self.dialect.LOCK}"
+        top = seq and self.dialect.SEQ_WITH_LOCK
+        sql = _RUN_ROW_SEQ if top else _RUN_ROW + self.dialect.LOCK
 
         def locked(cur: Cursor) -> T:
             if not (lock or fence):
@@ -383,9 +407,11 @@ class SQLStore:
                 raise self._not_found(run_id)
             if fence is not None:
                 fence.check_epoch(row[1], row[2])
-            return body(cur, RunStatus(row[0]))
+            if top:
+                cur.top = int(row[3])
+            return body(cur, _STATUS[row[0]])
 
-        return await self._call(locked, "write", sync=sync)
+        return await self._call(locked, "write", sync=sync, bulk=bulk)
 
     def _unfenced(self, what: str) -> None:
         if self._fence is not None:
@@ -535,6 +561,11 @@ class SQLStore:
 
     @staticmethod
     def _last_seq(cur: Cursor, run_id: RunId) -> int:
+        """The run's last seq, read under the run's lock (once, with its row, if it was)."""
+        top = cur.top
+        if top is not None:
+            cur.top = None
+            return top
         return int(cur.one(_LAST_SEQ, (run_id,))[0])
 
     async def last_seq(self, run_id: RunId) -> int:
@@ -552,7 +583,7 @@ class SQLStore:
 
         # Not fsynced on its own: the WAL is ordered, so the patch commit that follows
         # makes both durable with one fsync (docs/durability.md).
-        return await self._write(run_id, body, sync=False)
+        return await self._write(run_id, body, sync=False, seq=True)
 
     async def commit_patches(
         self,
@@ -594,7 +625,7 @@ class SQLStore:
             return out, None if final is None else self._append(cur, run_id, last, [final], now)[0]
 
         try:
-            written = await self._write(run_id, body)
+            written = await self._write(run_id, body, seq=True)
         except DuplicateKey:
             raise self._planned_twice(run_id, records) from None
         if delta.finish is not None:
@@ -652,7 +683,7 @@ class SQLStore:
             return event
 
         try:
-            return await self._write(run_id, body)
+            return await self._write(run_id, body, seq=True)
         except DuplicateKey:
             raise ApprovalRefused(
                 f"task {task_id!r} wait #{epoch[0]} was already answered; a replayed approval "
@@ -672,7 +703,7 @@ class SQLStore:
                 self._wake(cur, run_id, now)
             return event
 
-        return await self._write(run_id, body)
+        return await self._write(run_id, body, seq=True)
 
     # -- Effects ---------------------------------------------------------------------------
 
@@ -791,7 +822,7 @@ class SQLStore:
                 cur.many(sql, rows)
 
         try:
-            await self._write(fork.source.run_id, body)
+            await self._write(fork.source.run_id, body, bulk=True)
         except DuplicateKey:
             raise UsageError(
                 f"run {fork.run_id} already exists in {self.where}; pick another id",
@@ -858,7 +889,7 @@ class SQLStore:
             for table in TABLES:
                 cur.run(f"DELETE FROM {table.name} WHERE run_id = ?", (run_id,))
 
-        await self._write(run_id, body)
+        await self._write(run_id, body, bulk=True)
 
     # -- Leases (docs/workers.md) ----------------------------------------------------------
 

@@ -181,7 +181,9 @@ class PostgresStore(SQLStore):
             self._threads = ThreadPoolExecutor(self.max_size, thread_name_prefix="loopkernel-pg")
         return asyncio.get_running_loop().run_in_executor(self._threads, fn)
 
-    async def _submit(self, body: Callable[[Cursor], T], how: How, sync: bool) -> T:
+    async def _submit(
+        self, body: Callable[[Cursor], T], how: How, sync: bool, bulk: bool = False
+    ) -> T:
         pool = self._pool
         if pool is None:
             raise UsageError("the store is not open; call `await store.open()` first")

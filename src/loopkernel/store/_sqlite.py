@@ -1,10 +1,14 @@
 """The embedded store: one SQLite file, WAL while running, whole again at every quiet point.
 
-Every statement runs on the store's one thread, on its one connection (the engine,
-``_engine``): the event loop never waits for SQLite. A write that finds another
-process's write lock is retried with an async backoff for ``busy_timeout`` seconds in
-all (SQLite's own busy handler is off: it would sleep on the thread, with the lock
-waits of every write queued behind it).
+Every statement runs on the store's one connection (the engine, ``_engine``), and the
+event loop never waits for SQLite: reads, fsynced commits, checkpoints and bulk copies
+run on the store's one thread; a small write that cannot wait runs on the loop itself
+when that thread is idle (a thread hop costs more than such a write). It cannot wait
+because SQLite's busy handler is off (a held lock fails at once; the engine retries with
+an async backoff for ``busy_timeout`` seconds in all), its commit is not fsynced
+(``synchronous`` NORMAL, or a write that is not synced on its own), and automatic
+checkpoints are off: the thread folds the WAL in once it passes 4 MiB, and at every
+quiet point.
 
 Durability: ``synchronous="full"`` (the default) fsyncs the WAL at every patch commit.
 A step is usually one such commit (``commit_step``: its events, tasks and patches). An
@@ -66,6 +70,12 @@ DEFAULT_BUSY_TIMEOUT = 10.0
 """Seconds, in all, a write waits for another process's write lock before it is
 ``StoreUnavailable``."""
 
+
+_WAL_LIMIT = 4 * 1024 * 1024
+"""Bytes of WAL past which the thread checkpoints (SQLite's automatic checkpoint, which
+is off, is at 1,000 pages: 4 MiB at the default page size)."""
+_WAL_LOOK = 64
+"""Every this-many-th write goes to the thread, which looks at the WAL's size after it."""
 
 # Primary result codes of faults that pass: retrying later is right (sqlite.org/rescode.html).
 _TRANSIENT = {
@@ -166,12 +176,17 @@ def _check_ours(db: sqlite3.Connection, path: Path, *, create: bool) -> None:
 class _Writer:
     """The store's one thread: it runs what it is given in order, and answers each on the
     loop that asked. (Leaner than a ``ThreadPoolExecutor``: one queue put and one
-    ``call_soon_threadsafe`` a call, half its cost per step.)"""
+    ``call_soon_threadsafe`` a call, half its cost per step.) ``inline`` runs a call in the
+    caller's thread instead, when nothing is queued or running here (so the order of calls
+    is kept)."""
 
     def __init__(self) -> None:
         self._queue: SimpleQueue[tuple[Callable[[], Any], asyncio.Future[Any]] | None]
         self._queue = SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._pending = 0
+        """Calls submitted and not yet run to their end on the thread."""
 
     def submit(self, fn: Callable[[], T]) -> asyncio.Future[T]:
         if self._thread is None:
@@ -180,8 +195,18 @@ class _Writer:
             )
             self._thread.start()
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        with self._lock:
+            self._pending += 1
         self._queue.put((fn, future))
         return future
+
+    def inline(self, fn: Callable[[], T]) -> tuple[bool, T | None]:
+        """``(True, fn())`` run here if the thread is idle, else ``(False, None)``. Only the
+        thread that submits may call it (no call can be submitted while ``fn`` runs)."""
+        with self._lock:
+            if self._pending:
+                return False, None
+        return True, fn()
 
     def _serve(self) -> None:
         while (item := self._queue.get()) is not None:
@@ -190,6 +215,8 @@ class _Writer:
                 result, error = fn(), None
             except BaseException as exc:
                 result, error = None, exc
+            with self._lock:
+                self._pending -= 1
             with suppress(RuntimeError):  # the loop closed meanwhile: nobody is waiting
                 future.get_loop().call_soon_threadsafe(_settle, future, result, error)
 
@@ -213,6 +240,7 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
 class SQLiteDialect(Dialect):
     NOW: ClassVar[str] = "((julianday('now') - 2440587.5) * 86400.0)"
     OBJECT_AGG: ClassVar[str] = "json_group_object"
+    SEQ_WITH_LOCK: ClassVar[bool] = True
 
     def __init__(self, path: Path, url: str, synchronous: Synchronous) -> None:
         self.path = path
@@ -290,6 +318,8 @@ class SQLiteStore(SQLStore):
         """The one thread the connection is used on (a fenced view shares it)."""
         self._watch: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None
+        self._wal = self.path.with_name(self.path.name + "-wal")
+        self._writes = 0
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
@@ -305,9 +335,43 @@ class SQLiteStore(SQLStore):
     def _on_thread(self, fn: Callable[[], T]) -> asyncio.Future[T]:
         return self._writer.submit(fn)
 
-    async def _submit(self, body: Callable[[Cursor], T], how: How, sync: bool) -> T:
+    async def _submit(
+        self, body: Callable[[Cursor], T], how: How, sync: bool, bulk: bool = False
+    ) -> T:
         db = self._conn
-        return await self._on_thread(lambda: transact(db, self.dialect, body, how, sync))
+
+        def work() -> T:
+            return transact(db, self.dialect, body, how, sync)
+
+        if how != "write":
+            return await self._on_thread(work)
+        self._writes += 1
+        if not bulk and not (sync and self.synchronous == "full") and self._writes % _WAL_LOOK:
+            # A write that cannot wait runs on the loop: no lock wait (the busy handler is
+            # off: a held lock is LockHeld at once, and the engine waits asynchronously),
+            # no fsync (synchronous NORMAL for this commit), no checkpoint (automatic ones
+            # are off: the thread folds the WAL in, below). Only if the thread is idle, so
+            # that calls stay in order.
+            done, out = self._writer.inline(work)
+            if done:
+                return out  # type: ignore[return-value]
+
+        def work_then_fold() -> T:
+            out = work()
+            self._fold_wal(db)
+            return out
+
+        return await self._on_thread(work_then_fold)
+
+    def _fold_wal(self, db: sqlite3.Connection) -> None:
+        """On the thread, after a write: a PASSIVE checkpoint once the WAL passes
+        ``_WAL_LIMIT`` (what SQLite's automatic checkpoint does, off the loop). Best
+        effort: what is not folded in now is at the next one."""
+        try:
+            if os.stat(self._wal).st_size > _WAL_LIMIT:
+                db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except (OSError, sqlite3.Error):
+            pass
 
     def _sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """``fn(connection)`` in this thread, its SQLite errors translated as the engine's."""
@@ -349,6 +413,9 @@ class SQLiteStore(SQLStore):
             raise NotADatabase(f"cannot open {self.path}: {exc}", path=str(self.path)) from None
         try:
             db.execute("PRAGMA busy_timeout = 0")  # lock waits are the engine's, async
+            # Checkpoints are the thread's (_fold_wal, quiet points), never a commit's:
+            # a commit may run on the loop, and a checkpoint fsyncs.
+            db.execute("PRAGMA wal_autocheckpoint = 0")
             if not fresh:
                 _check_ours(db, self.path, create=self.create)
             db.execute("PRAGMA journal_mode = WAL")
