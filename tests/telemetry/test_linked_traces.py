@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from loopkernel import (
@@ -25,23 +23,9 @@ from loopkernel import (
     Snapshot,
     TaskContext,
     TaskSpec,
-    telemetry,
 )
 from loopkernel.client import Client
 from loopkernel.store import SQLiteStore
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    telemetry.configure(provider)
-    try:
-        yield exporter
-    finally:
-        telemetry.reset()
-        provider.shutdown()
 
 
 def named(spans: list[ReadableSpan], prefix: str) -> list[ReadableSpan]:

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -25,24 +23,10 @@ from loopkernel import (
     Snapshot,
     TaskContext,
     TaskSpec,
-    telemetry,
 )
 from loopkernel.client import Client
 from loopkernel.store import SQLiteStore
 from loopkernel.testing import run_cli
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    telemetry.configure(provider)
-    try:
-        yield exporter
-    finally:
-        telemetry.reset()
-        provider.shutdown()
 
 
 def named(spans: list[ReadableSpan], prefix: str) -> list[ReadableSpan]:
