@@ -62,6 +62,7 @@ class TimerWaker:
         concurrency: int = 4,
         store_retry: float = 10.0,
         log: Log = _stderr,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
         self.poll_seconds = poll_seconds
@@ -71,6 +72,7 @@ class TimerWaker:
         self.woken = 0
         """Runs this waker executed to their end or their next wait."""
         self._log = log
+        self._monotonic = monotonic
         self._in_hand: dict[RunId, asyncio.Task[None]] = {}
         self._later: dict[RunId, tuple[float, float]] = {}
         """Per run left due by its own executor: (monotonic time to look again, back-off)."""
@@ -112,7 +114,7 @@ class TimerWaker:
         for run_id in set(self._later) - set(due):  # no longer due: its back-off is over
             del self._later[run_id]
         started = []
-        now = time.monotonic()
+        now = self._monotonic()
         for run_id in due:
             if len(self._in_hand) >= self.concurrency:
                 break
@@ -174,4 +176,4 @@ class TimerWaker:
     def _back_off(self, run_id: RunId) -> None:
         _, last = self._later.get(run_id, (0.0, 0.0))
         backoff = min(MAX_BACKOFF_SECONDS, max(self.poll_seconds, last * 2))
-        self._later[run_id] = (time.monotonic() + backoff, backoff)
+        self._later[run_id] = (self._monotonic() + backoff, backoff)
