@@ -320,6 +320,8 @@ class SQLiteStore(SQLStore):
         self._reader: sqlite3.Connection | None = None
         self._wal = self.path.with_name(self.path.name + "-wal")
         self._writes = 0
+        self.wal_folds = 0
+        """How many times the thread folded the WAL in as it grew (``_fold_wal``)."""
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
@@ -364,11 +366,14 @@ class SQLiteStore(SQLStore):
         return await self._on_thread(work_then_fold)
 
     def _fold_wal(self, db: sqlite3.Connection) -> None:
-        """On the thread, after a write: a PASSIVE checkpoint once the WAL passes
-        ``_WAL_LIMIT`` (what SQLite's automatic checkpoint does, off the loop). Best
-        effort: what is not folded in now is at the next one."""
+        """On the thread, after a write: a PASSIVE checkpoint once the WAL file passes
+        ``_WAL_LIMIT`` (what SQLite's automatic checkpoint does, off the loop). The next
+        commit writes the WAL again from its start and cuts the file back to the limit
+        (``journal_size_limit``), so a fold comes once per limit's worth of journal, not
+        at every write. Best effort: what is not folded in now is at the next one."""
         try:
             if os.stat(self._wal).st_size > _WAL_LIMIT:
+                self.wal_folds += 1
                 db.execute("PRAGMA wal_checkpoint(PASSIVE)")
         except (OSError, sqlite3.Error):
             pass
@@ -416,6 +421,7 @@ class SQLiteStore(SQLStore):
             # Checkpoints are the thread's (_fold_wal, quiet points), never a commit's:
             # a commit may run on the loop, and a checkpoint fsyncs.
             db.execute("PRAGMA wal_autocheckpoint = 0")
+            db.execute(f"PRAGMA journal_size_limit = {_WAL_LIMIT}")
             if not fresh:
                 _check_ours(db, self.path, create=self.create)
             db.execute("PRAGMA journal_mode = WAL")
