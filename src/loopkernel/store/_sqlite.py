@@ -75,7 +75,8 @@ _WAL_LIMIT = 4 * 1024 * 1024
 """Bytes of WAL past which the thread checkpoints (SQLite's automatic checkpoint, which
 is off, is at 1,000 pages: 4 MiB at the default page size)."""
 _WAL_LOOK = 64
-"""Every this-many-th write goes to the thread, which looks at the WAL's size after it."""
+"""Every this-many-th write that could run on the loop looks at the WAL's size, and goes
+to the thread (which folds the WAL in after it) if it is past ``_WAL_LIMIT``."""
 
 # Primary result codes of faults that pass: retrying later is right (sqlite.org/rescode.html).
 _TRANSIENT = {
@@ -348,7 +349,11 @@ class SQLiteStore(SQLStore):
         if how != "write":
             return await self._on_thread(work)
         self._writes += 1
-        if not bulk and not (sync and self.synchronous == "full") and self._writes % _WAL_LOOK:
+        if (
+            not bulk
+            and not (sync and self.synchronous == "full")
+            and (self._writes % _WAL_LOOK or not self._wal_full())
+        ):
             # A write that cannot wait runs on the loop: no lock wait (the busy handler is
             # off: a held lock is LockHeld at once, and the engine waits asynchronously),
             # no fsync (synchronous NORMAL for this commit), no checkpoint (automatic ones
@@ -365,18 +370,23 @@ class SQLiteStore(SQLStore):
 
         return await self._on_thread(work_then_fold)
 
+    def _wal_full(self) -> bool:
+        """Whether the WAL file is past ``_WAL_LIMIT`` (a stat: the loop may look)."""
+        try:
+            return os.stat(self._wal).st_size > _WAL_LIMIT
+        except OSError:
+            return False
+
     def _fold_wal(self, db: sqlite3.Connection) -> None:
         """On the thread, after a write: a PASSIVE checkpoint once the WAL file passes
         ``_WAL_LIMIT`` (what SQLite's automatic checkpoint does, off the loop). The next
         commit writes the WAL again from its start and cuts the file back to the limit
         (``journal_size_limit``), so a fold comes once per limit's worth of journal, not
         at every write. Best effort: what is not folded in now is at the next one."""
-        try:
-            if os.stat(self._wal).st_size > _WAL_LIMIT:
-                self.wal_folds += 1
+        if self._wal_full():
+            self.wal_folds += 1
+            with suppress(sqlite3.Error):
                 db.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        except (OSError, sqlite3.Error):
-            pass
 
     def _sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """``fn(connection)`` in this thread, its SQLite errors translated as the engine's."""
