@@ -7,7 +7,7 @@
         put tasks a crash left running back to ready
     loop:
         start ready tasks whose predecessors all succeeded (up to max_concurrency)
-        asyncio.wait(FIRST_COMPLETED) -- not for the slowest sibling
+        wake on the first completion -- not for the slowest sibling
         the completions' events numbered in memory, after the last seq this executor knows
         one patch per event, validated, applied in memory, then one synced transaction:
             the events, the tasks' new states, the patches, the next tasks marked running
@@ -300,6 +300,10 @@ class _RunLoop:
         self.ready: dict[TaskId, None] = {}
         self.running: dict[asyncio.Task[JSON], TaskId] = {}
         self.cancelled: dict[asyncio.Task[JSON], TaskId] = {}
+        self.landed: list[asyncio.Task[JSON]] = []
+        """Tasks that ended since the loop last looked (each one's done callback)."""
+        self.wakeup: asyncio.Future[None] | None = None
+        """Set by the first task to end while the loop waits (``_completions``)."""
         self.last_poll = 0.0
         self.book = EvidenceBook(kernel.store, run_id)
         self.tracer = telemetry.tracer()
@@ -387,11 +391,7 @@ class _RunLoop:
                         return self._outcome()
                     await self._stall()
                     break
-                done, _ = await asyncio.wait(
-                    [*self.running, *self.cancelled],
-                    timeout=self.k.poll_interval,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
+                done = await self._completions()
                 # Another process's events first: ours are numbered after them.
                 events = await self._external_events(force=not done)
                 events.extend(await self._journal(done))
@@ -401,6 +401,28 @@ class _RunLoop:
             raise
         await self._drain_cancelled()
         return self._outcome()
+
+    async def _completions(self) -> set[asyncio.Task[JSON]]:
+        """The tasks that ended since the last look, after waiting up to ``poll_interval``
+        for the first if none has: ``asyncio.wait(FIRST_COMPLETED)``, without hooking and
+        unhooking every task in flight at every step (each has one done callback,
+        ``_landed``, for its whole life)."""
+        if not self.landed:
+            loop = asyncio.get_running_loop()
+            self.wakeup = wakeup = loop.create_future()
+            timer = loop.call_later(self.k.poll_interval, _release, wakeup)
+            try:
+                await wakeup
+            finally:
+                timer.cancel()
+                self.wakeup = None
+        landed, self.landed = self.landed, []
+        return {f for f in landed if f in self.running or f in self.cancelled}
+
+    def _landed(self, fut: asyncio.Task[JSON]) -> None:
+        self.landed.append(fut)
+        if self.wakeup is not None:
+            _release(self.wakeup)
 
     def _outcome(self) -> RunOutcome:
         return RunOutcome(run_id=self.run_id, status=self.state.status, verdict=self.state.verdict)
@@ -462,6 +484,7 @@ class _RunLoop:
                 fut = asyncio.ensure_future(_traced(self.tracer, span, worker, ctx))
             else:
                 fut = asyncio.ensure_future(_call(worker, ctx))
+            fut.add_done_callback(self._landed)
             self.running[fut] = task.task_id
 
     async def _start_ready(self) -> None:
@@ -986,6 +1009,11 @@ def proposal_note(
 
 async def _call(worker: Worker, ctx: TaskContext) -> JSON:
     return await worker(ctx)
+
+
+def _release(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def _is_async(worker: object) -> bool:
