@@ -9,7 +9,8 @@ it, committing the step, starting the next task. In one run, interleaved (rounds
 measure, medians), so that a loaded machine weighs on all of them alike:
 
 - the floor: one SQLite WAL commit of one small row, at synchronous=FULL (fsync'd) and
-  NORMAL, in the same temp dir -- what any durable step costs at least;
+  NORMAL, in the same temp dir -- what any durable step costs at least; and at FULL a
+  commit of as many pages as a chain step writes (``STEP_PAGES``);
 - a 1,000-step chain at FULL and NORMAL, µs per step, and its ratio to the floor;
 - a fan-out of 1,000 tasks at concurrency 16, 64 and 1,000, µs per task;
 - peak RSS of a fresh process running a chain of 1k, 10k (and 100k) tasks;
@@ -127,9 +128,16 @@ async def measure(
     }
 
 
-def commit_floor(synchronous: str, samples: int = 300) -> float:
-    """µs per SQLite WAL commit of one small row at ``synchronous``, in the benchmark's temp
-    dir: the least a durable step can cost in this store."""
+STEP_PAGES = 7
+"""Pages a chain step's commit writes to the WAL: 6.7 frames a step, counted with
+``strace -f -e pwrite64`` over a 1,000-step chain (two writes a frame; docs/performance.md)."""
+
+
+def commit_floor(synchronous: str, samples: int = 300, pages: int = 1) -> float:
+    """µs per SQLite WAL commit of one small row at ``synchronous`` (or of ``pages`` rows
+    of most of a page each), in the benchmark's temp dir: the least a durable step can
+    cost in this store (one that writes as much as a step does)."""
+    size = 200 if pages == 1 else 3500
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
         db = sqlite3.connect(Path(tmp) / "floor.db", isolation_level=None)
         db.execute("PRAGMA journal_mode = WAL")
@@ -138,7 +146,8 @@ def commit_floor(synchronous: str, samples: int = 300) -> float:
         t0 = time.perf_counter()
         for i in range(samples):
             db.execute("BEGIN IMMEDIATE")
-            db.execute("INSERT INTO t VALUES (?, ?)", (i, "x" * 200))
+            for j in range(pages):
+                db.execute("INSERT INTO t VALUES (?, ?)", (i * pages + j, "x" * size))
             db.execute("COMMIT")
         elapsed = time.perf_counter() - t0
         db.close()
@@ -431,6 +440,7 @@ def main() -> None:
     try:
         for r in range(rounds):
             add("floor_full_us", commit_floor("full"))
+            add("floor_step_full_us", commit_floor("full", pages=STEP_PAGES))
             add("chain_full_us", asyncio.run(measure("chain", 1000, "full", 16))["us_per_task"])
             add("floor_normal_us", commit_floor("normal"))
             add("chain_normal_us", asyncio.run(measure("chain", 1000, "normal", 16))["us_per_task"])
@@ -461,6 +471,7 @@ def main() -> None:
     m = {k: median(v, 4 if k.endswith("_s") else 1) for k, v in samples.items()}
     ratios = {
         "chain_full_to_floor": round(m["chain_full_us"] / m["floor_full_us"], 2),
+        "chain_full_to_step_floor": round(m["chain_full_us"] / m["floor_step_full_us"], 2),
         "chain_normal_to_floor": round(m["chain_normal_us"] / m["floor_normal_us"], 2),
     }
     if "pg_step_ms" in m:
@@ -478,11 +489,17 @@ def main() -> None:
     load = os.getloadavg()
     table = [
         ("floor: SQLite WAL commit, FULL (fsync)", f"{m['floor_full_us']} µs", ""),
+        (
+            f"floor: SQLite WAL commit of {STEP_PAGES} pages (a step's), FULL",
+            f"{m['floor_step_full_us']} µs",
+            "",
+        ),
         ("floor: SQLite WAL commit, NORMAL", f"{m['floor_normal_us']} µs", ""),
         (
             "chain of 1,000, FULL, per step",
             f"{m['chain_full_us']} µs",
-            f"{ratios['chain_full_to_floor']} x floor",
+            f"{ratios['chain_full_to_floor']} x floor, "
+            f"{ratios['chain_full_to_step_floor']} x a step's",
         ),
         (
             "chain of 1,000, NORMAL, per step",
