@@ -13,7 +13,8 @@ measure, medians), so that a loaded machine weighs on all of them alike:
   commit of as many pages as a chain step writes (``STEP_PAGES``);
 - a 1,000-step chain at FULL and NORMAL, µs per step, and its ratio to the floor;
 - a fan-out of 1,000 tasks at concurrency 16, 64 and 1,000, µs per task;
-- peak RSS of a fresh process running a chain of 1k, 10k (and 100k) tasks;
+- peak RSS of a fresh process running a chain of 1k, 10k (and 100k) tasks, on SQLite
+  and on PostgreSQL;
 - recovery: a 10,000-task chain SIGKILLed after step 5,000 (``patch_committed``), resumed
   in a fresh process: seconds from opening the store to the first new step planned;
 - PostgreSQL (``LOOPKERNEL_BENCH_PG``, default the local server; skipped if down): a
@@ -174,15 +175,20 @@ KEEP = 1000
 is the same on SQLite since 2026-12-02; the rows without ``--keep`` show the default.)"""
 
 
-def rss_child(n: int, keep: int | None) -> None:
-    """Run a chain of ``n`` at NORMAL; print peak RSS (KiB) before and after."""
+def rss_child(n: int, keep: int | None, pg: str | None = None) -> None:
+    """Run a chain of ``n`` at NORMAL (or on PostgreSQL at ``pg``); print peak RSS (KiB)
+    before and after."""
     before = peak_kib()
-    asyncio.run(measure("chain", n, "normal", 16, keep))
+    if pg is None:
+        asyncio.run(measure("chain", n, "normal", 16, keep))
+    else:
+        asyncio.run(pg_step(pg, n, keep))
     print(before, peak_kib())
 
 
-def peak_rss(n: int, keep: int | None = None) -> dict[str, Any]:
+def peak_rss(n: int, keep: int | None = None, pg: str | None = None) -> dict[str, Any]:
     extra = [] if keep is None else ["--keep", str(keep)]
+    extra += [] if pg is None else ["--pg", pg]
     out = subprocess.run(
         [sys.executable, "-m", "bench.kernel_overhead", "--rss-child", str(n), *extra],
         capture_output=True,
@@ -317,13 +323,13 @@ def drop_pg(url: str) -> None:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
-async def pg_step(url: str, n: int) -> dict[str, float]:
+async def pg_step(url: str, n: int, keep: int | None = None) -> dict[str, float]:
     from loopkernel.store import open_store
 
     store = open_store(url)
     await store.open()
     try:
-        elapsed, events = await timed_run(store, "chain", n, 16)
+        elapsed, events = await timed_run(store, "chain", n, 16, keep)
     finally:
         await store.close()
     return {"ms_per_step": elapsed / n * 1e3, "events": events}
@@ -417,11 +423,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, help="rounds (default 5, 3 with --quick)")
     parser.add_argument("--rss-child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--keep", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--pg", help=argparse.SUPPRESS)
     parser.add_argument("--crash-child", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--resume-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rss_child:
-        rss_child(args.rss_child, args.keep)
+        rss_child(args.rss_child, args.keep, args.pg)
         return
     if args.crash_child or args.resume_child:
         db, n = args.crash_child or args.resume_child
@@ -457,12 +464,14 @@ def main() -> None:
                 flush=True,
             )
         turns = None
+        sizes = [1000, 10_000] if args.quick else [1000, 10_000, 100_000]
+        rss_pg = []
         if pg_url is not None:
             turns = round(asyncio.run(pg_turns(pg_url, Relay("127.0.0.1", 5432), 50)), 2)
+            rss_pg = [peak_rss(n, pg=pg_url) for n in sizes]
     finally:
         if pg_url is not None:
             drop_pg(pg_url)
-    sizes = [1000, 10_000] if args.quick else [1000, 10_000, 100_000]
     rss = [peak_rss(n) for n in sizes]
     rss_evicting = [peak_rss(n, KEEP) for n in sizes]
     samples["recovery_10k_s"] = [round(recovery(10_000), 4) for _ in range(rounds)]
@@ -483,6 +492,10 @@ def main() -> None:
     ratios["rss_growth_largest_vs_1k_mb_keep_finished"] = round(
         rss_evicting[-1]["peak_mb"] - rss_evicting[0]["peak_mb"], 1
     )
+    if rss_pg:
+        ratios["pg_rss_growth_largest_vs_1k_mb"] = round(
+            rss_pg[-1]["peak_mb"] - rss_pg[0]["peak_mb"], 1
+        )
     ratios["chain_normal_keep100_to_keep_all"] = round(
         m["chain_normal_keep100_us"] / m["chain_normal_us"], 2
     )
@@ -552,6 +565,14 @@ def main() -> None:
             )
         )
         table.append(("PostgreSQL round trips per step", str(turns), ""))
+        table.extend(
+            (
+                f"PostgreSQL: peak RSS, chain of {r['tasks']:,}, keep_finished by default",
+                f"{r['peak_mb']} MB (+{r['growth_mb']} in the run)",
+                "",
+            )
+            for r in rss_pg
+        )
     else:
         table.append(("PostgreSQL", "not measured: no server answered", ""))
     print()
@@ -573,6 +594,7 @@ def main() -> None:
             "ratios": ratios,
             "rss": rss,
             "rss_keep_finished": rss_evicting,
+            "rss_postgres": rss_pg,
             "pg_round_trips_per_step": turns,
         },
         quick=args.quick,

@@ -362,7 +362,7 @@ class Client:
         ``Kernel`` (checked before anything is claimed).
         """
         rid = RunId(run_id)
-        check_keep_finished(self.store, keep_finished)
+        check_keep_finished(keep_finished)
         deadline: float | None = None  # set at the store's first failure: the outage's end
         delay = 0.05
         while True:

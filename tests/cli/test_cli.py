@@ -130,9 +130,7 @@ def test_runaway_exit_code_and_verdict(tmp_path: Path) -> None:
     assert json.loads(out.stdout)["verdict"]["kind"] == "runaway"
 
 
-def test_keep_finished_runs_to_the_same_digest_and_is_refused_where_it_cannot_work(
-    tmp_path: Path,
-) -> None:
+def test_keep_finished_runs_to_the_same_digest(tmp_path: Path) -> None:
     db = str(tmp_path / "x.db")
     digests, counts = [], []
     # The relay app runs a -> b -> c one after the other: each event is planned alone, in
@@ -155,11 +153,6 @@ def test_keep_finished_runs_to_the_same_digest_and_is_refused_where_it_cannot_wo
     assert counts[2] == counts[3] and counts[2][-1] == "3/3 done]", counts
     bad = cli("--db", db, "run", "speculation", "--keep-finished", "-1")
     assert bad.returncode == 2 and "--keep-finished: must be at least 0" in bad.stderr
-    pg = "postgresql://nobody@127.0.0.1:1/none"  # refused before any connection is tried
-    for args in (("run", "speculation"), ("resume", "all")):
-        out = cli("--db", pg, *args, "--keep-finished", "5")
-        assert out.returncode == 2, out.stderr
-        assert "keep_finished needs a store that reads tasks back synchronously" in out.stderr
 
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from lk_stores import fresh_pg_schema
 from loopkernel import (
     Event,
     EventKind,
@@ -32,8 +33,10 @@ from loopkernel import (
     UsageError,
 )
 from loopkernel.errors import StoreUnavailable
+from loopkernel.executor._kernel import DEFAULT_KEEP_FINISHED
 from loopkernel.graph import GraphState, TaskTable
 from loopkernel.ids import RunId
+from loopkernel.store import open_store
 from loopkernel.store._postgres import PostgresStore
 
 N = 24
@@ -115,13 +118,15 @@ async def work(ctx: TaskContext) -> Any:
 
 
 class Watch:
-    """The observer: the most tasks in memory at once, and the most evicted."""
+    """The observer: the most tasks in memory at once, the most evicted, and where they
+    were read back from."""
 
     def __init__(self) -> None:
         self.resident = 0
         self.evicted = 0
         self.first: int | None = None
         """Tasks in memory at the first event observed."""
+        self.archive: str | None = None
 
     def __call__(self, event: Event, state: GraphState, record: object) -> None:
         resident = len(list(state.resident()))
@@ -129,10 +134,13 @@ class Watch:
         self.resident = max(self.resident, resident)
         tasks = state.tasks  # a plain dict until the first eviction
         self.evicted = max(self.evicted, tasks.evicted if isinstance(tasks, TaskTable) else 0)
+        if isinstance(tasks, TaskTable):
+            self.archive = type(tasks.archive).__name__
 
 
-async def _run(db: Path, keep: int | None, *, dup: bool = False) -> dict[str, Any]:
-    store = SQLiteStore(db, synchronous="normal")
+async def _run(db: Path | str, keep: int | None, *, dup: bool = False) -> dict[str, Any]:
+    """The run in ``db``: a SQLite path, or a PostgreSQL URL."""
+    store = SQLiteStore(db, synchronous="normal") if isinstance(db, Path) else open_store(db)
     await store.open()
     try:
         planner, watch = Reader(dup=dup), Watch()
@@ -146,6 +154,7 @@ async def _run(db: Path, keep: int | None, *, dup: bool = False) -> dict[str, An
             "seen": planner.seen,
             "resident": watch.resident,
             "evicted": watch.evicted,
+            "archive": watch.archive,
         }
     finally:
         await store.close()
@@ -185,9 +194,31 @@ def test_keep_finished_is_checked(tmp_path: Path) -> None:
     for bad in (-1, True, 2.5, "3"):
         with pytest.raises(UsageError, match="keep_finished"):
             Kernel(store, Reader(), {"work": work}, keep_finished=bad)  # type: ignore[arg-type]
-    pg = PostgresStore("postgresql://nobody@127.0.0.1:1/none")
-    with pytest.raises(UsageError, match=r"keep_finished needs a store that reads .*SQLite"):
-        Kernel(pg, Reader(), {"work": work}, keep_finished=10)
+    pg = PostgresStore("postgresql://nobody@127.0.0.1:1/none")  # no read-back: it spills
+    assert Kernel(pg, Reader(), {"work": work}, keep_finished=10).keep_finished == 10
+    assert Kernel(pg, Reader(), {"work": work}).keep_finished == DEFAULT_KEEP_FINISHED
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(("keep", "dup"), [(0, False), (3, False), (0, True)])
+def test_on_postgresql_evicted_tasks_are_spilled_and_nothing_can_tell(
+    tmp_path: Path, pg_database: str, keep: int, dup: bool
+) -> None:
+    """PostgreSQL cannot be read on the loop, so the executor keeps what it evicts in a
+    temporary SQLite file of its own; the planner, the workers, the digest and the
+    verdict are those of the run that kept everything, on either store."""
+    kept = asyncio.run(_run(fresh_pg_schema(pg_database), None, dup=dup))
+    evicting = asyncio.run(_run(fresh_pg_schema(pg_database), keep, dup=dup))
+    on_sqlite = asyncio.run(_run(tmp_path / "lite.db", keep, dup=dup))
+    assert kept["evicted"] == 0 and kept["archive"] is None
+    assert evicting["archive"] == "SpillArchive" and on_sqlite["archive"] == "SQLiteArchive"
+    assert evicting["evicted"] > 0
+    for other in (evicting, on_sqlite):
+        assert other["seen"] == kept["seen"]
+        assert (other["status"], other["verdict"]) == (kept["status"], kept["verdict"])
+        assert other["digest"] == kept["digest"]
+    if not dup:
+        assert evicting["resident"] <= keep + 6, evicting
 
 
 # -- a real crash in the middle of an evicting run ------------------------------------------

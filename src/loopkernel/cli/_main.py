@@ -158,7 +158,7 @@ async def start_run(client: Client, args: argparse.Namespace) -> StartedRun:
 async def cmd_run(args: argparse.Namespace) -> int:
     app, params = check_app_arguments(args)
     client = Client(args.db)
-    check_keep_finished(client.store, args.keep_finished)  # before the store is opened
+    check_keep_finished(args.keep_finished)  # before the store is opened
     # The app's tool servers start first: their start-up (a process importing the MCP
     # SDK) overlaps opening the store, journaling the run and its first planning, and
     # they are stopped on every way out that did not hand them to the run.
@@ -248,7 +248,7 @@ async def cmd_demo(args: argparse.Namespace) -> int:
 
 async def cmd_resume(args: argparse.Namespace) -> int:
     client = Client(args.db, create=False)
-    check_keep_finished(client.store, args.keep_finished)  # before the store is opened
+    check_keep_finished(args.keep_finished)  # before the store is opened
     await open_retrying(client, args, args.run)
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(client.store.close)
@@ -413,9 +413,9 @@ def build_parser(*, app_commands: bool = True) -> argparse.ArgumentParser:
             type=whole,
             default=None,
             metavar="N",
-            help="keep about N succeeded tasks in memory and read older ones back from the "
-            "store when asked, so a long run's memory stays flat (SQLite only; default: "
-            "1,000 on SQLite, every task on PostgreSQL)",
+            help="keep about N succeeded tasks in memory and read older ones back when "
+            "asked, so a long run's memory stays flat (default 1,000; on PostgreSQL they "
+            "go to a private temporary file)",
         )
         p.add_argument(
             "--store-retry",

@@ -61,6 +61,7 @@ from loopkernel.executor._outcomes import (
     merge_deltas,
     outcome_of,
 )
+from loopkernel.executor._spill import SpillArchive
 from loopkernel.executor._timers import (
     ApprovalTimeout,
     due,
@@ -120,8 +121,8 @@ DEFAULT_MAX_EVENTS = 100_000
 """The runaway guard's default: far above any run the shipped apps make (tens of events)."""
 
 DEFAULT_KEEP_FINISHED = 1000
-"""``keep_finished`` when none is given, on a store that reads tasks back (SQLite): a run
-of up to about this many tasks never evicts one; a longer run's memory stays flat."""
+"""``keep_finished`` when none is given: a run of up to about this many tasks never evicts
+one; a longer run's memory stays flat."""
 
 _EVICT_LOOKS = 64
 """At most this many finished tasks are looked at for eviction per step, so that a step's
@@ -159,20 +160,14 @@ class RunOutcome:
     """Why the run stopped."""
 
 
-def check_keep_finished(store: Store, keep_finished: int | None) -> None:
-    """``UsageError`` unless ``keep_finished`` is None, or a whole number >= 0 on a store
-    that can read evicted tasks back (``ArchiveSource``)."""
+def check_keep_finished(keep_finished: int | None) -> None:
+    """``UsageError`` unless ``keep_finished`` is None or a whole number >= 0."""
     if keep_finished is None:
         return
     if isinstance(keep_finished, bool) or not isinstance(keep_finished, int):
         raise UsageError(f"keep_finished must be a whole number, not {keep_finished!r}")
     if keep_finished < 0:
         raise UsageError(f"keep_finished must be at least 0, not {keep_finished}")
-    if not isinstance(store, ArchiveSource):
-        raise UsageError(
-            f"keep_finished needs a store that reads tasks back synchronously (SQLite); "
-            f"{store!r} cannot, so its executor keeps every task in memory"
-        )
 
 
 def hash_token(token: str) -> str:
@@ -209,14 +204,14 @@ class Kernel:
         """``keep_finished``: keep at most about this many succeeded tasks in memory and
         read older ones back from the store when a planner or a worker asks for them, so
         that a long run's memory stays flat (docs/performance.md, "Memory"). ``None``
-        (the default): ``DEFAULT_KEEP_FINISHED`` (1,000) on a store that reads tasks back
-        synchronously (SQLite), every task on one that cannot (PostgreSQL). A number
-        needs such a store.
+        (the default): ``DEFAULT_KEEP_FINISHED`` (1,000). A store that reads tasks back
+        synchronously (SQLite) is read; on one that cannot (PostgreSQL) the executor
+        keeps what it evicts in a temporary file of its own (``SpillArchive``).
         ``workers``: ``async def`` callables, or plain ``def`` ones, which run in a thread
         (``as_async_worker`` states how they are cancelled)."""
         if max_concurrency < 1:
             raise UsageError(f"max_concurrency must be at least 1, not {max_concurrency}")
-        check_keep_finished(store, keep_finished)
+        check_keep_finished(keep_finished)
         self.store = store
         self.planner = planner
         self.workers = {skill: as_async_worker(skill, w) for skill, w in workers.items()}
@@ -229,9 +224,7 @@ class Kernel:
         self.cancel_grace = cancel_grace
         self.observer = observer
         self.guard = guard
-        if keep_finished is None and isinstance(store, ArchiveSource):
-            keep_finished = DEFAULT_KEEP_FINISHED
-        self.keep_finished = keep_finished
+        self.keep_finished = DEFAULT_KEEP_FINISHED if keep_finished is None else keep_finished
         self.clock = clock
         """Wall time in seconds since the epoch, for timers (tests pass a fake one)."""
         self.approval_timeout = approval_timeout
@@ -321,7 +314,8 @@ class _RunLoop:
         self.finished: deque[TaskId] = deque()
         """Succeeded tasks still in memory, oldest first, when finished tasks are evicted."""
         self.archive: Archive | None = None
-        """Where evicted tasks are read back from (``Kernel(keep_finished=...)``)."""
+        """Where evicted tasks are read back from (``Kernel(keep_finished=...)``): the
+        store, or a ``SpillArchive`` of this execution's own where the store cannot."""
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -332,6 +326,9 @@ class _RunLoop:
             if self.tracer and self.span:
                 self.tracer.end(self.span, error=exc)
             raise
+        finally:
+            if isinstance(self.archive, SpillArchive):
+                self.archive.close()
         if self.tracer and self.span:
             self.tracer.end(self.span, {"loopkernel.status": outcome.status.value})
         return outcome
@@ -347,12 +344,11 @@ class _RunLoop:
                 links=(loaded.info.trace,),
             )
         self.state = loaded.state
-        if self.k.keep_finished is not None:
-            assert isinstance(self.store, ArchiveSource)  # Kernel() checked it
-            self.archive = self.store.archive(self.run_id)
-            succeeded = self.state.in_state(TaskState.SUCCEEDED)
-            succeeded.sort(key=lambda t: t.done_seq or 0)
-            self.finished.extend(t.task_id for t in succeeded)
+        store = self.store
+        self.archive = store.archive(self.run_id) if isinstance(store, ArchiveSource) else None
+        succeeded = self.state.in_state(TaskState.SUCCEEDED)
+        succeeded.sort(key=lambda t: t.done_seq or 0)
+        self.finished.extend(t.task_id for t in succeeded)
         self.max_events = loaded.info.max_events
         self.known_seq = loaded.info.last_seq
         if self.state.finished:
@@ -374,9 +370,8 @@ class _RunLoop:
             await self.book.from_params(self.state.params)
             await self._plan(list(loaded.unplanned))  # with the crashed tasks still running
             await self._recover_running(crashed)
-            if self.archive is not None and self.k.keep_finished is not None:
-                # A resumed run loaded every task: shed them now, not 64 a step.
-                self._evict(self.archive, self.k.keep_finished, looks=len(self.finished))
+            # A resumed run loaded every task: shed them now, not 64 a step.
+            self._evict(self.k.keep_finished, looks=len(self.finished))
             while not self.state.finished:
                 await self._start_ready()
                 if not self.running and not self.cancelled:
@@ -589,7 +584,7 @@ class _RunLoop:
             self.state.tasks[task.task_id] = task
             if task.state is TaskState.READY:
                 self.ready[task.task_id] = None
-            elif self.archive is not None and task.state is TaskState.SUCCEEDED:
+            elif task.state is TaskState.SUCCEEDED:
                 self.finished.append(task.task_id)
             if self.one_step:
                 self.journal_tasks.append(task)
@@ -696,15 +691,17 @@ class _RunLoop:
                 del self.running[fut]
                 self.cancelled[fut] = tid
                 fut.cancel()
-        if self.archive is not None and self.k.keep_finished is not None:
-            self._evict(self.archive, self.k.keep_finished)
+        self._evict(self.k.keep_finished)
         return bool(events)
 
-    def _evict(self, archive: Archive, keep: int, *, looks: int = _EVICT_LOOKS) -> None:
+    def _evict(self, keep: int, *, looks: int = _EVICT_LOOKS) -> None:
         """Drop from memory the oldest succeeded tasks past ``keep`` whose successors have
         all finished too; everything they were is committed by now (``GraphState.evict``).
         One whose successors have not finished goes to the back of the line. At most
-        ``looks`` tasks are looked at."""
+        ``looks`` tasks are looked at. Where the store cannot read them back, they go to
+        this execution's ``SpillArchive`` first (made at the first eviction)."""
+        if len(self.finished) <= keep:
+            return
         tasks = self.state.tasks
         succs = self.state.succs
         out: list[TaskId] = []
@@ -721,8 +718,13 @@ class _RunLoop:
                 out.append(tid)
             else:
                 self.finished.append(tid)
-        if out:
-            self.state.evict(out, archive)
+        if not out:
+            return
+        if self.archive is None:
+            self.archive = SpillArchive()
+        if isinstance(self.archive, SpillArchive):
+            self.archive.keep((tasks[t] for t in out), self.state.preds, self.state.succs)
+        self.state.evict(out, self.archive)
 
     async def _plan_traced(self, event: Event) -> tuple[PatchRecord, Delta]:
         """``_plan_one`` in a span of its own when tracing is on."""
@@ -947,9 +949,7 @@ class _RunLoop:
             return
         if not isinstance(exc, Exception):  # SystemExit, GeneratorExit: not a verdict
             return
-        verdict = clean(
-            {"kind": "executor_error", "type": type(exc).__name__, "message": str(exc)}
-        )
+        verdict = clean({"kind": "executor_error", "type": type(exc).__name__, "message": str(exc)})
         try:
             # What the store holds, not our memory: the bug may have struck between a
             # patch applied here and its commit.

@@ -1,0 +1,89 @@
+"""Where an executor keeps the tasks it evicted, when its store cannot read them back
+synchronously (PostgreSQL: every read is a round trip, which the loop must not wait for).
+
+A private temporary SQLite database (``sqlite3.connect("")``): SQLite makes its file
+itself and removes it when the connection closes (on Unix it is unlinked as soon as it is
+opened, so not even a ``kill -9`` leaves it behind). The executor writes a task here when
+it evicts it -- a succeeded task the store has committed, which nothing can change any
+more -- with its edge lists, and reads it back as an ``Archive``. The page cache is
+SQLite's default 2 MiB: a long run's memory stays flat, and what does not fit is on disk.
+Nothing here is the run's record: a resumed executor loads its run from the store and
+spills again.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Mapping, Sequence
+
+from loopkernel.graph import Task
+from loopkernel.ids import RunId, TaskId
+from loopkernel.store._codec import TASK_COLUMNS, dumps, loads, task_from_row, task_params
+
+__all__ = ["SpillArchive"]
+
+_MARKS = ",".join("?" * 15)
+
+
+class SpillArchive:
+    """An ``Archive`` of the tasks this executor evicted, in a temporary database."""
+
+    def __init__(self) -> None:
+        self._db = sqlite3.connect("", isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode = OFF")  # gone with the process anyway
+        self._db.execute("PRAGMA synchronous = OFF")
+        self._db.execute(
+            f"CREATE TABLE tasks ({TASK_COLUMNS.replace('task_id,', 'task_id PRIMARY KEY,')}, "
+            "preds, succs)"
+        )
+
+    def keep(
+        self,
+        tasks: Iterable[Task],
+        preds: Mapping[TaskId, Sequence[TaskId]],
+        succs: Mapping[TaskId, Sequence[TaskId]],
+    ) -> None:
+        """Write ``tasks`` (about to leave memory) with their edge lists, as they are now: a
+        task read back into memory to gain an edge is written again when it leaves."""
+        rows = [
+            (
+                *task_params(RunId(""), task)[1:],
+                dumps(list(preds.get(task.task_id, ()))),
+                dumps(list(succs.get(task.task_id, ()))),
+            )
+            for task in tasks
+        ]
+        self._db.executemany(f"INSERT OR REPLACE INTO tasks VALUES ({_MARKS})", rows)
+
+    def task(self, task_id: TaskId) -> Task | None:
+        sql = f"SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ?"
+        row = self._db.execute(sql, (task_id,)).fetchone()
+        return None if row is None else task_from_row(row)
+
+    def tasks(self) -> list[Task]:
+        rows = self._db.execute(f"SELECT {TASK_COLUMNS} FROM tasks ORDER BY task_id")
+        return [task_from_row(row) for row in rows]
+
+    def edges(self, task_id: TaskId) -> tuple[list[TaskId], list[TaskId]]:
+        row = self._db.execute("SELECT preds, succs FROM tasks WHERE task_id = ?", (task_id,))
+        found = row.fetchone()
+        if found is None:
+            return [], []
+        return _ids(loads(found[0])), _ids(loads(found[1]))
+
+    def all_edges(self) -> list[tuple[TaskId, TaskId]]:
+        """The edges that touch an evicted task (those between tasks in memory are in the
+        graph's own lists, which ``GraphState`` reads after these)."""
+        edges: set[tuple[TaskId, TaskId]] = set()
+        for tid, before, after in self._db.execute("SELECT task_id, preds, succs FROM tasks"):
+            me = TaskId(tid)
+            edges.update((src, me) for src in _ids(loads(before)))
+            edges.update((me, dst) for dst in _ids(loads(after)))
+        return sorted(edges)
+
+    def close(self) -> None:
+        self._db.close()
+
+
+def _ids(value: object) -> list[TaskId]:
+    return [TaskId(str(v)) for v in value] if isinstance(value, list) else []
