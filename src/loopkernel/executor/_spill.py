@@ -8,21 +8,19 @@ it evicts it -- a succeeded task the store has committed, which nothing can chan
 more -- with its edge lists, and reads it back as an ``Archive``. The page cache is
 SQLite's default 2 MiB: a long run's memory stays flat, and what does not fit is on disk.
 Nothing here is the run's record: a resumed executor loads its run from the store and
-spills again.
+spills again. Rows are pickles: this process writes them and only this process reads them.
 """
 
 from __future__ import annotations
 
+import pickle
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 
 from loopkernel.graph import Task
-from loopkernel.ids import RunId, TaskId
-from loopkernel.store._codec import TASK_COLUMNS, dumps, loads, task_from_row, task_params
+from loopkernel.ids import TaskId
 
 __all__ = ["SpillArchive"]
-
-_MARKS = ",".join("?" * 15)
 
 
 class SpillArchive:
@@ -32,10 +30,7 @@ class SpillArchive:
         self._db = sqlite3.connect("", isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode = OFF")  # gone with the process anyway
         self._db.execute("PRAGMA synchronous = OFF")
-        self._db.execute(
-            f"CREATE TABLE tasks ({TASK_COLUMNS.replace('task_id,', 'task_id PRIMARY KEY,')}, "
-            "preds, succs)"
-        )
+        self._db.execute("CREATE TABLE tasks (task_id TEXT PRIMARY KEY, task, preds, succs)")
 
     def keep(
         self,
@@ -47,29 +42,28 @@ class SpillArchive:
         task read back into memory to gain an edge is written again when it leaves."""
         rows = [
             (
-                *task_params(RunId(""), task)[1:],
-                dumps(list(preds.get(task.task_id, ()))),
-                dumps(list(succs.get(task.task_id, ()))),
+                task.task_id,
+                pickle.dumps(task),
+                pickle.dumps(list(preds.get(task.task_id, ()))),
+                pickle.dumps(list(succs.get(task.task_id, ()))),
             )
             for task in tasks
         ]
-        self._db.executemany(f"INSERT OR REPLACE INTO tasks VALUES ({_MARKS})", rows)
+        self._db.executemany("INSERT OR REPLACE INTO tasks VALUES (?, ?, ?, ?)", rows)
 
     def task(self, task_id: TaskId) -> Task | None:
-        sql = f"SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ?"
-        row = self._db.execute(sql, (task_id,)).fetchone()
-        return None if row is None else task_from_row(row)
+        row = self._db.execute("SELECT task FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
+        return None if row is None else _task(row[0])
 
     def tasks(self) -> list[Task]:
-        rows = self._db.execute(f"SELECT {TASK_COLUMNS} FROM tasks ORDER BY task_id")
-        return [task_from_row(row) for row in rows]
+        return [_task(row[0]) for row in self._db.execute("SELECT task FROM tasks ORDER BY 1")]
 
     def edges(self, task_id: TaskId) -> tuple[list[TaskId], list[TaskId]]:
         row = self._db.execute("SELECT preds, succs FROM tasks WHERE task_id = ?", (task_id,))
         found = row.fetchone()
         if found is None:
             return [], []
-        return _ids(loads(found[0])), _ids(loads(found[1]))
+        return pickle.loads(found[0]), pickle.loads(found[1])
 
     def all_edges(self) -> list[tuple[TaskId, TaskId]]:
         """The edges that touch an evicted task (those between tasks in memory are in the
@@ -77,13 +71,15 @@ class SpillArchive:
         edges: set[tuple[TaskId, TaskId]] = set()
         for tid, before, after in self._db.execute("SELECT task_id, preds, succs FROM tasks"):
             me = TaskId(tid)
-            edges.update((src, me) for src in _ids(loads(before)))
-            edges.update((me, dst) for dst in _ids(loads(after)))
+            edges.update((src, me) for src in pickle.loads(before))
+            edges.update((me, dst) for dst in pickle.loads(after))
         return sorted(edges)
 
     def close(self) -> None:
         self._db.close()
 
 
-def _ids(value: object) -> list[TaskId]:
-    return [TaskId(str(v)) for v in value] if isinstance(value, list) else []
+def _task(blob: bytes) -> Task:
+    task = pickle.loads(blob)
+    assert isinstance(task, Task)
+    return task
