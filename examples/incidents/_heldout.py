@@ -32,7 +32,7 @@ def h(*parts: str, n: int = 10) -> str:
 
 
 def the_uid(*parts: str) -> str:
-    x = hashlib.sha256("|".join(("heldout",) + parts).encode()).hexdigest()
+    x = hashlib.sha256("|".join(("heldout", *parts)).encode()).hexdigest()
     return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:32]}"
 
 
@@ -219,10 +219,15 @@ class Scene:
             pod = self.pod(name, spec, [up(app, image)], owner=("ReplicaSet", rs, rs_uid),
                            labels=labels(app, ph), node=i % len(self.nodes),
                            created=at("11:4" + str(i)))  # fmt: skip
-            self.logs[(name, app)] = chatter(app, 25, name, [
-                'level=info msg="request served" path=/api/search status=200 error=null latency_ms=12',
-                'level=warn msg="slow query, retrying" attempt=1 error="context canceled" recovered=true',
-            ])
+            self.logs[(name, app)] = chatter(
+                app,
+                25,
+                name,
+                [
+                    'level=info msg="request served" path=/api/search status=200 error=null latency_ms=12',
+                    'level=warn msg="slow query, retrying" attempt=1 error="context canceled" recovered=true',
+                ],
+            )
             self.event("Pod", pod, "Pulled", f'Container image "{image}" already present on machine',
                        warning=False, first=at("11:40"), last=at("11:40"), field=f"spec.containers{{{app}}}")  # fmt: skip
 
@@ -242,7 +247,9 @@ class Scene:
         base = ["events", "pods", "deployments", "replicasets", "services", "daemonsets",
                 "replication-controllers"]  # fmt: skip
         for kind in base + sorted(set(self.lists) - set(base)):
-            _dump_list(out / self.ns / f"{kind}.json", _KIND.get(kind, "List"), self.lists.get(kind, []))
+            _dump_list(
+                out / self.ns / f"{kind}.json", _KIND.get(kind, "List"), self.lists.get(kind, [])
+            )
         for pod in self.lists.get("pods", []):
             name = pod["metadata"]["name"]
             d = out / self.ns / name
@@ -250,7 +257,9 @@ class Scene:
             text = ""
             # kubectl's dump writes app containers only; an init container's log is there
             # when the incident says it was collected (``sre collect`` writes it)
-            inits = [c for c in pod["spec"].get("initContainers", []) if (name, c["name"]) in self.logs]
+            inits = [
+                c for c in pod["spec"].get("initContainers", []) if (name, c["name"]) in self.logs
+            ]
             for c in inits + pod["spec"]["containers"]:
                 body = self.logs.get((name, c["name"]), "")
                 text += (f"==== START logs for container {c['name']} of pod {self.ns}/{name} ====\n{body}"
@@ -282,7 +291,9 @@ def labels(app: str, ph: str | None = None) -> J:
     return out
 
 
-def ctr(name: str, image: str, *, mem: str = "768Mi", env: list[J] | None = None, **extra: Any) -> J:
+def ctr(
+    name: str, image: str, *, mem: str = "768Mi", env: list[J] | None = None, **extra: Any
+) -> J:
     c: J = {"name": name, "image": image, "imagePullPolicy": "Always",
             "ports": [{"name": "http", "containerPort": 3000, "protocol": "TCP"}],
             "resources": {"requests": {"cpu": "200m", "memory": mem}, "limits": {"memory": mem}},
@@ -327,7 +338,13 @@ def ended(reason: str, code: int, start: str = at("14:26", 3), end: str = at("14
 def chatter(app: str, n: int, seed: str, extra: list[str] = ()) -> str:  # type: ignore[assignment]
     """JSON-ish request logs of a busy service, with the given lines spread in."""
     lines = []
-    routes = ["/api/search?q=boots", "/api/products/8812", "/internal/metrics", "/api/cart", "/livez"]
+    routes = [
+        "/api/search?q=boots",
+        "/api/products/8812",
+        "/internal/metrics",
+        "/api/cart",
+        "/livez",
+    ]
     for i in range(n):
         d = int(h(seed, str(i), n=6), 16)
         lines.append(json.dumps({"ts": f"{DAY}T14:{10 + i // 6:02d}:{(i * 9) % 60:02d}.{d % 1000:03d}Z",
@@ -471,12 +488,29 @@ def _image_tag(s: Scene) -> None:
     name = f"{rs}-{h(rs, n=5)}"
     pod = s.pod(name, spec, [waiting("storefront", image, "ImagePullBackOff", f'Back-off pulling image "{image}"')],
                 owner=("ReplicaSet", rs, rs_uid), labels=labels("storefront", ph), phase="Pending", node=2)  # fmt: skip
-    s.event("Pod", pod, "Pulling", f'Pulling image "{image}"', warning=False, count=7, field="spec.containers{storefront}")
+    s.event(
+        "Pod",
+        pod,
+        "Pulling",
+        f'Pulling image "{image}"',
+        warning=False,
+        count=7,
+        field="spec.containers{storefront}",
+    )
     s.event("Pod", pod, "Failed", f'Failed to pull image "{image}": Error response from daemon: manifest for '
             f"acmeshop/storefront:v2.31.0 not found: manifest unknown: manifest unknown", count=7,
             field="spec.containers{storefront}")  # fmt: skip
-    s.event("Pod", pod, "Failed", "Error: ErrImagePull", count=7, field="spec.containers{storefront}")
-    s.event("Pod", pod, "Failed", "Error: ImagePullBackOff", count=31, field="spec.containers{storefront}")
+    s.event(
+        "Pod", pod, "Failed", "Error: ErrImagePull", count=7, field="spec.containers{storefront}"
+    )
+    s.event(
+        "Pod",
+        pod,
+        "Failed",
+        "Error: ImagePullBackOff",
+        count=31,
+        field="spec.containers{storefront}",
+    )
     s.event("Pod", pod, "BackOff", f'Back-off pulling image "{image}"', warning=False, count=31,
             field="spec.containers{storefront}")  # fmt: skip
 
@@ -525,7 +559,9 @@ def _pvc(s: Scene) -> None:
                 sched={"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": msg,
                        "lastTransitionTime": at("14:05")})  # fmt: skip
     s.event("Pod", pod, "FailedScheduling", msg, count=6, source="default-scheduler")
-    claim = {"metadata": {"name": "data-postgres-0", "uid": the_uid(s.ns, "PVC", "data-postgres-0")}}
+    claim = {
+        "metadata": {"name": "data-postgres-0", "uid": the_uid(s.ns, "PVC", "data-postgres-0")}
+    }
     s.event("PersistentVolumeClaim", claim, "ProvisioningFailed",
             'storageclass.storage.k8s.io "gp3-encrypted" not found', count=25,
             source="persistentvolume-controller")  # fmt: skip
@@ -592,8 +628,10 @@ def _stale_evict(s: Scene) -> None:
     # a pod of the same ReplicaSet evicted two days ago, still listed as Failed
     owner = pod["metadata"]["ownerReferences"][0]
     name = f"{owner['name']}-{h('evicted', n=5)}"
-    msg = ("The node was low on resource: memory. Threshold quantity: 100Mi, available: 91340Ki. "
-           "Container indexer was using 2310244Ki, request is 768Mi, has larger consumption of memory.")
+    msg = (
+        "The node was low on resource: memory. Threshold quantity: 100Mi, available: 91340Ki. "
+        "Container indexer was using 2310244Ki, request is 768Mi, has larger consumption of memory."
+    )
     old = s.pod(name, pod["spec"], [], owner=(owner["kind"], owner["name"], owner["uid"]),
                 labels=pod["metadata"]["labels"], phase="Failed", created="2026-11-29T03:10:00Z",
                 reason="Evicted", message=msg, node=2)  # fmt: skip
@@ -603,7 +641,15 @@ def _stale_evict(s: Scene) -> None:
                                                                      "startedAt": "2026-11-29T03:10:20Z",
                                                                      "finishedAt": "2026-11-29T21:44:02Z"}},
                                             "lastState": {}}]  # fmt: skip
-    s.event("Pod", old, "Evicted", msg, count=1, first="2026-11-29T21:44:01Z", last="2026-11-29T21:44:01Z")
+    s.event(
+        "Pod",
+        old,
+        "Evicted",
+        msg,
+        count=1,
+        first="2026-11-29T21:44:01Z",
+        last="2026-11-29T21:44:01Z",
+    )
 
 
 @case("liveness-500", "api",
@@ -615,10 +661,18 @@ def _liveness500(s: Scene) -> None:
     image = "ghcr.io/acme/orders-api:1.44.0"
     probe = {"httpGet": {"path": "/livez", "port": 3000}, "periodSeconds": 10, "failureThreshold": 3,
              "timeoutSeconds": 1}  # fmt: skip
-    prev = chatter("orders-api", 30, "oa", [
-        '{"level":"error","msg":"health check failed","check":"orders-db","err":"pool exhausted: 20/20 connections in use"}',
-        '{"level":"info","msg":"GET /livez","status":500,"dur_ms":2}',
-    ]) + '{"level":"info","msg":"received SIGTERM, draining"}\n'
+    prev = (
+        chatter(
+            "orders-api",
+            30,
+            "oa",
+            [
+                '{"level":"error","msg":"health check failed","check":"orders-db","err":"pool exhausted: 20/20 connections in use"}',
+                '{"level":"info","msg":"GET /livez","status":500,"dur_ms":2}',
+            ],
+        )
+        + '{"level":"info","msg":"received SIGTERM, draining"}\n'
+    )
     pod = crashing(s, "orders-api", image, restarts=11, last=ended("Error", 137), previous=prev,
                    current=chatter("orders-api", 8, "oa2"), livenessProbe=probe)  # fmt: skip
     s.event("Pod", pod, "Unhealthy", "Liveness probe failed: HTTP probe failed with statuscode: 500",
@@ -665,7 +719,7 @@ def _job_panic(s: Scene) -> None:
     for i in range(3):
         name = f"export-invoices-29412840-{h('job', str(i), n=5)}"
         t0 = f"02:0{i}"
-        pod = s.pod(name, spec, [{"name": "exporter", "image": image, "ready": False, "started": False,
+        s.pod(name, spec, [{"name": "exporter", "image": image, "ready": False, "started": False,
                                   "restartCount": 0, "lastState": {},
                                   "state": {"terminated": ended("Error", 2, at(t0, 5, "2026-12-01"), at(t0, 41, "2026-12-01"))}}],
                     owner=("Job", "export-invoices-29412840", job_uid),
@@ -727,8 +781,14 @@ def _node_lost(s: Scene) -> None:
         pod = s.pod(name, spec, [st], owner=("ReplicaSet", rs, rs_uid), labels=labels("ingest-gateway", ph),
                     created=at("10:01"), node=node)  # fmt: skip
         if ok:
-            s.logs[(name, "gateway")] = chatter("ingest-gateway", 30, name, [
-                '{"level":"error","msg":"client closed connection","peer":"10.42.7.4:51122","err":"EOF"}'])
+            s.logs[(name, "gateway")] = chatter(
+                "ingest-gateway",
+                30,
+                name,
+                [
+                    '{"level":"error","msg":"client closed connection","peer":"10.42.7.4:51122","err":"EOF"}'
+                ],
+            )
         else:
             pod["status"]["conditions"][2].update(status="False", reason=None, message=None)
             s.event("Pod", pod, "NodeNotReady", "Node is not ready", count=1, first=at("13:52"),
@@ -759,7 +819,8 @@ def _init_wait(s: Scene) -> None:
           phase="Pending", init_statuses=[ist], initialized=False)  # fmt: skip
     s.logs[(name, "crm-web")] = ""
     s.logs[(name, "wait-for-postgres")] = "".join(
-        "crm-postgres:5432 - no response\nwaiting for database\n" for _ in range(30))
+        "crm-postgres:5432 - no response\nwaiting for database\n" for _ in range(30)
+    )
     # the database runs, but its pods were relabelled by the chart upgrade
     db_spec = {"containers": [ctr("postgres", "postgres:16.4", mem="2Gi")]}
     sts_uid = the_uid(s.ns, "StatefulSet", "crm-db")
@@ -788,8 +849,14 @@ def _init_wait(s: Scene) -> None:
 def _env_renamed(s: Scene) -> None:
     s.neighbour("orders-api", "ghcr.io/acme/orders-api:9.0.1")
     image = "ghcr.io/acme/fulfilment:9.1.0"
-    new_env = [{"name": "REDIS_ADDR", "value": "redis-master:6379"}, {"name": "LOG_FORMAT", "value": "json"}]
-    old_env = [{"name": "REDIS_HOST", "value": "redis-master:6379"}, {"name": "LOG_FORMAT", "value": "json"}]
+    new_env = [
+        {"name": "REDIS_ADDR", "value": "redis-master:6379"},
+        {"name": "LOG_FORMAT", "value": "json"},
+    ]
+    old_env = [
+        {"name": "REDIS_HOST", "value": "redis-master:6379"},
+        {"name": "LOG_FORMAT", "value": "json"},
+    ]
     prev = ('{"level":"info","time":"2026-12-01T14:26:10Z","message":"fulfilment 9.1.0 starting"}\n'
             '{"level":"error","time":"2026-12-01T14:26:10Z","message":"config: required key REDIS_HOST missing value"}\n'
             "panic: required key REDIS_HOST missing value\n\ngoroutine 1 [running]:\nmain.main()\n"
@@ -870,10 +937,14 @@ def _unexplained(s: Scene) -> None:
 def _segfault(s: Scene) -> None:
     s.neighbour("uploader", "ghcr.io/acme/uploader:2.3.1")
     image = "ghcr.io/acme/thumbnailer:2.3.1"
-    prev = ("thumbnailer 2.3.1 (libvips 8.15.3)\n"
-            "watching queue media.thumbnails\n"
-            "decoder: no error handler registered for image/heic, using default\n")
-    crashing(s, "thumbnailer", image, restarts=14, last=ended("Error", 139), previous=prev, current=prev)
+    prev = (
+        "thumbnailer 2.3.1 (libvips 8.15.3)\n"
+        "watching queue media.thumbnails\n"
+        "decoder: no error handler registered for image/heic, using default\n"
+    )
+    crashing(
+        s, "thumbnailer", image, restarts=14, last=ended("Error", 139), previous=prev, current=prev
+    )
 
 
 @case("unexplained-stale-history", "reports",
@@ -883,14 +954,24 @@ def _segfault(s: Scene) -> None:
                       "node_not_ready"]})  # fmt: skip
 def _stale_history(s: Scene) -> None:
     image = "ghcr.io/acme/pdf-builder:1.2.0"
-    spec = {"containers": [ctr("pdf-builder", image, readinessProbe={"httpGet": {"path": "/ready", "port": 3000}})]}
+    spec = {
+        "containers": [
+            ctr("pdf-builder", image, readinessProbe={"httpGet": {"path": "/ready", "port": 3000}})
+        ]
+    }
     rs, rs_uid, ph = s.deploy("pdf-builder", spec, replicas=2)
     for i in range(2):
         name = f"{rs}-{h(rs, str(i), n=5)}"
         s.pod(name, spec, [up("pdf-builder", image, started=at("06:00"))], owner=("ReplicaSet", rs, rs_uid),
               labels=labels("pdf-builder", ph), created=at("05:59"), node=i)  # fmt: skip
-        s.logs[(name, "pdf-builder")] = chatter("pdf-builder", 20, name, [
-            '{"level":"error","msg":"font cache rebuilt after error","err":"stale cache","recovered":true}'])
+        s.logs[(name, "pdf-builder")] = chatter(
+            "pdf-builder",
+            20,
+            name,
+            [
+                '{"level":"error","msg":"font cache rebuilt after error","err":"stale cache","recovered":true}'
+            ],
+        )
     # events of last night's pods, which no longer exist
     gone = {"metadata": {"name": f"{rs}-x7k2p", "uid": the_uid("gone", "pdf")}}
     s.event("Pod", gone, "Unhealthy", "Readiness probe failed: Get \"http://10.42.1.77:3000/ready\": "
@@ -983,7 +1064,9 @@ def _r2_denied(s: Scene) -> None:
             "denied for acmecorp/partner-sync, repository does not exist or may require 'docker login': "
             "denied: requested access to the resource is denied", count=5,
             field="spec.containers{partner-sync}")  # fmt: skip
-    s.event("Pod", pod, "Failed", "Error: ErrImagePull", count=5, field="spec.containers{partner-sync}")
+    s.event(
+        "Pod", pod, "Failed", "Error: ErrImagePull", count=5, field="spec.containers{partner-sync}"
+    )
 
 
 @case("r2-evicted-recent-disk", "logs",
