@@ -812,7 +812,7 @@ class SQLStore:
         return dump_of(rows["runs"][0], rows["tasks"], rows["edges"], rows["effects"])
 
     async def checkpoint(self) -> None:
-        """Make the main database file complete on its own (SQLite); a no-op elsewhere."""
+        """A no-op here; ``SQLiteStore`` folds its WAL in."""
 
     async def fork_run(self, fork: Fork) -> RunInfo:
         self._unfenced("create runs")
@@ -877,8 +877,6 @@ class SQLStore:
         }
 
     async def delete_run(self, run_id: RunId) -> None:
-        """Remove every row of the run, in every table of ``TABLES``, in one transaction:
-        ``RunNotFound`` if there is none, ``RunHeld`` while a live lease holds it."""
         self._unfenced("delete runs")
         now_sql = f"SELECT owner, lease_until, lease_epoch, {self.dialect.NOW} FROM runs "
 
@@ -953,8 +951,6 @@ class SQLStore:
         return bool(await self._call(lambda cur: cur.run(sql, moved), "write"))
 
     async def due_runs(self, now: float, limit: int = 100) -> list[RunId]:
-        """Waiting runs whose timer is due at ``now``, earliest first (``loopkernel serve``
-        and ``resume`` look; a worker's ``claim_run`` wakes enqueued ones itself)."""
         sql = "SELECT run_id FROM runs WHERE status = 'waiting' AND wake_at IS NOT NULL "
         sql += "AND wake_at <= ? ORDER BY wake_at, run_id LIMIT ?"
         rows = await self._call(lambda cur: cur.all(sql, (now, limit)))
