@@ -56,6 +56,14 @@ from loopkernel.store._codec import (
     DUMP_TASK_COLUMNS,
     EFFECT_COLUMNS,
     EVIDENCE_COLUMNS,
+    INSERT_APPROVAL,
+    INSERT_EDGE,
+    INSERT_EFFECT,
+    INSERT_EVENT,
+    INSERT_EVIDENCE,
+    INSERT_PATCH,
+    INSERT_RUN,
+    INSERT_TASK,
     PATCH_COLUMNS,
     RUN_COLUMNS,
     TASK_COLUMNS,
@@ -264,19 +272,12 @@ def transact(
                 cur.run(sql)
 
 
-_TASK_MARKS = ",".join("?" * 14)
 _UPSERT_TASK = (
-    f"INSERT INTO tasks (run_id, {TASK_COLUMNS}) VALUES ({_TASK_MARKS}) "
-    "ON CONFLICT (run_id, task_id) DO UPDATE SET state=excluded.state, "
+    f"{INSERT_TASK} ON CONFLICT (run_id, task_id) DO UPDATE SET state=excluded.state, "
     "result=excluded.result, error=excluded.error, attempts=excluded.attempts, "
     "wait_reason=excluded.wait_reason, human_input=excluded.human_input, "
     "wait_epoch=excluded.wait_epoch, done_seq=excluded.done_seq, wake_at=excluded.wake_at"
 )
-_INSERT_EVENT = (
-    "INSERT INTO events (run_id, seq, kind, task_id, data, created_at) VALUES (?,?,?,?,?,?)"
-)
-_INSERT_PATCH = f"INSERT INTO patches (run_id, {PATCH_COLUMNS}, created_at) VALUES "
-_INSERT_PATCH += "(?,?,?,?,?,?,?,?,?)"
 TASK_EVENTS = (
     "SELECT seq, kind, task_id, data FROM events WHERE run_id = ? AND seq IN "
     "(SELECT seq FROM events WHERE run_id = ? AND task_id = ?) ORDER BY seq"
@@ -444,9 +445,7 @@ class SQLStore:
 
         def body(cur: Cursor) -> Event:
             cur.run(
-                "INSERT INTO runs (run_id, app, params, status, verdict, max_events, "
-                "token_hash, created_at, updated_at, trace, app_version) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                INSERT_RUN,
                 run_params(run_id, app, params, max_events, token_hash, now, trace, app_version),
             )
             return self._append(cur, run_id, 0, [started], now)[0]
@@ -555,7 +554,7 @@ class SQLStore:
             out.append(
                 Event(run_id=run_id, seq=seq, kind=ev.kind, task_id=ev.task_id, data=ev.data)
             )
-        cur.many(_INSERT_EVENT, rows)
+        cur.many(INSERT_EVENT, rows)
         self.dialect.notify(cur, JOURNAL_CHANNEL, run_id)
         return out
 
@@ -608,12 +607,9 @@ class SQLStore:
             top = self._last_seq(cur, run_id)
             out = self._append(cur, run_id, top, [as_new(e) for e in journal], now)
             moved, step = rebase_step(journal, out, records, delta)
-            cur.many(_INSERT_PATCH, [patch_params(run_id, r, now) for r in moved])
+            cur.many(INSERT_PATCH, [patch_params(run_id, r, now) for r in moved])
             cur.many(_UPSERT_TASK, [task_params(run_id, t) for t in step.tasks])
-            cur.many(
-                "INSERT INTO edges (run_id, src, dst) VALUES (?,?,?)",
-                [(run_id, s, d) for s, d in step.edges],
-            )
+            cur.many(INSERT_EDGE, [(run_id, s, d) for s, d in step.edges])
             if step.finish is None:
                 return out, None
             status, verdict = step.finish
@@ -673,11 +669,7 @@ class SQLStore:
             answer = human_input_event(task_id, decision, payload, epoch[0], by)
             now = time.time()
             (event,) = self._append(cur, run_id, self._last_seq(cur, run_id), [answer], now)
-            cur.run(
-                "INSERT INTO approvals (run_id, task_id, wait_epoch, decision, event_seq) "
-                "VALUES (?,?,?,?,?)",
-                (run_id, task_id, epoch[0], decision, event.seq),
-            )
+            cur.run(INSERT_APPROVAL, (run_id, task_id, epoch[0], decision, event.seq))
             if status is RunStatus.WAITING:
                 self._wake(cur, run_id, now)
             return event
@@ -713,16 +705,12 @@ class SQLStore:
 
     async def intend_effect(self, record: EffectRecord) -> EffectRecord:
         now = time.time()
-        marks = ",".join("?" * 13)
+        sql = f"{INSERT_EFFECT} ON CONFLICT (run_id, idem_key) DO NOTHING"
 
         def body(cur: Cursor, _: RunStatus) -> Any:
             # ON CONFLICT waits (PostgreSQL) for a concurrent insert of the same key to
             # commit; the SELECT after it then sees whichever row won.
-            cur.run(
-                f"INSERT INTO effects ({EFFECT_COLUMNS}, created_at, updated_at) "
-                f"VALUES ({marks}) ON CONFLICT (run_id, idem_key) DO NOTHING",
-                effect_params(record, now),
-            )
+            cur.run(sql, effect_params(record, now))
             return cur.one(_EFFECT, (record.run_id, record.key))
 
         # Not fsynced on its own: the key is a function of (run, task, index), so a lost
@@ -778,11 +766,7 @@ class SQLStore:
                 room=max_run_chars - int(used),
                 now=time.time(),
             )
-            cur.run(
-                f"INSERT INTO evidence (run_id, ev_key, {EVIDENCE_COLUMNS}, created_at) "
-                f"VALUES ({','.join('?' * 14)})",
-                params,
-            )
+            cur.run(INSERT_EVIDENCE, params)
             return cur.one(_EVIDENCE_BY_KEY, (run_id, item.key))
 
         return evidence_from_row(await self._write(run_id, body))

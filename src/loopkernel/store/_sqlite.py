@@ -384,14 +384,14 @@ class SQLiteStore(SQLStore):
             return fn(self._conn)
         except sqlite3.Error as exc:
             meant = self.dialect.meaning(exc)
-            if isinstance(meant, LockHeld):
-                raise StoreUnavailable(
-                    f"SQLite {self.path}: the database is locked by another process "
-                    f"({meant.detail})",
-                    url=self.url,
-                    reason="the database is locked by another process",
-                ) from exc
-            raise meant from exc
+            raise self._locked(meant) if isinstance(meant, LockHeld) else meant from exc
+
+    def _locked(self, held: LockHeld) -> StoreUnavailable:
+        """A held lock met by a call in the caller's thread, where no backoff waits it out."""
+        why = "the database is locked by another process"
+        return StoreUnavailable(
+            f"SQLite {self.path}: {why} ({held.detail})", url=self.url, reason=why
+        )
 
     async def open(self) -> None:
         if self._db is not None:
@@ -405,10 +405,7 @@ class SQLiteStore(SQLStore):
             try:
                 self._open()
             except LockHeld as exc:
-                raise StoreUnavailable(
-                    f"SQLite {self.path}: the database is locked by another process ({exc})",
-                    url=self.url,
-                ) from None
+                raise self._locked(exc) from None
 
     def _open(self) -> None:
         fresh = _prepare_file(self.path, create=self.create)
@@ -560,7 +557,8 @@ class SQLiteStore(SQLStore):
         return SQLiteArchive(self, run_id)
 
     def _read(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
-        """Rows read on the caller's thread, on the archive's own read connection."""
+        """Rows read on the caller's thread, on the archive's own read connection (a WAL
+        reader is rarely told the database is locked: at recovery)."""
         self._conn  # noqa: B018 -- an open store only
         try:
             if self._reader is None:
@@ -570,13 +568,7 @@ class SQLiteStore(SQLStore):
             return self._reader.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
             meant = self.dialect.meaning(exc)
-            if isinstance(meant, LockHeld):  # a WAL reader is rarely told so (recovery)
-                raise StoreUnavailable(
-                    f"SQLite {self.path}: the database is locked by another process",
-                    url=self.url,
-                    reason="the database is locked by another process",
-                ) from exc
-            raise meant from exc
+            raise self._locked(meant) if isinstance(meant, LockHeld) else meant from exc
 
     async def wait_for_journal(self, seconds: float) -> None:
         """Poll ``PRAGMA data_version`` every 20 ms on a connection of its own: it changes
