@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from enum import Enum
+from functools import lru_cache
 from typing import Any
 
 from loopkernel.errors import ApprovalRefused, UsageError
@@ -91,6 +92,24 @@ def loads(text: str | None) -> JSON:
 
 
 canonical = dumps
+
+_JSON_COLUMNS = frozenset(
+    {"params", "verdict", "input", "result", "error", "human_input", "ops", "proposal", "arguments"}
+)
+"""The columns, in whichever table, that hold JSON text (``dumps``)."""
+
+
+def _named(columns: str, row: Any) -> dict[str, Any]:
+    """``row``'s first values, in ``columns`` order, by column name, its JSON columns parsed.
+    (Not for the rows a step reads and writes, ``tasks`` and ``events``: their code reads by
+    position, which is faster.)"""
+    names = _names(columns)
+    return {c: loads(v) if c in _JSON_COLUMNS else v for c, v in zip(names, row, strict=False)}
+
+
+@lru_cache(maxsize=32)
+def _names(columns: str) -> tuple[str, ...]:
+    return tuple(columns.split(", "))
 
 
 def insert_sql(table: str, columns: str) -> str:
@@ -190,20 +209,8 @@ def run_params(
 
 def run_info_from_row(row: Any, *, last_seq: int, task_counts: dict[str, int]) -> RunInfo:
     """Row order: ``RUN_COLUMNS``."""
-    return RunInfo(
-        run_id=RunId(row[0]),
-        app=row[1],
-        params=loads(row[2]),
-        status=RunStatus(row[3]),
-        verdict=loads(row[4]),
-        max_events=row[5],
-        created_at=row[6],
-        updated_at=row[7],
-        trace=row[8],
-        app_version=row[9],
-        last_seq=last_seq,
-        task_counts=task_counts,
-    )
+    got = _named(RUN_COLUMNS, row) | {"status": RunStatus(row[3])}
+    return RunInfo(**got, last_seq=last_seq, task_counts=task_counts)
 
 
 def run_page_filter(
@@ -232,15 +239,8 @@ INSERT_PATCH = insert_sql("patches", f"run_id, {PATCH_COLUMNS}, created_at")
 
 def patch_from_row(row: Any) -> PatchRecord:
     """Row order: ``PATCH_COLUMNS``."""
-    return PatchRecord(
-        event_seq=row[0],
-        ops=loads(row[1]),
-        outcome=row[2],
-        reason=row[3],
-        planner=row[4],
-        proposal=ProposalNote.from_json(loads(row[5])),
-        app_version=row[6],
-    )
+    got = _named(PATCH_COLUMNS, row)
+    return PatchRecord(**got | {"proposal": ProposalNote.from_json(got["proposal"])})
 
 
 def patch_params(run_id: RunId, r: PatchRecord, now: float) -> tuple[Any, ...]:
@@ -323,19 +323,8 @@ def effect_params(record: EffectRecord, now: float) -> tuple[Any, ...]:
 
 def effect_from_row(row: Any) -> EffectRecord:
     """Row order: ``EFFECT_COLUMNS``."""
-    return EffectRecord(
-        run_id=RunId(row[0]),
-        key=row[1],
-        task_id=TaskId(row[2]),
-        call_index=row[3],
-        tool=row[4],
-        effect=row[5],
-        arguments=loads(row[6]),
-        status=row[7],
-        result=loads(row[8]),
-        error=loads(row[9]),
-        arguments_digest=row[10],
-    )
+    got = _named(EFFECT_COLUMNS, row)
+    return EffectRecord(key=got.pop("idem_key"), **got)
 
 
 # -- rules both stores apply the same way ----------------------------------------------------
@@ -406,10 +395,6 @@ def human_input_event(
 
 DUMP_TASK_COLUMNS = "task_id, skill, input, evidence_scope, state, result, error, human_input"
 DUMP_EFFECT_COLUMNS = "task_id, call_index, tool, effect, arguments, status, result, error"
-_DUMP_TASK = tuple(DUMP_TASK_COLUMNS.split(", "))
-_DUMP_EFFECT = tuple(DUMP_EFFECT_COLUMNS.split(", "))
-_JSON_COLUMNS = frozenset({"input", "result", "error", "human_input", "arguments"})
-"""The dump's columns that hold JSON text (the ``runs`` row's are read by position)."""
 
 
 def dump_of(
@@ -429,14 +414,10 @@ def dump_of(
             "status": run[3],
             "verdict": loads(run[4]),
         },
-        "tasks": [_dumped(_DUMP_TASK, r) for r in tasks],
+        "tasks": [_named(DUMP_TASK_COLUMNS, r) for r in tasks],
         "edges": [list(r) for r in edges],
-        "effects": [_timeless(_dumped(_DUMP_EFFECT, r)) for r in effects],
+        "effects": [_timeless(_named(DUMP_EFFECT_COLUMNS, r)) for r in effects],
     }
-
-
-def _dumped(columns: tuple[str, ...], row: Any) -> dict[str, JSON]:
-    return {c: loads(v) if c in _JSON_COLUMNS else v for c, v in zip(columns, row, strict=True)}
 
 
 def _plannerless(params: JSON) -> JSON:
@@ -448,18 +429,18 @@ def _plannerless(params: JSON) -> JSON:
 def dump_of_state(state: GraphState, effects: Iterable[EffectRecord]) -> dict[str, JSON]:
     """The same canonical dump, of a graph in memory (e.g. a run as of an earlier seq)."""
     run = (state.run_id, state.app, dumps(state.params), state.status.value, dumps(state.verdict))
-    tasks = [_row(_DUMP_TASK, t) for t in sorted(state.tasks.values(), key=lambda t: t.task_id)]
+    tasks = sorted(state.tasks.values(), key=lambda t: t.task_id)
     edges = sorted((s, d) for s, dsts in state.succs.items() for d in dsts)
     effects = sorted(effects, key=lambda e: (e.task_id, e.call_index))
-    return dump_of(run, tasks, edges, [_row(_DUMP_EFFECT, e) for e in effects])
+    rows = [_row(DUMP_TASK_COLUMNS, t) for t in tasks]
+    return dump_of(run, rows, edges, [_row(DUMP_EFFECT_COLUMNS, e) for e in effects])
 
 
-def _row(columns: tuple[str, ...], value: Task | EffectRecord) -> tuple[Any, ...]:
+def _row(columns: str, value: Task | EffectRecord) -> tuple[Any, ...]:
     """``value``'s ``columns`` as the database holds them: JSON as text, an enum's value."""
-    values = [getattr(value, c) for c in columns]
+    values = [(c, getattr(value, c)) for c in _names(columns)]
     return tuple(
-        dumps(v) if c in _JSON_COLUMNS else v.value if isinstance(v, Enum) else v
-        for c, v in zip(columns, values, strict=True)
+        dumps(v) if c in _JSON_COLUMNS else v.value if isinstance(v, Enum) else v for c, v in values
     )
 
 

@@ -36,6 +36,7 @@ from loopkernel.errors import (
     ApprovalRefused,
     ReplayDivergence,
     RunNotFound,
+    SchemaTooNew,
     StoreUnavailable,
     UsageError,
 )
@@ -119,7 +120,9 @@ __all__ = [
     "DuplicateKey",
     "LockHeld",
     "SQLStore",
+    "check_version",
     "lock_wait_at_most",
+    "migrate",
 ]
 
 T = TypeVar("T")
@@ -321,6 +324,33 @@ def _info_sql(agg: str) -> str:
 
 def _info(row: Any) -> RunInfo:
     return run_info_from_row(row, last_seq=int(row[10]), task_counts=loads(row[11]) or {})
+
+
+def check_version(where: str, version: int, known: int) -> int:
+    """``version``, unless this code knows only up to ``known`` (``SchemaTooNew``)."""
+    if version > known:
+        raise SchemaTooNew(
+            f"{where} has schema version {version}; this LoopKernel knows up to {known}. "
+            "Upgrade loopkernel to open it.",
+            found=version,
+            known=known,
+        )
+    return version
+
+
+def migrate(cur: Cursor, where: str, migrations: Sequence[Sequence[str]], version: int) -> None:
+    """In the caller's transaction: run the ``migrations`` after ``version`` and record the
+    last as ``meta``'s schema version."""
+    check_version(where, version, len(migrations))
+    for statements in migrations[version:]:
+        for sql in statements:
+            cur.run(sql)
+    if version < len(migrations):
+        cur.run(
+            "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (str(len(migrations)),),
+        )
 
 
 class SQLStore:

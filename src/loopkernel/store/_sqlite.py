@@ -43,7 +43,7 @@ from pathlib import Path
 from queue import SimpleQueue
 from typing import Any, ClassVar, Literal, TypeVar
 
-from loopkernel.errors import NotADatabase, SchemaTooNew, StoreError, StoreUnavailable, UsageError
+from loopkernel.errors import NotADatabase, StoreError, StoreUnavailable, UsageError
 from loopkernel.graph import Task
 from loopkernel.ids import RunId, TaskId
 from loopkernel.store._codec import TASK_COLUMNS, task_from_row
@@ -54,6 +54,8 @@ from loopkernel.store._engine import (
     How,
     LockHeld,
     SQLStore,
+    check_version,
+    migrate,
     transact,
 )
 from loopkernel.store._schema import SQLITE_MIGRATIONS, SQLITE_VERSION, TABLES
@@ -451,28 +453,14 @@ class SQLiteStore(SQLStore):
                 f"{self.path} has a damaged meta table (schema_version {row[0]!r})",
                 path=str(self.path),
             )
-        if version > SQLITE_VERSION:
-            raise SchemaTooNew(
-                f"{self.path} has schema version {version}; this LoopKernel knows up to "
-                f"{SQLITE_VERSION}. Upgrade loopkernel to open it.",
-                found=version,
-                known=SQLITE_VERSION,
-            )
-        return version
+        return check_version(self.where, version, SQLITE_VERSION)
 
     def _migrate(self, cur: Cursor) -> None:
         cur.run("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         version = self._version(cur.one)  # again, under the write lock
         if cur.one("PRAGMA application_id")[0] != APPLICATION_ID:
             cur.run(f"PRAGMA application_id = {APPLICATION_ID}")
-        for statements in SQLITE_MIGRATIONS[version:]:
-            for sql in statements:
-                cur.run(sql)
-        cur.run(
-            "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (str(SQLITE_VERSION),),
-        )
+        migrate(cur, self.where, SQLITE_MIGRATIONS, version)
 
     async def close(self) -> None:
         if self._db is None or self._fence is not None:  # a view leaves it to its store
