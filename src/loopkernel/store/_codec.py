@@ -11,6 +11,8 @@ import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from enum import Enum
+from functools import lru_cache
 from typing import Any
 
 from loopkernel.errors import ApprovalRefused, UsageError
@@ -40,6 +42,14 @@ __all__ = [
     "DUMP_TASK_COLUMNS",
     "EFFECT_COLUMNS",
     "EVIDENCE_COLUMNS",
+    "INSERT_APPROVAL",
+    "INSERT_EDGE",
+    "INSERT_EFFECT",
+    "INSERT_EVENT",
+    "INSERT_EVIDENCE",
+    "INSERT_PATCH",
+    "INSERT_RUN",
+    "INSERT_TASK",
     "PATCH_COLUMNS",
     "RUN_COLUMNS",
     "TASK_COLUMNS",
@@ -51,10 +61,12 @@ __all__ = [
     "dumps",
     "effect_from_row",
     "effect_params",
+    "effect_row",
     "event_from_row",
     "evidence_from_row",
     "evidence_params",
     "human_input_event",
+    "insert_sql",
     "loads",
     "patch_from_row",
     "patch_params",
@@ -81,6 +93,29 @@ def loads(text: str | None) -> JSON:
 
 canonical = dumps
 
+_JSON_COLUMNS = frozenset(
+    {"params", "verdict", "input", "result", "error", "human_input", "ops", "proposal", "arguments"}
+)
+"""The columns, in whichever table, that hold JSON text (``dumps``)."""
+
+
+def _named(columns: str, row: Any) -> dict[str, Any]:
+    """``row``'s first values, in ``columns`` order, by column name, its JSON columns parsed.
+    (Not for the rows a step reads and writes, ``tasks`` and ``events``: their code reads by
+    position, which is faster.)"""
+    names = _names(columns)
+    return {c: loads(v) if c in _JSON_COLUMNS else v for c, v in zip(names, row, strict=False)}
+
+
+@lru_cache(maxsize=32)
+def _names(columns: str) -> tuple[str, ...]:
+    return tuple(columns.split(", "))
+
+
+def insert_sql(table: str, columns: str) -> str:
+    """``INSERT INTO table (columns) VALUES (?,?,...)``, a placeholder for each column."""
+    return f"INSERT INTO {table} ({columns}) VALUES ({','.join('?' * (columns.count(',') + 1))})"
+
 
 def task_from_row(row: Any) -> Task:
     """Row order: task_id, skill, input, evidence_scope, state, result, error, attempts,
@@ -106,6 +141,7 @@ TASK_COLUMNS = (
     "task_id, skill, input, evidence_scope, state, result, error, attempts, "
     "wait_reason, human_input, wait_epoch, done_seq, wake_at"
 )
+INSERT_TASK = insert_sql("tasks", f"run_id, {TASK_COLUMNS}")
 
 
 def task_params(run_id: RunId, task: Task) -> tuple[Any, ...]:
@@ -127,6 +163,11 @@ def task_params(run_id: RunId, task: Task) -> tuple[Any, ...]:
     )
 
 
+INSERT_EVENT = insert_sql("events", "run_id, seq, kind, task_id, data, created_at")
+INSERT_EDGE = insert_sql("edges", "run_id, src, dst")
+INSERT_APPROVAL = insert_sql("approvals", "run_id, task_id, wait_epoch, decision, event_seq")
+
+
 def event_from_row(run_id: RunId, row: Any) -> Event:
     """Row order: seq, kind, task_id, data."""
     return Event(
@@ -141,6 +182,11 @@ def event_from_row(run_id: RunId, row: Any) -> Event:
 RUN_COLUMNS = (
     "run_id, app, params, status, verdict, max_events, created_at, updated_at, trace, app_version"
 )
+INSERT_RUN = insert_sql(
+    "runs",
+    "run_id, app, params, status, verdict, max_events, token_hash, created_at, updated_at, "
+    "trace, app_version",
+)
 
 
 def run_params(
@@ -152,30 +198,19 @@ def run_params(
     now: float,
     trace: str | None = None,
     app_version: str | None = None,
+    *,
+    status: RunStatus = RunStatus.RUNNING,
+    verdict: JSON = None,
 ) -> tuple[Any, ...]:
-    """A new ``running`` run: run_id, app, params, status, verdict, max_events,
-    token_hash, created_at, updated_at, trace, app_version."""
-    status = RunStatus.RUNNING.value
-    head = (run_id, app, dumps(params), status, dumps(None), max_events, token_hash)
+    """A new run (``running`` unless told, as a fork's may not be), for ``INSERT_RUN``."""
+    head = (run_id, app, dumps(params), status.value, dumps(verdict), max_events, token_hash)
     return (*head, now, now, trace, app_version)
 
 
 def run_info_from_row(row: Any, *, last_seq: int, task_counts: dict[str, int]) -> RunInfo:
     """Row order: ``RUN_COLUMNS``."""
-    return RunInfo(
-        run_id=RunId(row[0]),
-        app=row[1],
-        params=loads(row[2]),
-        status=RunStatus(row[3]),
-        verdict=loads(row[4]),
-        max_events=row[5],
-        created_at=row[6],
-        updated_at=row[7],
-        trace=row[8],
-        app_version=row[9],
-        last_seq=last_seq,
-        task_counts=task_counts,
-    )
+    got = _named(RUN_COLUMNS, row) | {"status": RunStatus(row[3])}
+    return RunInfo(**got, last_seq=last_seq, task_counts=task_counts)
 
 
 def run_page_filter(
@@ -199,19 +234,13 @@ def run_page_filter(
 
 
 PATCH_COLUMNS = "event_seq, ops, outcome, reason, planner, proposal, app_version"
+INSERT_PATCH = insert_sql("patches", f"run_id, {PATCH_COLUMNS}, created_at")
 
 
 def patch_from_row(row: Any) -> PatchRecord:
     """Row order: ``PATCH_COLUMNS``."""
-    return PatchRecord(
-        event_seq=row[0],
-        ops=loads(row[1]),
-        outcome=row[2],
-        reason=row[3],
-        planner=row[4],
-        proposal=ProposalNote.from_json(loads(row[5])),
-        app_version=row[6],
-    )
+    got = _named(PATCH_COLUMNS, row)
+    return PatchRecord(**got | {"proposal": ProposalNote.from_json(got["proposal"])})
 
 
 def patch_params(run_id: RunId, r: PatchRecord, now: float) -> tuple[Any, ...]:
@@ -225,6 +254,7 @@ EVIDENCE_COLUMNS = (
     "n, kind, content, source_kind, source_uri, source_task_id, source_event_seq, "
     "truncated, note, sha256, chars"
 )
+INSERT_EVIDENCE = insert_sql("evidence", f"run_id, ev_key, {EVIDENCE_COLUMNS}, created_at")
 
 
 def evidence_from_row(row: Any) -> Evidence:
@@ -276,31 +306,25 @@ EFFECT_COLUMNS = (
     "run_id, idem_key, task_id, call_index, tool, effect, arguments, status, result, error, "
     "arguments_digest"
 )
+INSERT_EFFECT = insert_sql("effects", f"{EFFECT_COLUMNS}, created_at, updated_at")
+
+
+def effect_row(run_id: RunId, e: EffectRecord, now: float) -> tuple[Any, ...]:
+    """``e`` under ``run_id`` (a fork's copy), for ``INSERT_EFFECT``."""
+    head = (run_id, e.key, e.task_id, e.call_index, e.tool, e.effect, dumps(e.arguments))
+    return (*head, e.status, dumps(e.result), dumps(e.error), e.arguments_digest, now, now)
 
 
 def effect_params(record: EffectRecord, now: float) -> tuple[Any, ...]:
-    """A new ``intended`` effect: ``EFFECT_COLUMNS``, then created_at, updated_at."""
-    args = dumps(record.arguments)
-    head = (record.run_id, record.key, record.task_id, record.call_index, record.tool)
-    tail = (dumps(None), dumps(None), record.arguments_digest, now, now)
-    return (*head, record.effect, args, "intended", *tail)
+    """A new ``intended`` effect, for ``INSERT_EFFECT``."""
+    intended = replace(record, status="intended", result=None, error=None)
+    return effect_row(record.run_id, intended, now)
 
 
 def effect_from_row(row: Any) -> EffectRecord:
     """Row order: ``EFFECT_COLUMNS``."""
-    return EffectRecord(
-        run_id=RunId(row[0]),
-        key=row[1],
-        task_id=TaskId(row[2]),
-        call_index=row[3],
-        tool=row[4],
-        effect=row[5],
-        arguments=loads(row[6]),
-        status=row[7],
-        result=loads(row[8]),
-        error=loads(row[9]),
-        arguments_digest=row[10],
-    )
+    got = _named(EFFECT_COLUMNS, row)
+    return EffectRecord(key=got.pop("idem_key"), **got)
 
 
 # -- rules both stores apply the same way ----------------------------------------------------
@@ -390,33 +414,9 @@ def dump_of(
             "status": run[3],
             "verdict": loads(run[4]),
         },
-        "tasks": [
-            {
-                "task_id": r[0],
-                "skill": r[1],
-                "input": loads(r[2]),
-                "evidence_scope": r[3],
-                "state": r[4],
-                "result": loads(r[5]),
-                "error": loads(r[6]),
-                "human_input": loads(r[7]),
-            }
-            for r in tasks
-        ],
+        "tasks": [_named(DUMP_TASK_COLUMNS, r) for r in tasks],
         "edges": [list(r) for r in edges],
-        "effects": [
-            {
-                "task_id": r[0],
-                "call_index": r[1],
-                "tool": r[2],
-                "effect": r[3],
-                "arguments": loads(r[4]),
-                "status": r[5],
-                "result": _timeless(r[2], loads(r[6])),
-                "error": loads(r[7]),
-            }
-            for r in effects
-        ],
+        "effects": [_timeless(_named(DUMP_EFFECT_COLUMNS, r)) for r in effects],
     }
 
 
@@ -429,43 +429,29 @@ def _plannerless(params: JSON) -> JSON:
 def dump_of_state(state: GraphState, effects: Iterable[EffectRecord]) -> dict[str, JSON]:
     """The same canonical dump, of a graph in memory (e.g. a run as of an earlier seq)."""
     run = (state.run_id, state.app, dumps(state.params), state.status.value, dumps(state.verdict))
-    tasks = [
-        (
-            t.task_id,
-            t.skill,
-            dumps(t.input),
-            t.evidence_scope,
-            t.state.value,
-            dumps(t.result),
-            dumps(t.error),
-            dumps(t.human_input),
-        )
-        for t in sorted(state.tasks.values(), key=lambda t: t.task_id)
-    ]
+    tasks = sorted(state.tasks.values(), key=lambda t: t.task_id)
     edges = sorted((s, d) for s, dsts in state.succs.items() for d in dsts)
-    rows = [
-        (
-            e.task_id,
-            e.call_index,
-            e.tool,
-            e.effect,
-            dumps(e.arguments),
-            e.status,
-            dumps(e.result),
-            dumps(e.error),
-        )
-        for e in sorted(effects, key=lambda e: (e.task_id, e.call_index))
-    ]
-    return dump_of(run, tasks, edges, rows)
+    effects = sorted(effects, key=lambda e: (e.task_id, e.call_index))
+    rows = [_row(DUMP_TASK_COLUMNS, t) for t in tasks]
+    return dump_of(run, rows, edges, [_row(DUMP_EFFECT_COLUMNS, e) for e in effects])
 
 
-def _timeless(tool: str, result: JSON) -> JSON:
+def _row(columns: str, value: Task | EffectRecord) -> tuple[Any, ...]:
+    """``value``'s ``columns`` as the database holds them: JSON as text, an enum's value."""
+    values = [(c, getattr(value, c)) for c in _names(columns)]
+    return tuple(
+        dumps(v) if c in _JSON_COLUMNS else v.value if isinstance(v, Enum) else v for c, v in values
+    )
+
+
+def _timeless(effect: dict[str, JSON]) -> dict[str, JSON]:
     """A model answer's ``latency_ms`` is a measurement, like a timestamp: left out of the
     dump, so a resumed run digests like an uninterrupted one (the model effect's ``tool``
     is ``"model"``; see ``loopkernel.models``)."""
-    if tool == "model" and isinstance(result, dict) and "latency_ms" in result:
-        return {k: v for k, v in result.items() if k != "latency_ms"}
-    return result
+    result = effect["result"]
+    if effect["tool"] == "model" and isinstance(result, dict) and "latency_ms" in result:
+        effect["result"] = {k: v for k, v in result.items() if k != "latency_ms"}
+    return effect
 
 
 def digest_of(dump: dict[str, JSON]) -> str:

@@ -36,6 +36,7 @@ from loopkernel.errors import (
     ApprovalRefused,
     ReplayDivergence,
     RunNotFound,
+    SchemaTooNew,
     StoreUnavailable,
     UsageError,
 )
@@ -56,6 +57,14 @@ from loopkernel.store._codec import (
     DUMP_TASK_COLUMNS,
     EFFECT_COLUMNS,
     EVIDENCE_COLUMNS,
+    INSERT_APPROVAL,
+    INSERT_EDGE,
+    INSERT_EFFECT,
+    INSERT_EVENT,
+    INSERT_EVIDENCE,
+    INSERT_PATCH,
+    INSERT_RUN,
+    INSERT_TASK,
     PATCH_COLUMNS,
     RUN_COLUMNS,
     TASK_COLUMNS,
@@ -111,7 +120,9 @@ __all__ = [
     "DuplicateKey",
     "LockHeld",
     "SQLStore",
+    "check_version",
     "lock_wait_at_most",
+    "migrate",
 ]
 
 T = TypeVar("T")
@@ -264,19 +275,12 @@ def transact(
                 cur.run(sql)
 
 
-_TASK_MARKS = ",".join("?" * 14)
 _UPSERT_TASK = (
-    f"INSERT INTO tasks (run_id, {TASK_COLUMNS}) VALUES ({_TASK_MARKS}) "
-    "ON CONFLICT (run_id, task_id) DO UPDATE SET state=excluded.state, "
+    f"{INSERT_TASK} ON CONFLICT (run_id, task_id) DO UPDATE SET state=excluded.state, "
     "result=excluded.result, error=excluded.error, attempts=excluded.attempts, "
     "wait_reason=excluded.wait_reason, human_input=excluded.human_input, "
     "wait_epoch=excluded.wait_epoch, done_seq=excluded.done_seq, wake_at=excluded.wake_at"
 )
-_INSERT_EVENT = (
-    "INSERT INTO events (run_id, seq, kind, task_id, data, created_at) VALUES (?,?,?,?,?,?)"
-)
-_INSERT_PATCH = f"INSERT INTO patches (run_id, {PATCH_COLUMNS}, created_at) VALUES "
-_INSERT_PATCH += "(?,?,?,?,?,?,?,?,?)"
 TASK_EVENTS = (
     "SELECT seq, kind, task_id, data FROM events WHERE run_id = ? AND seq IN "
     "(SELECT seq FROM events WHERE run_id = ? AND task_id = ?) ORDER BY seq"
@@ -320,6 +324,33 @@ def _info_sql(agg: str) -> str:
 
 def _info(row: Any) -> RunInfo:
     return run_info_from_row(row, last_seq=int(row[10]), task_counts=loads(row[11]) or {})
+
+
+def check_version(where: str, version: int, known: int) -> int:
+    """``version``, unless this code knows only up to ``known`` (``SchemaTooNew``)."""
+    if version > known:
+        raise SchemaTooNew(
+            f"{where} has schema version {version}; this LoopKernel knows up to {known}. "
+            "Upgrade loopkernel to open it.",
+            found=version,
+            known=known,
+        )
+    return version
+
+
+def migrate(cur: Cursor, where: str, migrations: Sequence[Sequence[str]], version: int) -> None:
+    """In the caller's transaction: run the ``migrations`` after ``version`` and record the
+    last as ``meta``'s schema version."""
+    check_version(where, version, len(migrations))
+    for statements in migrations[version:]:
+        for sql in statements:
+            cur.run(sql)
+    if version < len(migrations):
+        cur.run(
+            "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (str(len(migrations)),),
+        )
 
 
 class SQLStore:
@@ -444,9 +475,7 @@ class SQLStore:
 
         def body(cur: Cursor) -> Event:
             cur.run(
-                "INSERT INTO runs (run_id, app, params, status, verdict, max_events, "
-                "token_hash, created_at, updated_at, trace, app_version) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                INSERT_RUN,
                 run_params(run_id, app, params, max_events, token_hash, now, trace, app_version),
             )
             return self._append(cur, run_id, 0, [started], now)[0]
@@ -555,7 +584,7 @@ class SQLStore:
             out.append(
                 Event(run_id=run_id, seq=seq, kind=ev.kind, task_id=ev.task_id, data=ev.data)
             )
-        cur.many(_INSERT_EVENT, rows)
+        cur.many(INSERT_EVENT, rows)
         self.dialect.notify(cur, JOURNAL_CHANNEL, run_id)
         return out
 
@@ -608,12 +637,9 @@ class SQLStore:
             top = self._last_seq(cur, run_id)
             out = self._append(cur, run_id, top, [as_new(e) for e in journal], now)
             moved, step = rebase_step(journal, out, records, delta)
-            cur.many(_INSERT_PATCH, [patch_params(run_id, r, now) for r in moved])
+            cur.many(INSERT_PATCH, [patch_params(run_id, r, now) for r in moved])
             cur.many(_UPSERT_TASK, [task_params(run_id, t) for t in step.tasks])
-            cur.many(
-                "INSERT INTO edges (run_id, src, dst) VALUES (?,?,?)",
-                [(run_id, s, d) for s, d in step.edges],
-            )
+            cur.many(INSERT_EDGE, [(run_id, s, d) for s, d in step.edges])
             if step.finish is None:
                 return out, None
             status, verdict = step.finish
@@ -673,11 +699,7 @@ class SQLStore:
             answer = human_input_event(task_id, decision, payload, epoch[0], by)
             now = time.time()
             (event,) = self._append(cur, run_id, self._last_seq(cur, run_id), [answer], now)
-            cur.run(
-                "INSERT INTO approvals (run_id, task_id, wait_epoch, decision, event_seq) "
-                "VALUES (?,?,?,?,?)",
-                (run_id, task_id, epoch[0], decision, event.seq),
-            )
+            cur.run(INSERT_APPROVAL, (run_id, task_id, epoch[0], decision, event.seq))
             if status is RunStatus.WAITING:
                 self._wake(cur, run_id, now)
             return event
@@ -713,16 +735,12 @@ class SQLStore:
 
     async def intend_effect(self, record: EffectRecord) -> EffectRecord:
         now = time.time()
-        marks = ",".join("?" * 13)
+        sql = f"{INSERT_EFFECT} ON CONFLICT (run_id, idem_key) DO NOTHING"
 
         def body(cur: Cursor, _: RunStatus) -> Any:
             # ON CONFLICT waits (PostgreSQL) for a concurrent insert of the same key to
             # commit; the SELECT after it then sees whichever row won.
-            cur.run(
-                f"INSERT INTO effects ({EFFECT_COLUMNS}, created_at, updated_at) "
-                f"VALUES ({marks}) ON CONFLICT (run_id, idem_key) DO NOTHING",
-                effect_params(record, now),
-            )
+            cur.run(sql, effect_params(record, now))
             return cur.one(_EFFECT, (record.run_id, record.key))
 
         # Not fsynced on its own: the key is a function of (run, task, index), so a lost
@@ -778,11 +796,7 @@ class SQLStore:
                 room=max_run_chars - int(used),
                 now=time.time(),
             )
-            cur.run(
-                f"INSERT INTO evidence (run_id, ev_key, {EVIDENCE_COLUMNS}, created_at) "
-                f"VALUES ({','.join('?' * 14)})",
-                params,
-            )
+            cur.run(INSERT_EVIDENCE, params)
             return cur.one(_EVIDENCE_BY_KEY, (run_id, item.key))
 
         return evidence_from_row(await self._write(run_id, body))
@@ -812,7 +826,7 @@ class SQLStore:
         return dump_of(rows["runs"][0], rows["tasks"], rows["edges"], rows["effects"])
 
     async def checkpoint(self) -> None:
-        """Make the main database file complete on its own (SQLite); a no-op elsewhere."""
+        """A no-op here; ``SQLiteStore`` folds its WAL in."""
 
     async def fork_run(self, fork: Fork) -> RunInfo:
         self._unfenced("create runs")
@@ -877,8 +891,6 @@ class SQLStore:
         }
 
     async def delete_run(self, run_id: RunId) -> None:
-        """Remove every row of the run, in every table of ``TABLES``, in one transaction:
-        ``RunNotFound`` if there is none, ``RunHeld`` while a live lease holds it."""
         self._unfenced("delete runs")
         now_sql = f"SELECT owner, lease_until, lease_epoch, {self.dialect.NOW} FROM runs "
 
@@ -953,8 +965,6 @@ class SQLStore:
         return bool(await self._call(lambda cur: cur.run(sql, moved), "write"))
 
     async def due_runs(self, now: float, limit: int = 100) -> list[RunId]:
-        """Waiting runs whose timer is due at ``now``, earliest first (``loopkernel serve``
-        and ``resume`` look; a worker's ``claim_run`` wakes enqueued ones itself)."""
         sql = "SELECT run_id FROM runs WHERE status = 'waiting' AND wake_at IS NOT NULL "
         sql += "AND wake_at <= ? ORDER BY wake_at, run_id LIMIT ?"
         rows = await self._call(lambda cur: cur.all(sql, (now, limit)))

@@ -16,11 +16,17 @@ from typing import Any
 from loopkernel.graph import Event, EventKind, GraphState
 from loopkernel.ids import RunId
 from loopkernel.store._codec import (
-    EFFECT_COLUMNS,
-    PATCH_COLUMNS,
-    TASK_COLUMNS,
+    INSERT_APPROVAL,
+    INSERT_EDGE,
+    INSERT_EFFECT,
+    INSERT_EVENT,
+    INSERT_PATCH,
+    INSERT_RUN,
+    INSERT_TASK,
     dumps,
+    effect_row,
     patch_params,
+    run_params,
     task_params,
 )
 from loopkernel.store._protocol import EffectRecord, PatchRecord, RunInfo
@@ -68,73 +74,31 @@ def fork_statements(fork: Fork, now: float) -> list[Statement]:
     return [
         (
             "runs",
-            "INSERT INTO runs (run_id, app, params, status, verdict, max_events, token_hash, "
-            "created_at, updated_at, trace) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            INSERT_RUN,
             [
-                (
+                run_params(
                     new,
                     info.app,
-                    dumps(info.params),
-                    state.status.value,
-                    dumps(state.verdict),
+                    info.params,
                     info.max_events,
                     fork.token_hash,
                     now,
-                    now,
                     fork.trace,
+                    status=state.status,
+                    verdict=state.verdict,
                 )
             ],
         ),
         (
             "events",
-            "INSERT INTO events (run_id, seq, kind, task_id, data, created_at) "
-            "VALUES (?,?,?,?,?,?)",
+            INSERT_EVENT,
             [(new, e.seq, e.kind.value, e.task_id, dumps(e.data), now) for e in fork.events],
         ),
-        (
-            "patches",
-            f"INSERT INTO patches (run_id, {PATCH_COLUMNS}, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
-            [patch_params(new, p, now) for p in fork.patches],
-        ),
-        (
-            "approvals",
-            "INSERT INTO approvals (run_id, task_id, wait_epoch, decision, event_seq) "
-            "VALUES (?,?,?,?,?)",
-            answers,
-        ),
-        (
-            "tasks",
-            f"INSERT INTO tasks (run_id, {TASK_COLUMNS}) VALUES (?,{','.join('?' * 13)})",
-            [task_params(new, t) for t in state.tasks.values()],
-        ),
-        (
-            "edges",
-            "INSERT INTO edges (run_id, src, dst) VALUES (?,?,?)",
-            [(new, s, d) for s, dsts in state.succs.items() for d in dsts],
-        ),
-        (
-            "effects",
-            f"INSERT INTO effects ({EFFECT_COLUMNS}, created_at, updated_at) "
-            f"VALUES ({','.join('?' * 13)})",
-            [
-                (
-                    new,
-                    e.key,
-                    e.task_id,
-                    e.call_index,
-                    e.tool,
-                    e.effect,
-                    dumps(e.arguments),
-                    e.status,
-                    dumps(e.result),
-                    dumps(e.error),
-                    e.arguments_digest,
-                    now,
-                    now,
-                )
-                for e in fork.effects
-            ],
-        ),
+        ("patches", INSERT_PATCH, [patch_params(new, p, now) for p in fork.patches]),
+        ("approvals", INSERT_APPROVAL, answers),
+        ("tasks", INSERT_TASK, [task_params(new, t) for t in state.tasks.values()]),
+        ("edges", INSERT_EDGE, [(new, s, d) for s, dsts in state.succs.items() for d in dsts]),
+        ("effects", INSERT_EFFECT, [effect_row(new, e, now) for e in fork.effects]),
         (
             "forks",
             "INSERT INTO forks (run_id, source_run, source_seq, created_at) VALUES (?,?,?,?)",

@@ -48,18 +48,25 @@ from psycopg.rows import TupleRow
 from psycopg.types.string import TextLoader
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from loopkernel.errors import NotADatabase, SchemaTooNew, StoreUnavailable, UsageError
+from loopkernel.errors import NotADatabase, StoreUnavailable, UsageError
 from loopkernel.graph import Delta, Event
 from loopkernel.ids import RunId
-from loopkernel.store._codec import dumps
-from loopkernel.store._engine import Cursor, Dialect, DuplicateKey, How, SQLStore, transact
+from loopkernel.store._codec import dumps, patch_params, task_params
+from loopkernel.store._engine import (
+    Cursor,
+    Dialect,
+    DuplicateKey,
+    How,
+    SQLStore,
+    migrate,
+    transact,
+)
 from loopkernel.store._lease import CHANNEL
 from loopkernel.store._protocol import NewEvent, PatchRecord
 from loopkernel.store._schema import (
     LEASE_LOST,
     NO_RUN,
     POSTGRES_MIGRATIONS,
-    POSTGRES_VERSION,
     TABLES,
 )
 
@@ -266,23 +273,7 @@ class PostgresStore(SQLStore):
                 raise NotADatabase(f"no LoopKernel database at {self.where}", path=self.where)
             cur.run("CREATE TABLE meta (key text PRIMARY KEY, value text NOT NULL)")
         row = cur.one("SELECT value FROM meta WHERE key = 'schema_version'")
-        version = int(row[0]) if row else 0
-        if version > POSTGRES_VERSION:
-            raise SchemaTooNew(
-                f"{self.where} has schema version {version}; this LoopKernel knows up to "
-                f"{POSTGRES_VERSION}. Upgrade loopkernel to open it.",
-                found=version,
-                known=POSTGRES_VERSION,
-            )
-        for statements in POSTGRES_MIGRATIONS[version:]:
-            for sql in statements:
-                cur.run(sql)
-        if version < POSTGRES_VERSION:
-            cur.run(
-                "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (str(POSTGRES_VERSION),),
-            )
+        migrate(cur, self.where, POSTGRES_MIGRATIONS, int(row[0]) if row else 0)
 
     async def close(self) -> None:
         if self._pool is None or self._fence is not None:  # a view leaves it to its store
@@ -318,7 +309,7 @@ class PostgresStore(SQLStore):
         if fence is not None:
             fence.check_run(run_id)
         params = (run_id, None if fence is None else fence.epoch, time.time())
-        step = _step_json(journal, records, delta, final)
+        step = _step_json(run_id, journal, records, delta, final)
         try:
             row = await self._call(lambda cur: cur.one(_COMMIT_STEP, (*params, step)))
         except DuplicateKey:
@@ -351,9 +342,17 @@ class PostgresStore(SQLStore):
 
 
 _step_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_STEP_PATCH = ("seq", "ops", "outcome", "reason", "planner", "proposal", "version")
+"""The step function's names (frozen in its migrations) for ``PATCH_COLUMNS``, in order."""
+_STEP_TASK = (
+    *("id", "skill", "input", "scope", "state", "result", "error", "attempts"),
+    *("wait_reason", "human", "wait_epoch", "done", "wake"),
+)
+"""The step function's names for ``TASK_COLUMNS``, in their order."""
 
 
 def _step_json(
+    run_id: RunId,
     journal: Sequence[Event],
     records: Sequence[PatchRecord],
     delta: Delta,
@@ -373,33 +372,11 @@ def _step_json(
                 for e in journal
             ],
             "patches": [
-                {
-                    "seq": r.event_seq,
-                    "ops": dumps(r.ops),
-                    "outcome": r.outcome,
-                    "reason": r.reason,
-                    "planner": r.planner,
-                    "proposal": None if r.proposal is None else dumps(r.proposal.to_json()),
-                    "version": r.app_version,
-                }
+                dict(zip(_STEP_PATCH, patch_params(run_id, r, 0.0)[1:-1], strict=True))
                 for r in records
             ],
             "tasks": [
-                {
-                    "id": t.task_id,
-                    "skill": t.skill,
-                    "input": dumps(t.input),
-                    "scope": t.evidence_scope,
-                    "state": t.state.value,
-                    "result": dumps(t.result),
-                    "error": dumps(t.error),
-                    "attempts": t.attempts,
-                    "wait_reason": t.wait_reason,
-                    "human": dumps(t.human_input),
-                    "wait_epoch": t.wait_epoch,
-                    "done": t.done_seq,
-                    "wake": t.wake_at,
-                }
+                dict(zip(_STEP_TASK, task_params(run_id, t)[1:], strict=True))
                 for t in {t.task_id: t for t in delta.tasks}.values()
             ],
             "edges": [{"src": src, "dst": dst} for src, dst in delta.edges],

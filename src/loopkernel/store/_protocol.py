@@ -18,8 +18,8 @@ without a lease: the executor reads them from the journal.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from loopkernel.evidence import Evidence, NewEvidence
 from loopkernel.graph import (
@@ -96,35 +96,19 @@ class ProposalNote:
     """The model call's latency as the gateway measured it."""
 
     def to_json(self) -> dict[str, JSON]:
-        return {
-            "accepted": self.accepted,
-            "reason": self.reason,
-            "detail": self.detail,
-            "ops": self.ops,
-            "raw_sha256": self.raw_sha256,
-            "model": self.model,
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "cost_usd": self.cost_usd,
-            "latency_ms": self.latency_ms,
-        }
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
     def from_json(cls, data: JSON) -> ProposalNote | None:
+        """The note ``to_json`` wrote (a missing field takes its default's value)."""
         if not isinstance(data, dict):
             return None
-        return cls(
-            accepted=bool(data.get("accepted")),
-            reason=data.get("reason"),
-            detail=data.get("detail"),
-            ops=data.get("ops"),
-            raw_sha256=data.get("raw_sha256"),
-            model=data.get("model"),
-            input_tokens=int(data.get("input_tokens") or 0),
-            output_tokens=int(data.get("output_tokens") or 0),
-            cost_usd=float(data.get("cost_usd") or 0.0),
-            latency_ms=data.get("latency_ms"),
-        )
+        got: dict[str, Any] = {f.name: data.get(f.name) for f in fields(cls)}
+        got["accepted"] = bool(got["accepted"])
+        got["input_tokens"] = int(got["input_tokens"] or 0)
+        got["output_tokens"] = int(got["output_tokens"] or 0)
+        got["cost_usd"] = float(got["cost_usd"] or 0.0)
+        return cls(**got)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -404,7 +388,8 @@ class Leases(Protocol):
 
     async def due_runs(self, now: float, limit: int = 100) -> list[RunId]:
         """Waiting runs whose timer (``wake_at``) is due at ``now``, earliest first,
-        enqueued or not: what ``loopkernel serve`` wakes (``loopkernel._waker``)."""
+        enqueued or not: what ``loopkernel serve`` and ``resume`` wake (``loopkernel._waker``;
+        a worker's ``claim_run`` wakes enqueued ones itself)."""
 
     async def acquire(
         self,

@@ -78,183 +78,6 @@ the detail is ``{"epoch": ..., "owner": ...}`` as JSON."""
 NO_RUN = "LK002"
 """SQLSTATE of ``loopkernel_commit_step`` when there is no such run."""
 
-_SQLITE_STARTED = (
-    "UPDATE tasks SET started_at = (julianday('now') - 2440587.5) * 86400.0 "
-    "WHERE run_id = NEW.run_id AND task_id = NEW.task_id"
-)
-"""Migration 11's trigger body: the task's start, in seconds since the epoch."""
-
-SQLITE_MIGRATIONS: list[list[str]] = [
-    # 1: the journal, the materialized graph, approvals and effects.
-    [
-        """CREATE TABLE runs (
-            run_id      TEXT PRIMARY KEY,
-            app         TEXT NOT NULL,
-            params      TEXT NOT NULL,
-            status      TEXT NOT NULL,
-            verdict     TEXT,
-            max_events  INTEGER NOT NULL,
-            token_hash  TEXT NOT NULL,
-            created_at  REAL NOT NULL,
-            updated_at  REAL NOT NULL
-        )""",
-        """CREATE TABLE tasks (
-            run_id          TEXT NOT NULL,
-            task_id         TEXT NOT NULL,
-            skill           TEXT NOT NULL,
-            input           TEXT NOT NULL,
-            evidence_scope  TEXT NOT NULL,
-            state           TEXT NOT NULL,
-            result          TEXT NOT NULL,
-            error           TEXT NOT NULL,
-            attempts        INTEGER NOT NULL,
-            wait_reason     TEXT,
-            human_input     TEXT NOT NULL,
-            wait_epoch      INTEGER NOT NULL,
-            done_seq        INTEGER,
-            PRIMARY KEY (run_id, task_id)
-        ) WITHOUT ROWID""",
-        """CREATE TABLE edges (
-            run_id  TEXT NOT NULL,
-            src     TEXT NOT NULL,
-            dst     TEXT NOT NULL,
-            PRIMARY KEY (run_id, src, dst)
-        ) WITHOUT ROWID""",
-        """CREATE TABLE events (
-            run_id      TEXT NOT NULL,
-            seq         INTEGER NOT NULL,
-            kind        TEXT NOT NULL,
-            task_id     TEXT,
-            data        TEXT NOT NULL,
-            created_at  REAL NOT NULL,
-            PRIMARY KEY (run_id, seq)
-        ) WITHOUT ROWID""",
-        """CREATE TABLE patches (
-            run_id      TEXT NOT NULL,
-            event_seq   INTEGER NOT NULL,
-            ops         TEXT NOT NULL,
-            outcome     TEXT NOT NULL,
-            reason      TEXT,
-            planner     TEXT NOT NULL,
-            created_at  REAL NOT NULL,
-            PRIMARY KEY (run_id, event_seq)
-        ) WITHOUT ROWID""",
-        """CREATE TABLE approvals (
-            run_id      TEXT NOT NULL,
-            task_id     TEXT NOT NULL,
-            wait_epoch  INTEGER NOT NULL,
-            decision    TEXT NOT NULL,
-            event_seq   INTEGER NOT NULL,
-            PRIMARY KEY (run_id, task_id, wait_epoch)
-        ) WITHOUT ROWID""",
-        """CREATE TABLE effects (
-            run_id      TEXT NOT NULL,
-            idem_key    TEXT NOT NULL,
-            task_id     TEXT NOT NULL,
-            call_index  INTEGER NOT NULL,
-            tool        TEXT NOT NULL,
-            effect      TEXT NOT NULL,
-            arguments   TEXT NOT NULL,
-            status      TEXT NOT NULL,
-            result      TEXT NOT NULL,
-            error       TEXT NOT NULL,
-            created_at  REAL NOT NULL,
-            updated_at  REAL NOT NULL,
-            PRIMARY KEY (run_id, idem_key)
-        ) WITHOUT ROWID""",
-    ],
-    # 2: leases for workers (docs/workers.md). lease_until NULL: not enqueued, no lease.
-    [
-        "ALTER TABLE runs ADD COLUMN owner TEXT",
-        "ALTER TABLE runs ADD COLUMN lease_epoch INTEGER NOT NULL DEFAULT 0",
-        "ALTER TABLE runs ADD COLUMN lease_until REAL",
-        "CREATE INDEX runs_claimable ON runs (created_at) "
-        "WHERE status = 'running' AND lease_until IS NOT NULL",
-    ],
-    # 3: forks (docs/fork.md): the run and event a run was forked from.
-    [
-        """CREATE TABLE forks (
-            run_id      TEXT PRIMARY KEY,
-            source_run  TEXT NOT NULL,
-            source_seq  INTEGER NOT NULL,
-            created_at  REAL NOT NULL
-        ) WITHOUT ROWID""",
-    ],
-    # 4: the run's trace context (docs/observability.md): a W3C traceparent, or NULL.
-    ["ALTER TABLE runs ADD COLUMN trace TEXT"],
-    # 5: keyset pagination of the run list (the web inspector), newest first, by status
-    # or by app.
-    [
-        "CREATE INDEX runs_by_created ON runs (created_at, run_id)",
-        "CREATE INDEX runs_by_status ON runs (status, created_at, run_id)",
-        "CREATE INDEX runs_by_app ON runs (app, created_at, run_id)",
-    ],
-    # 6: models and evidence (docs/models.md, docs/evidence.md): a proposing planner's
-    # proposal beside the applied patch; typed evidence, E<n> in journal order.
-    [
-        "ALTER TABLE patches ADD COLUMN proposal TEXT",
-        """CREATE TABLE evidence (
-            run_id            TEXT NOT NULL,
-            n                 INTEGER NOT NULL,
-            ev_key            TEXT NOT NULL,
-            kind              TEXT NOT NULL,
-            content           TEXT NOT NULL,
-            source_kind       TEXT NOT NULL,
-            source_uri        TEXT NOT NULL,
-            source_task_id    TEXT,
-            source_event_seq  INTEGER,
-            truncated         INTEGER NOT NULL,
-            note              TEXT,
-            sha256            TEXT NOT NULL,
-            chars             INTEGER NOT NULL,
-            created_at        REAL NOT NULL,
-            PRIMARY KEY (run_id, n),
-            UNIQUE (run_id, ev_key)
-        ) WITHOUT ROWID""",
-    ],
-    # 7: the digest of a tool call's raw arguments, beside its effect (docs/tools.md).
-    ["ALTER TABLE effects ADD COLUMN arguments_digest TEXT"],
-    # 8: timers (docs/operations.md, "Timers, schedules and versions"): a waiting task's
-    # wake-up time, and the run's earliest one, which workers look for.
-    [
-        "ALTER TABLE tasks ADD COLUMN wake_at REAL",
-        "ALTER TABLE runs ADD COLUMN wake_at REAL",
-        "CREATE INDEX runs_due ON runs (wake_at) WHERE status = 'waiting' AND wake_at IS NOT NULL",
-    ],
-    # 9: versions (docs/operations.md): the app version that started the run, and the one
-    # whose executor journaled each patch.
-    [
-        "ALTER TABLE runs ADD COLUMN app_version TEXT",
-        "ALTER TABLE patches ADD COLUMN app_version TEXT",
-    ],
-    # 10: schedules (docs/operations.md): cron expressions that workers start runs from.
-    [
-        """CREATE TABLE schedules (
-            name        TEXT PRIMARY KEY,
-            cron        TEXT NOT NULL,
-            app         TEXT NOT NULL,
-            params      TEXT NOT NULL,
-            next_due    REAL NOT NULL,
-            last_run    TEXT,
-            created_at  REAL NOT NULL
-        ) WITHOUT ROWID""",
-    ],
-    # 11: the web inspector's task page reads one task's events by the database (docs/web.md),
-    # and a task's start: when its latest attempt went running, set by the database itself
-    # whichever statement writes the state (NULL for a task that started before this
-    # version). Neither is in the state digest (the dump names its columns).
-    [
-        "CREATE INDEX events_by_task ON events (run_id, task_id, seq)",
-        "ALTER TABLE tasks ADD COLUMN started_at REAL",
-        f"""CREATE TRIGGER tasks_started_insert AFTER INSERT ON tasks
-        WHEN NEW.state = 'running'
-        BEGIN {_SQLITE_STARTED}; END""",
-        f"""CREATE TRIGGER tasks_started_update AFTER UPDATE OF state ON tasks
-        WHEN NEW.state = 'running' AND OLD.state <> 'running'
-        BEGIN {_SQLITE_STARTED}; END""",
-    ],
-]
-
 # Migration 7's text: as every migration, frozen once released. A later change to the step
 # is a new migration (CREATE OR REPLACE FUNCTION), so that databases already at 7 get it.
 COMMIT_STEP = f"""CREATE FUNCTION loopkernel_commit_step(
@@ -357,231 +180,294 @@ END
 $fn$"""
 
 
-def _with_wake(text: str) -> str:
-    """Migration 7's step function, replaced, writing the tasks' ``wake_at`` too: derived
-    from the frozen text by exact substitutions, each of which must apply once."""
-    for old, new in (
-        ("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"),
-        (
-            "wait_reason, human_input, wait_epoch, done_seq)",
-            "wait_reason, human_input, wait_epoch, done_seq, wake_at)",
-        ),
-        ("ELSE x.done END\n", "ELSE x.done END, x.wake\n"),
-        (
-            "wait_epoch bigint, done bigint)",
-            "wait_epoch bigint, done bigint, wake double precision)",
-        ),
-        (
-            "done_seq = excluded.done_seq;",
-            "done_seq = excluded.done_seq, wake_at = excluded.wake_at;",
-        ),
-    ):
+def _replaced(text: str, *changes: tuple[str, str]) -> str:
+    """``text`` with each ``(old, new)`` substituted: exact, and each must apply once."""
+    for old, new in changes:
         if text.count(old) != 1:
             raise AssertionError(f"step function: {old!r} is not in it once")
         text = text.replace(old, new)
     return text
 
 
-COMMIT_STEP_WAKE = _with_wake(COMMIT_STEP)
-"""Migration 9's text (PostgreSQL): the step function that also writes ``wake_at``."""
+COMMIT_STEP_WAKE = _replaced(
+    COMMIT_STEP,
+    ("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"),
+    (
+        "wait_reason, human_input, wait_epoch, done_seq)",
+        "wait_reason, human_input, wait_epoch, done_seq, wake_at)",
+    ),
+    ("ELSE x.done END\n", "ELSE x.done END, x.wake\n"),
+    ("wait_epoch bigint, done bigint)", "wait_epoch bigint, done bigint, wake double precision)"),
+    ("done_seq = excluded.done_seq;", "done_seq = excluded.done_seq, wake_at = excluded.wake_at;"),
+)
+"""Migration 9's text (PostgreSQL): migration 7's step function, replaced, writing the
+tasks' ``wake_at`` too (derived from the frozen text)."""
 
-
-def _with_version(text: str) -> str:
-    """Migration 9's step function, replaced again, writing the patches' ``app_version``."""
-    for old, new in (
-        (
-            "proposal,\n                             created_at)",
-            "proposal, app_version,\n                             created_at)",
-        ),
-        ("x.proposal::json, p_now", "x.proposal::json, x.version, p_now"),
-        ("planner text, proposal text)", "planner text, proposal text, version text)"),
-    ):
-        if text.count(old) != 1:
-            raise AssertionError(f"step function: {old!r} is not in it once")
-        text = text.replace(old, new)
-    return text
-
-
-COMMIT_STEP_VERSION = _with_version(COMMIT_STEP_WAKE)
+COMMIT_STEP_VERSION = _replaced(
+    COMMIT_STEP_WAKE,
+    (
+        "proposal,\n                             created_at)",
+        "proposal, app_version,\n                             created_at)",
+    ),
+    ("x.proposal::json, p_now", "x.proposal::json, x.version, p_now"),
+    ("planner text, proposal text)", "planner text, proposal text, version text)"),
+)
 """Migration 10's text (PostgreSQL): the step function that also writes ``app_version``."""
 
-POSTGRES_MIGRATIONS: list[list[str]] = [
-    # 1: the journal, the materialized graph, approvals and effects.
-    [
-        """CREATE TABLE runs (
-            run_id      text COLLATE "C" PRIMARY KEY,
-            app         text NOT NULL,
-            params      json NOT NULL,
-            status      text NOT NULL,
-            verdict     json,
-            max_events  bigint NOT NULL,
-            token_hash  text NOT NULL,
-            created_at  double precision NOT NULL,
-            updated_at  double precision NOT NULL
-        )""",
-        "CREATE INDEX runs_created_at ON runs (created_at DESC)",
-        """CREATE TABLE tasks (
-            run_id          text COLLATE "C" NOT NULL,
-            task_id         text COLLATE "C" NOT NULL,
-            skill           text NOT NULL,
-            input           json NOT NULL,
-            evidence_scope  text NOT NULL,
-            state           text NOT NULL,
-            result          json NOT NULL,
-            error           json NOT NULL,
-            attempts        bigint NOT NULL,
-            wait_reason     text,
-            human_input     json NOT NULL,
-            wait_epoch      bigint NOT NULL,
-            done_seq        bigint,
-            PRIMARY KEY (run_id, task_id)
-        )""",
-        """CREATE TABLE edges (
-            run_id  text COLLATE "C" NOT NULL,
-            src     text COLLATE "C" NOT NULL,
-            dst     text COLLATE "C" NOT NULL,
-            PRIMARY KEY (run_id, src, dst)
-        )""",
-        """CREATE TABLE events (
-            run_id      text COLLATE "C" NOT NULL,
-            seq         bigint NOT NULL,
-            kind        text NOT NULL,
-            task_id     text COLLATE "C",
-            data        json NOT NULL,
-            created_at  double precision NOT NULL,
-            PRIMARY KEY (run_id, seq)
-        )""",
-        """CREATE TABLE patches (
-            run_id      text COLLATE "C" NOT NULL,
-            event_seq   bigint NOT NULL,
-            ops         json NOT NULL,
-            outcome     text NOT NULL,
-            reason      text,
-            planner     text NOT NULL,
-            created_at  double precision NOT NULL,
-            PRIMARY KEY (run_id, event_seq)
-        )""",
-        """CREATE TABLE approvals (
-            run_id      text COLLATE "C" NOT NULL,
-            task_id     text COLLATE "C" NOT NULL,
-            wait_epoch  bigint NOT NULL,
-            decision    text NOT NULL,
-            event_seq   bigint NOT NULL,
-            PRIMARY KEY (run_id, task_id, wait_epoch)
-        )""",
-        """CREATE TABLE effects (
-            run_id      text COLLATE "C" NOT NULL,
-            idem_key    text COLLATE "C" NOT NULL,
-            task_id     text COLLATE "C" NOT NULL,
-            call_index  bigint NOT NULL,
-            tool        text NOT NULL,
-            effect      text NOT NULL,
-            arguments   json NOT NULL,
-            status      text NOT NULL,
-            result      json NOT NULL,
-            error       json NOT NULL,
-            created_at  double precision NOT NULL,
-            updated_at  double precision NOT NULL,
-            PRIMARY KEY (run_id, idem_key)
-        )""",
-    ],
-    # 2: leases for workers (docs/workers.md). lease_until NULL: not enqueued, no lease;
-    # times are the server's clock, in seconds since the epoch.
-    [
-        "ALTER TABLE runs ADD COLUMN owner text",
-        "ALTER TABLE runs ADD COLUMN lease_epoch bigint NOT NULL DEFAULT 0",
-        "ALTER TABLE runs ADD COLUMN lease_until double precision",
-        "CREATE INDEX runs_claimable ON runs (created_at) "
-        "WHERE status = 'running' AND lease_until IS NOT NULL",
-    ],
-    # 3: forks (docs/fork.md): the run and event a run was forked from.
-    [
-        """CREATE TABLE forks (
-            run_id      text COLLATE "C" PRIMARY KEY,
-            source_run  text COLLATE "C" NOT NULL,
-            source_seq  bigint NOT NULL,
-            created_at  double precision NOT NULL
-        )""",
-    ],
-    # 4: the run's trace context (docs/observability.md): a W3C traceparent, or NULL.
-    ["ALTER TABLE runs ADD COLUMN trace text"],
-    # 5: keyset pagination of the run list (the web inspector), newest first, by status
-    # or by app.
-    [
-        "CREATE INDEX runs_by_created ON runs (created_at, run_id)",
-        "CREATE INDEX runs_by_status ON runs (status, created_at, run_id)",
-        "CREATE INDEX runs_by_app ON runs (app, created_at, run_id)",
-    ],
-    # 6: models and evidence (docs/models.md, docs/evidence.md): a proposing planner's
-    # proposal beside the applied patch; typed evidence, E<n> in journal order.
-    [
-        "ALTER TABLE patches ADD COLUMN proposal json",
-        """CREATE TABLE evidence (
-            run_id            text COLLATE "C" NOT NULL,
-            n                 bigint NOT NULL,
-            ev_key            text COLLATE "C" NOT NULL,
-            kind              text NOT NULL,
-            content           text NOT NULL,
-            source_kind       text NOT NULL,
-            source_uri        text NOT NULL,
-            source_task_id    text COLLATE "C",
-            source_event_seq  bigint,
-            truncated         boolean NOT NULL,
-            note              text,
-            sha256            text NOT NULL,
-            chars             bigint NOT NULL,
-            created_at        double precision NOT NULL,
-            PRIMARY KEY (run_id, n),
-            UNIQUE (run_id, ev_key)
-        )""",
-    ],
-    # 7: a durable step in one statement (docs/postgres.md, "A step in one round trip").
-    [COMMIT_STEP],
-    # 8: the digest of a tool call's raw arguments, beside its effect (docs/tools.md).
-    ["ALTER TABLE effects ADD COLUMN arguments_digest text"],
-    # 9: timers, as SQLite's 8; the step function writes the task's wake_at too.
-    [
-        "ALTER TABLE tasks ADD COLUMN wake_at double precision",
-        "ALTER TABLE runs ADD COLUMN wake_at double precision",
-        "CREATE INDEX runs_due ON runs (wake_at) WHERE status = 'waiting' AND wake_at IS NOT NULL",
-        COMMIT_STEP_WAKE,
-    ],
-    # 10: versions, as SQLite's 9; the step function writes the patches' app_version too.
-    [
-        "ALTER TABLE runs ADD COLUMN app_version text",
-        "ALTER TABLE patches ADD COLUMN app_version text",
-        COMMIT_STEP_VERSION,
-    ],
-    # 11: schedules, as SQLite's 10.
-    [
-        """CREATE TABLE schedules (
-            name        text COLLATE "C" PRIMARY KEY,
-            cron        text NOT NULL,
-            app         text NOT NULL,
-            params      json NOT NULL,
-            next_due    double precision NOT NULL,
-            last_run    text COLLATE "C",
-            created_at  double precision NOT NULL
-        )""",
-    ],
-    # 12: the task page's index and the tasks' start, as SQLite's 11 (the server's clock).
-    [
-        "CREATE INDEX events_by_task ON events (run_id, task_id, seq)",
-        "ALTER TABLE tasks ADD COLUMN started_at double precision",
-        """CREATE FUNCTION loopkernel_task_started() RETURNS trigger LANGUAGE plpgsql AS $fn$
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Dialect:
+    """How a database spells the schema (the module docstring says why they differ)."""
+
+    postgres: bool
+    id: str
+    """Identifiers: ordered byte by byte."""
+    text: str
+    json: str
+    int: str
+    real: str
+    bool: str
+    rowid: str
+    """After a table's closing parenthesis (SQLite keys every table but ``runs`` by its
+    primary key: ``WITHOUT ROWID``)."""
+
+
+_SQLITE = _Dialect(
+    postgres=False,
+    id="TEXT",
+    text="TEXT",
+    json="TEXT",
+    int="INTEGER",
+    real="REAL",
+    bool="INTEGER",
+    rowid=" WITHOUT ROWID",
+)
+_POSTGRES = _Dialect(
+    postgres=True,
+    id='text COLLATE "C"',
+    text="text",
+    json="json",
+    int="bigint",
+    real="double precision",
+    bool="boolean",
+    rowid="",
+)
+
+_SQLITE_STARTED = (
+    "UPDATE tasks SET started_at = (julianday('now') - 2440587.5) * 86400.0 "
+    "WHERE run_id = NEW.run_id AND task_id = NEW.task_id"
+)
+"""SQLite's migration 11 trigger body: the task's start, in seconds since the epoch."""
+
+_SQLITE_STARTED_TRIGGERS = [
+    f"""CREATE TRIGGER tasks_started_insert AFTER INSERT ON tasks
+        WHEN NEW.state = 'running'
+        BEGIN {_SQLITE_STARTED}; END""",
+    f"""CREATE TRIGGER tasks_started_update AFTER UPDATE OF state ON tasks
+        WHEN NEW.state = 'running' AND OLD.state <> 'running'
+        BEGIN {_SQLITE_STARTED}; END""",
+]
+_POSTGRES_STARTED = [
+    """CREATE FUNCTION loopkernel_task_started() RETURNS trigger LANGUAGE plpgsql AS $fn$
 BEGIN
     NEW.started_at := extract(epoch FROM clock_timestamp())::double precision;
     RETURN NEW;
 END
 $fn$""",
-        # BEFORE: the row is written once, with its start; WHEN: no call for other rows
-        "CREATE TRIGGER tasks_started_insert BEFORE INSERT ON tasks FOR EACH ROW "
-        "WHEN (NEW.state = 'running') EXECUTE FUNCTION loopkernel_task_started()",
-        "CREATE TRIGGER tasks_started_update BEFORE UPDATE OF state ON tasks FOR EACH ROW "
-        "WHEN (NEW.state = 'running' AND OLD.state <> 'running') "
-        "EXECUTE FUNCTION loopkernel_task_started()",
-    ],
+    # BEFORE: the row is written once, with its start; WHEN: no call for other rows
+    "CREATE TRIGGER tasks_started_insert BEFORE INSERT ON tasks FOR EACH ROW "
+    "WHEN (NEW.state = 'running') EXECUTE FUNCTION loopkernel_task_started()",
+    "CREATE TRIGGER tasks_started_update BEFORE UPDATE OF state ON tasks FOR EACH ROW "
+    "WHEN (NEW.state = 'running' AND OLD.state <> 'running') "
+    "EXECUTE FUNCTION loopkernel_task_started()",
 ]
+"""Migration 11's triggers that set a task's ``started_at``."""
 
+
+def _migrations(t: _Dialect) -> list[list[str]]:
+    """The migrations of one database, numbered as SQLite's: PostgreSQL's 7 is its own
+    (``COMMIT_STEP``), so from there on its number is one more."""
+    pg = t.postgres
+    migrations = [
+        # 1: the journal, the materialized graph, approvals and effects.
+        [
+            f"""CREATE TABLE runs (
+            run_id      {t.id} PRIMARY KEY,
+            app         {t.text} NOT NULL,
+            params      {t.json} NOT NULL,
+            status      {t.text} NOT NULL,
+            verdict     {t.json},
+            max_events  {t.int} NOT NULL,
+            token_hash  {t.text} NOT NULL,
+            created_at  {t.real} NOT NULL,
+            updated_at  {t.real} NOT NULL
+        )""",
+            *(["CREATE INDEX runs_created_at ON runs (created_at DESC)"] if pg else []),
+            f"""CREATE TABLE tasks (
+            run_id          {t.id} NOT NULL,
+            task_id         {t.id} NOT NULL,
+            skill           {t.text} NOT NULL,
+            input           {t.json} NOT NULL,
+            evidence_scope  {t.text} NOT NULL,
+            state           {t.text} NOT NULL,
+            result          {t.json} NOT NULL,
+            error           {t.json} NOT NULL,
+            attempts        {t.int} NOT NULL,
+            wait_reason     {t.text},
+            human_input     {t.json} NOT NULL,
+            wait_epoch      {t.int} NOT NULL,
+            done_seq        {t.int},
+            PRIMARY KEY (run_id, task_id)
+        ){t.rowid}""",
+            f"""CREATE TABLE edges (
+            run_id  {t.id} NOT NULL,
+            src     {t.id} NOT NULL,
+            dst     {t.id} NOT NULL,
+            PRIMARY KEY (run_id, src, dst)
+        ){t.rowid}""",
+            f"""CREATE TABLE events (
+            run_id      {t.id} NOT NULL,
+            seq         {t.int} NOT NULL,
+            kind        {t.text} NOT NULL,
+            task_id     {t.id},
+            data        {t.json} NOT NULL,
+            created_at  {t.real} NOT NULL,
+            PRIMARY KEY (run_id, seq)
+        ){t.rowid}""",
+            f"""CREATE TABLE patches (
+            run_id      {t.id} NOT NULL,
+            event_seq   {t.int} NOT NULL,
+            ops         {t.json} NOT NULL,
+            outcome     {t.text} NOT NULL,
+            reason      {t.text},
+            planner     {t.text} NOT NULL,
+            created_at  {t.real} NOT NULL,
+            PRIMARY KEY (run_id, event_seq)
+        ){t.rowid}""",
+            f"""CREATE TABLE approvals (
+            run_id      {t.id} NOT NULL,
+            task_id     {t.id} NOT NULL,
+            wait_epoch  {t.int} NOT NULL,
+            decision    {t.text} NOT NULL,
+            event_seq   {t.int} NOT NULL,
+            PRIMARY KEY (run_id, task_id, wait_epoch)
+        ){t.rowid}""",
+            f"""CREATE TABLE effects (
+            run_id      {t.id} NOT NULL,
+            idem_key    {t.id} NOT NULL,
+            task_id     {t.id} NOT NULL,
+            call_index  {t.int} NOT NULL,
+            tool        {t.text} NOT NULL,
+            effect      {t.text} NOT NULL,
+            arguments   {t.json} NOT NULL,
+            status      {t.text} NOT NULL,
+            result      {t.json} NOT NULL,
+            error       {t.json} NOT NULL,
+            created_at  {t.real} NOT NULL,
+            updated_at  {t.real} NOT NULL,
+            PRIMARY KEY (run_id, idem_key)
+        ){t.rowid}""",
+        ],
+        # 2: leases for workers (docs/workers.md). lease_until NULL: not enqueued, no lease;
+        # PostgreSQL's times are the server's clock, in seconds since the epoch.
+        [
+            f"ALTER TABLE runs ADD COLUMN owner {t.text}",
+            f"ALTER TABLE runs ADD COLUMN lease_epoch {t.int} NOT NULL DEFAULT 0",
+            f"ALTER TABLE runs ADD COLUMN lease_until {t.real}",
+            "CREATE INDEX runs_claimable ON runs (created_at) "
+            "WHERE status = 'running' AND lease_until IS NOT NULL",
+        ],
+        # 3: forks (docs/fork.md): the run and event a run was forked from.
+        [
+            f"""CREATE TABLE forks (
+            run_id      {t.id} PRIMARY KEY,
+            source_run  {t.id} NOT NULL,
+            source_seq  {t.int} NOT NULL,
+            created_at  {t.real} NOT NULL
+        ){t.rowid}""",
+        ],
+        # 4: the run's trace context (docs/observability.md): a W3C traceparent, or NULL.
+        [f"ALTER TABLE runs ADD COLUMN trace {t.text}"],
+        # 5: keyset pagination of the run list (the web inspector), newest first, by status
+        # or by app.
+        [
+            "CREATE INDEX runs_by_created ON runs (created_at, run_id)",
+            "CREATE INDEX runs_by_status ON runs (status, created_at, run_id)",
+            "CREATE INDEX runs_by_app ON runs (app, created_at, run_id)",
+        ],
+        # 6: models and evidence (docs/models.md, docs/evidence.md): a proposing planner's
+        # proposal beside the applied patch; typed evidence, E<n> in journal order.
+        [
+            f"ALTER TABLE patches ADD COLUMN proposal {t.json}",
+            f"""CREATE TABLE evidence (
+            run_id            {t.id} NOT NULL,
+            n                 {t.int} NOT NULL,
+            ev_key            {t.id} NOT NULL,
+            kind              {t.text} NOT NULL,
+            content           {t.text} NOT NULL,
+            source_kind       {t.text} NOT NULL,
+            source_uri        {t.text} NOT NULL,
+            source_task_id    {t.id},
+            source_event_seq  {t.int},
+            truncated         {t.bool} NOT NULL,
+            note              {t.text},
+            sha256            {t.text} NOT NULL,
+            chars             {t.int} NOT NULL,
+            created_at        {t.real} NOT NULL,
+            PRIMARY KEY (run_id, n),
+            UNIQUE (run_id, ev_key)
+        ){t.rowid}""",
+        ],
+        # 7: the digest of a tool call's raw arguments, beside its effect (docs/tools.md).
+        [f"ALTER TABLE effects ADD COLUMN arguments_digest {t.text}"],
+        # 8: timers (docs/operations.md, "Timers, schedules and versions"): a waiting task's
+        # wake-up time, and the run's earliest one, which workers look for. PostgreSQL's
+        # step function writes the task's wake_at too.
+        [
+            f"ALTER TABLE tasks ADD COLUMN wake_at {t.real}",
+            f"ALTER TABLE runs ADD COLUMN wake_at {t.real}",
+            "CREATE INDEX runs_due ON runs (wake_at) "
+            "WHERE status = 'waiting' AND wake_at IS NOT NULL",
+            *([COMMIT_STEP_WAKE] if pg else []),
+        ],
+        # 9: versions (docs/operations.md): the app version that started the run, and the one
+        # whose executor journaled each patch (PostgreSQL's step function writes it too).
+        [
+            f"ALTER TABLE runs ADD COLUMN app_version {t.text}",
+            f"ALTER TABLE patches ADD COLUMN app_version {t.text}",
+            *([COMMIT_STEP_VERSION] if pg else []),
+        ],
+        # 10: schedules (docs/operations.md): cron expressions that workers start runs from.
+        [
+            f"""CREATE TABLE schedules (
+            name        {t.id} PRIMARY KEY,
+            cron        {t.text} NOT NULL,
+            app         {t.text} NOT NULL,
+            params      {t.json} NOT NULL,
+            next_due    {t.real} NOT NULL,
+            last_run    {t.id},
+            created_at  {t.real} NOT NULL
+        ){t.rowid}""",
+        ],
+        # 11: the web inspector's task page reads one task's events by the database
+        # (docs/web.md), and a task's start: when its latest attempt went running, set by
+        # the database itself whichever statement writes the state (NULL for a task that
+        # started before this version; PostgreSQL: the server's clock). Neither is in the
+        # state digest (the dump names its columns).
+        [
+            "CREATE INDEX events_by_task ON events (run_id, task_id, seq)",
+            f"ALTER TABLE tasks ADD COLUMN started_at {t.real}",
+            *(_POSTGRES_STARTED if pg else _SQLITE_STARTED_TRIGGERS),
+        ],
+    ]
+    if pg:
+        # 7 (PostgreSQL): a durable step in one statement (docs/postgres.md, "A step in one
+        # round trip").
+        migrations.insert(6, [COMMIT_STEP])
+    return migrations
+
+
+SQLITE_MIGRATIONS: list[list[str]] = _migrations(_SQLITE)
+POSTGRES_MIGRATIONS: list[list[str]] = _migrations(_POSTGRES)
 SQLITE_VERSION = len(SQLITE_MIGRATIONS)
 POSTGRES_VERSION = len(POSTGRES_MIGRATIONS)

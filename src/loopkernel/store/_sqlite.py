@@ -43,7 +43,7 @@ from pathlib import Path
 from queue import SimpleQueue
 from typing import Any, ClassVar, Literal, TypeVar
 
-from loopkernel.errors import NotADatabase, SchemaTooNew, StoreError, StoreUnavailable, UsageError
+from loopkernel.errors import NotADatabase, StoreError, StoreUnavailable, UsageError
 from loopkernel.graph import Task
 from loopkernel.ids import RunId, TaskId
 from loopkernel.store._codec import TASK_COLUMNS, task_from_row
@@ -54,6 +54,8 @@ from loopkernel.store._engine import (
     How,
     LockHeld,
     SQLStore,
+    check_version,
+    migrate,
     transact,
 )
 from loopkernel.store._schema import SQLITE_MIGRATIONS, SQLITE_VERSION, TABLES
@@ -394,14 +396,14 @@ class SQLiteStore(SQLStore):
             return fn(self._conn)
         except sqlite3.Error as exc:
             meant = self.dialect.meaning(exc)
-            if isinstance(meant, LockHeld):
-                raise StoreUnavailable(
-                    f"SQLite {self.path}: the database is locked by another process "
-                    f"({meant.detail})",
-                    url=self.url,
-                    reason="the database is locked by another process",
-                ) from exc
-            raise meant from exc
+            raise self._locked(meant) if isinstance(meant, LockHeld) else meant from exc
+
+    def _locked(self, held: LockHeld) -> StoreUnavailable:
+        """A held lock met by a call in the caller's thread, where no backoff waits it out."""
+        why = "the database is locked by another process"
+        return StoreUnavailable(
+            f"SQLite {self.path}: {why} ({held.detail})", url=self.url, reason=why
+        )
 
     async def open(self) -> None:
         if self._db is not None:
@@ -415,10 +417,7 @@ class SQLiteStore(SQLStore):
             try:
                 self._open()
             except LockHeld as exc:
-                raise StoreUnavailable(
-                    f"SQLite {self.path}: the database is locked by another process ({exc})",
-                    url=self.url,
-                ) from None
+                raise self._locked(exc) from None
 
     def _open(self) -> None:
         fresh = _prepare_file(self.path, create=self.create)
@@ -464,28 +463,14 @@ class SQLiteStore(SQLStore):
                 f"{self.path} has a damaged meta table (schema_version {row[0]!r})",
                 path=str(self.path),
             )
-        if version > SQLITE_VERSION:
-            raise SchemaTooNew(
-                f"{self.path} has schema version {version}; this LoopKernel knows up to "
-                f"{SQLITE_VERSION}. Upgrade loopkernel to open it.",
-                found=version,
-                known=SQLITE_VERSION,
-            )
-        return version
+        return check_version(self.where, version, SQLITE_VERSION)
 
     def _migrate(self, cur: Cursor) -> None:
         cur.run("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         version = self._version(cur.one)  # again, under the write lock
         if cur.one("PRAGMA application_id")[0] != APPLICATION_ID:
             cur.run(f"PRAGMA application_id = {APPLICATION_ID}")
-        for statements in SQLITE_MIGRATIONS[version:]:
-            for sql in statements:
-                cur.run(sql)
-        cur.run(
-            "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (str(SQLITE_VERSION),),
-        )
+        migrate(cur, self.where, SQLITE_MIGRATIONS, version)
 
     async def close(self) -> None:
         if self._db is None or self._fence is not None:  # a view leaves it to its store
@@ -570,7 +555,8 @@ class SQLiteStore(SQLStore):
         return SQLiteArchive(self, run_id)
 
     def _read(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
-        """Rows read on the caller's thread, on the archive's own read connection."""
+        """Rows read on the caller's thread, on the archive's own read connection (a WAL
+        reader is rarely told the database is locked: at recovery)."""
         self._conn  # noqa: B018 -- an open store only
         try:
             if self._reader is None:
@@ -580,13 +566,7 @@ class SQLiteStore(SQLStore):
             return self._reader.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
             meant = self.dialect.meaning(exc)
-            if isinstance(meant, LockHeld):  # a WAL reader is rarely told so (recovery)
-                raise StoreUnavailable(
-                    f"SQLite {self.path}: the database is locked by another process",
-                    url=self.url,
-                    reason="the database is locked by another process",
-                ) from exc
-            raise meant from exc
+            raise self._locked(meant) if isinstance(meant, LockHeld) else meant from exc
 
     async def wait_for_journal(self, seconds: float) -> None:
         """Poll ``PRAGMA data_version`` every 20 ms on a connection of its own: it changes
