@@ -217,9 +217,10 @@ class Claim:
 
 @runtime_checkable
 class ArchiveSource(Protocol):
-    """A store that reads a run's tasks back synchronously, which is what an executor that
-    evicts finished tasks from memory needs (``Kernel(keep_finished=...)``): SQLite.
-    PostgreSQL answers only asynchronously, so its executor keeps every task in memory."""
+    """A store that reads a run's tasks back synchronously, where an executor that evicts
+    finished tasks from memory (``Kernel(keep_finished=...)``) reads them: SQLite.
+    PostgreSQL answers only asynchronously, so its executor keeps what it evicts in a
+    temporary file of its own (``executor/_spill.py``)."""
 
     def archive(self, run_id: RunId) -> Archive: ...
 
