@@ -192,7 +192,9 @@ def test_the_approval_card_shows_what_is_approved(
     card.locator("button[value=approve]").click()
     page.wait_for_selector("p.notice >> text=approve journaled")
     page.wait_for_selector("section.answered .d-approve")
-    # who approved, and when: the journal's answer on the task page
+    # who approved: on the answered card, and with when on the task page
+    answered = page.locator("section.answered p.by").inner_text()
+    assert answered == "By operator (web inspector, 127.0.0.1)."
     page.locator("section.answered a.mono").click()
     by = page.locator("table.decisions td.by")
     assert by.inner_text() == "operator (web inspector, 127.0.0.1)"

@@ -44,7 +44,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from loopkernel.client import Client
+from loopkernel.client import Client, approver_text
 from loopkernel.graph import JSON, TERMINAL_RUN, Event, EventKind, GraphState, TaskState
 from loopkernel.store import PatchRecord, RunInfo
 
@@ -68,7 +68,10 @@ class Snapshot:
     late: frozenset[str]
     """Tasks whose result arrived after they were cancelled."""
     answered: dict[str, str]
-    """Waiting tasks whose current wait a human answered (journaled, not yet planned)."""
+    """Waiting tasks whose current wait a human answered (journaled, not yet planned) ->
+    the decision."""
+    answered_by: dict[str, str] = field(default_factory=dict)
+    """The same tasks -> who answered, as one line (``approver_text``)."""
     cancel_requested: bool
     """A ``cancel_requested`` event is journaled and the run is not finished yet."""
     pending: dict[str, dict[str, JSON]] = field(default_factory=dict)
@@ -97,8 +100,8 @@ class Hub:
     _planned: int = 0
     _seen: int = 0
     _late: set[str] = field(default_factory=set)
-    _humans: dict[str, tuple[int, str]] = field(default_factory=dict)
-    """task -> (wait epoch, decision) of its latest human input."""
+    _humans: dict[str, tuple[int, str, str]] = field(default_factory=dict)
+    """task -> (wait epoch, decision, who answered) of its latest human input."""
     _asks: dict[str, tuple[int, dict[str, JSON]]] = field(default_factory=dict)
     """task -> (wait epoch, call) of its latest approval_required event with a call."""
     _cancel: bool = False
@@ -123,11 +126,11 @@ class Hub:
             times = await self.client.task_times(self.run_id)
             self._key = key
             self.version += 1
-            answered = {}
-            for tid, (epoch, decision) in self._humans.items():
+            answered, answered_by = {}, {}
+            for tid, (epoch, decision, by) in self._humans.items():
                 task = state.get(tid)
                 if task is not None and task.wait_epoch == epoch:
-                    answered[tid] = decision
+                    answered[tid], answered_by[tid] = decision, by
             pending = {
                 tid: call
                 for tid, (epoch, call) in self._asks.items()
@@ -141,6 +144,7 @@ class Hub:
                 state=state,
                 late=frozenset(self._late),
                 answered=answered,
+                answered_by=answered_by,
                 pending=pending,
                 cancel_requested=self._cancel and info.status not in TERMINAL_RUN,
                 planned=self._planned,
@@ -159,7 +163,8 @@ class Hub:
             data = ev.data if isinstance(ev.data, dict) else {}
             epoch = data.get("wait_epoch")
             if isinstance(epoch, int):
-                self._humans[ev.task_id] = (epoch, str(data.get("decision")))
+                decision, by = str(data.get("decision")), approver_text(data.get("by"))
+                self._humans[ev.task_id] = (epoch, decision, by)
         elif ev.kind is EventKind.APPROVAL_REQUIRED and ev.task_id is not None:
             data = ev.data if isinstance(ev.data, dict) else {}
             epoch, call = data.get("wait_epoch"), data.get("call")
