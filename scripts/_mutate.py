@@ -51,6 +51,11 @@ NOT_THE_KEY_FORMAT = "not its_key_reaches_the_tool"
 """Leave out the test that reads the key's text: a key mutation must be caught by what
 it breaks (a duplicate effect, a refused replay), not by its spelling."""
 
+_PATCH_KEY = "created_at  {t.real} NOT NULL,\n            PRIMARY KEY (run_id, event_seq)"
+"""The patches table's key, written once for both databases (``_schema``): each store's
+mutation is the same text, killed by that store's conformance tests."""
+_PATCH_KEY_LOOSE = _PATCH_KEY.replace("event_seq)", "event_seq, created_at)")
+
 MUTATIONS = [
     Mutation(
         name="plan-unplanned-on-resume",
@@ -64,17 +69,16 @@ MUTATIONS = [
         name="patch-key-sqlite",
         guards="exactly-once planning: the unique (run_id, event_seq) key of patches (SQLite)",
         file="loopkernel/store/_schema.py",
-        old="created_at  REAL NOT NULL,\n            PRIMARY KEY (run_id, event_seq)",
-        new="created_at  REAL NOT NULL,\n            PRIMARY KEY (run_id, event_seq, created_at)",
+        old=_PATCH_KEY,
+        new=_PATCH_KEY_LOOSE,
         tests=("tests/store/test_conformance.py", "-k", "sqlite"),
     ),
     Mutation(
         name="patch-key-postgres",
         guards="exactly-once planning: the unique (run_id, event_seq) key of patches (PostgreSQL)",
         file="loopkernel/store/_schema.py",
-        old="created_at  double precision NOT NULL,\n            PRIMARY KEY (run_id, event_seq)",
-        new="created_at  double precision NOT NULL,\n"
-        "            PRIMARY KEY (run_id, event_seq, created_at)",
+        old=_PATCH_KEY,
+        new=_PATCH_KEY_LOOSE,
         tests=("tests/store/test_conformance.py", "-k", "postgres"),
     ),
     Mutation(
