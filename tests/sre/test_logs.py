@@ -440,12 +440,20 @@ def test_the_last_error_before_the_end_wins_over_earlier_ones() -> None:
     assert [e.kind for e in reading.errors] == [K.TIMEOUT, K.AUTHENTICATION]
 
 
-def test_no_error_and_warning_fallback() -> None:
+def test_no_error_and_warnings_are_never_decisive() -> None:
     quiet = read_log("INFO ready\nINFO request served in 3ms\n", container="api")
-    assert quiet.decisive is None and quiet.recovery is None
+    assert quiet.decisive is None and quiet.recovery is None and quiet.warnings == ()
     assert quiet.summary() == "Container api: no error in 2 lines."
-    warned = read_log("INFO ready\nWARN upstream payments:8080 timed out, retrying\n")
-    assert warned.decisive is not None and warned.kind is K.TIMEOUT
+    warned = read_log("INFO ready\nWARN upstream payments:8080 timed out, retrying\n"
+                      "WARN slow request\n")
+    assert warned.decisive is None
+    [warning] = warned.warnings
+    assert warning.kind is K.TIMEOUT and warning.line == 2
+    assert warning.entities.upstream == "payments:8080"
+    assert warned.summary() == (
+        "The log: no error in 3 lines; its last warning that names a failure is line 2 "
+        "(timeout): WARN upstream payments:8080 timed out, retrying."
+    )
     assert read_log("").summary() == "The log: no error in 0 lines."
 
 
@@ -514,6 +522,13 @@ ONE_LINE_KINDS = [
     ("ERROR environment variable API_TOKEN is not set", K.MISSING_CONFIG),
     ("FATAL required key REDIS_ADDR missing value", K.MISSING_CONFIG),
     ("ERROR Could not resolve placeholder 'spring.datasource.url' in value", K.MISSING_CONFIG),
+    ("nginx: [emerg] unknown directive \"proxy_passs\" in /etc/nginx/conf.d/default.conf:14",
+     K.INVALID_CONFIG),
+    ("FATAL failed to parse config: toml: line 7 (last key \"index.shards\")", K.INVALID_CONFIG),
+    ("ERROR Error: Cannot find module 'express'", K.MISSING_DEPENDENCY),
+    ("ERROR java.lang.NoClassDefFoundError: org/slf4j/LoggerFactory", K.MISSING_DEPENDENCY),
+    ("/app/bin/server: error while loading shared libraries: libssl.so.3: cannot open shared "
+     "object file: No such file or directory", K.MISSING_DEPENDENCY),
     ("ERROR open /var/lib/app/data.db: permission denied", K.PERMISSION),
     ("ERROR [Errno 30] Read-only file system: '/app/cache/x'", K.PERMISSION),
     ("fatal: mkdir /data: operation not permitted", K.PERMISSION),
@@ -603,3 +618,126 @@ def test_a_5000_line_log_is_read_whole_and_bounded() -> None:
 def test_pathological_lines_are_read(line: str) -> None:
     reading = read_log((line + "\n") * 20)
     assert reading.line_count == 20
+
+
+# --- what real dumps hold -----------------------------------------------------------------
+
+
+def test_traces_under_kubectl_timestamps_keep_their_shape() -> None:
+    stamped = "".join(
+        f"2026-12-03T10:00:0{n % 10}.000000000Z {line}\n"
+        for n, line in enumerate(PYTHON_CHAINED.splitlines())
+    )
+    d = read_log(stamped).decisive
+    assert d is not None and d.record.trace is not None
+    assert d.line == 7 and d.kind is K.MISSING_CONFIG
+    assert d.record.trace.innermost.frame == "<frozen os>:679 in __getitem__"
+    java = "".join(f"2026-12-03T10:00:01.000Z {line}\n" for line in JAVA.splitlines())
+    d = read_log(java).decisive
+    assert d is not None and d.line == 10 and d.kind is K.DNS
+
+
+GUNICORN = lines('''
+|[2026-12-01 14:26:03 +0000] [1] [INFO] Booting worker with pid: 7
+|[2026-12-01 14:26:04 +0000] [7] [ERROR] Exception in worker process
+|Traceback (most recent call last):
+|  File "/usr/local/lib/python3.12/site-packages/gunicorn/arbiter.py", line 609, in spawn_worker
+|    worker.init_process()
+|  File "/app/report_api/export.py", line 4, in <module>
+|    import pyarrow.parquet as pq
+|ModuleNotFoundError: No module named 'pyarrow'
+|[2026-12-01 14:26:04 +0000] [7] [INFO] Worker exiting (pid: 7)
+|[2026-12-01 14:26:04 +0000] [1] [ERROR] Worker (pid:7) exited with code 3
+|[2026-12-01 14:26:04 +0000] [1] [ERROR] Shutting down: Master
+|[2026-12-01 14:26:04 +0000] [1] [ERROR] Reason: Worker failed to boot.
+''')
+
+
+def test_generic_lines_after_a_trace_step_back_to_it() -> None:
+    reading = read_log(GUNICORN)
+    assert reading.records[1].level is Level.ERROR  # gunicorn's bracketed level
+    d = reading.decisive
+    assert d is not None and d.line == 8
+    assert d.kind is K.MISSING_DEPENDENCY
+    text = lines('''
+|2026-11-30T09:18:40.000Z ERROR environment variable SMTP_HOST is not set
+|2026-11-30T09:18:40.001Z FATAL notifier cannot start without a mail relay
+''')
+    d = read_log(text).decisive
+    assert d is not None and d.line == 1 and d.entities.config_key == "SMTP_HOST"
+
+
+def test_a_generic_error_far_after_another_stays_decisive() -> None:
+    text = lines('''
+|ERROR cache warmup: redis timeout after 2s
+|INFO serving
+|INFO serving
+|INFO serving
+|INFO serving
+|ERROR duplicate key value violates unique constraint "contacts_email_key"
+''')
+    d = read_log(text).decisive
+    assert d is not None and d.line == 6 and d.kind is K.OTHER
+
+
+def test_a_server_s_own_answers_are_no_recovery_of_its_dependency() -> None:
+    text = lines('''
+|{"level":"error","msg":"health check failed","check":"orders-db","err":"pool exhausted"}
+|{"level":"info","route":"/api/search","status":200,"dur_ms":31}
+|{"level":"error","msg":"cache rebuilt after error","err":"stale cache","recovered":true}
+|{"level":"info","route":"/api/products/1","status":200,"dur_ms":12}
+''')
+    reading = read_log(text)
+    assert reading.recovery is not None and reading.recovery.line == 3  # says so itself
+    only_health = read_log("".join(text.splitlines(keepends=True)[:2]))
+    assert only_health.decisive is not None and only_health.decisive.line == 1
+
+
+def test_envoy_levels_and_plain_upstream_answers_over_time() -> None:
+    text = lines('''
+|[2026-12-01 14:20:11.021][1][warning][config] [source/common/config/grpc_stream.h:191] StreamAggregatedResources gRPC config stream to xds-cluster closed: 14, upstream connect error
+|2026-11-30T09:17:15.000Z WARN upstream pricing.prod.svc.cluster.local:8443 answered 503 Service Unavailable after 10002ms (GET /v2/price)
+|2026-11-30T09:17:30.000Z WARN upstream pricing.prod.svc.cluster.local:8443 answered 503 Service Unavailable after 10002ms (GET /v2/price)
+|2026-11-30T09:17:45.000Z WARN upstream pricing.prod.svc.cluster.local:8443 answered 503 Service Unavailable after 10002ms (GET /v2/price)
+|2026-11-30T09:17:55.000Z INFO received SIGTERM, shutting down
+''')  # noqa: E501
+    reading = read_log(text, container="quotes")
+    assert reading.records[0].level is Level.WARNING
+    assert reading.decisive is None
+    assert [w.kind for w in reading.warnings] == [K.CONNECTION_REFUSED] + [K.UPSTREAM_5XX] * 3
+    [failure] = reading.upstream_failures
+    assert failure.upstream == "pricing.prod.svc.cluster.local:8443"
+    assert (failure.count, failure.duration_seconds, failure.first_line) == (3, 30.0, 2)
+    assert "answered 503 for 30 s (3 answers, lines 2-4, until the end of the log)" in \
+        reading.summary()
+
+
+def test_a_failed_log_request_is_never_the_program_s_error() -> None:
+    text = ('Request log error: container "rules-engine" in pod is terminated, '
+            "unable to retrieve container logs\n")
+    reading = read_log(text, container="rules-engine")
+    assert reading.decisive is None and reading.errors == ()
+    assert reading.request_errors[0][0] == 1
+    assert reading.summary().startswith("The log of container rules-engine could not be read")
+
+
+def test_wrapper_with_an_error_field_steps_back_to_the_panic() -> None:
+    text = lines('''
+|panic: assignment to entry in nil map
+|
+|goroutine 1 [running]:
+|main.(*Rules).Load(0xc0000a2000)
+|	/src/rules/load.go:57 +0x1c5
+|time="2026-11-30T09:18:40Z" level=error msg="rules-engine stopped" error="exit status 2"
+''')
+    d = read_log(text).decisive
+    assert d is not None and d.line == 1 and d.kind is K.CRASH
+
+
+def test_to_json_is_plain_json() -> None:
+    for text in (JAVA, NODE, GUNICORN, PYTHON_DURING_HANDLING, "", "INFO ok\n"):
+        value = read_log(text, container="c").to_json()
+        assert json.loads(json.dumps(value)) == value
+    value = read_log(JAVA).to_json()
+    assert value["kind"] == "dns" and value["decisive"]["line"] == 10
+    assert value["decisive"]["chain"][-1]["exception_type"] == "java.net.UnknownHostException"

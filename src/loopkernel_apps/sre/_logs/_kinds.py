@@ -91,11 +91,19 @@ EXCEPTION_KINDS: dict[str, ErrorKind] = {
     **dict.fromkeys(("PermissionError", "UnauthorizedAccessException"), K.PERMISSION),
     **dict.fromkeys(("MemoryError", "OutOfMemoryError", "OutOfMemoryException",
                      "InsufficientExecutionStackException"), K.OUT_OF_MEMORY),
-    **dict.fromkeys(("ImproperlyConfigured", "ConfigurationException", "ConfigurationError",
-                     "ConfigError", "MissingEnvironmentVariable", "OptionsValidationException",
-                     "ConfigurationErrorsException", "MissingRequiredPropertiesException",
-                     "InvalidConfigurationPropertyValueException", "UndefinedEnvironmentVariable",
-                     "EnvError"), K.MISSING_CONFIG),
+    **dict.fromkeys(("ImproperlyConfigured", "MissingEnvironmentVariable",
+                     "OptionsValidationException", "ConfigurationErrorsException",
+                     "MissingRequiredPropertiesException", "UndefinedEnvironmentVariable",
+                     "EnvError", "FileNotFoundError", "FileNotFoundException",
+                     "NoSuchFileException"), K.MISSING_CONFIG),
+    **dict.fromkeys(("ModuleNotFoundError", "ImportError", "ClassNotFoundException",
+                     "NoClassDefFoundError", "DllNotFoundException", "TypeLoadException",
+                     "UnsatisfiedLinkError"), K.MISSING_DEPENDENCY),
+    **dict.fromkeys(("YAMLError", "ScannerError", "ParserError", "JSONDecodeError",
+                     "JsonParseException", "TomlDecodeError", "InvalidConfigException",
+                     "InvalidConfigurationException", "ConfigParseException",
+                     "InvalidConfigurationPropertyValueException"),
+                    K.INVALID_CONFIG),
     **dict.fromkeys(("NullPointerException", "NullReferenceException", "TypeError",
                      "AttributeError", "IndexError", "ZeroDivisionError", "ArithmeticException",
                      "ArrayIndexOutOfBoundsException", "IndexOutOfRangeException",
@@ -164,9 +172,11 @@ TEXT_KINDS: tuple[tuple[ErrorKind, re.Pattern[str]], ...] = (
         r"(?i)Temporary failure in name resolution", r"(?i)nodename nor servname",
         r"\bNXDOMAIN\b", r"(?i)could not resolve host", r"\bUnknownHostException\b",
         r"getaddrinfo (?:ENOTFOUND|EAI_AGAIN)", r"(?i)could not translate host name",
-        r"(?i)failed to (?:resolve|lookup)(?: address)?", r"(?i)\bserver misbehaving\b",
+        r"(?i)failed to (?:resolve|lookup) (?:host|address|hostname|name)",
+        r"(?i)\bserver misbehaving\b",
         r"(?i)No address associated with hostname", r"(?i)\bunknown host\b",
-        r"(?i)\bdns error\b", r"(?i)name resolution failed", r"(?i)\bunable to resolve\b",
+        r"(?i)\bdns error\b", r"(?i)name resolution failed",
+        r"(?i)unable to resolve (?:host|hostname|address)",
     )),
     (K.OUT_OF_MEMORY, _rx(
         r"\bOutOfMemory(?:Error|Exception)\b", r"\bMemoryError\b", r"(?i)heap out of memory",
@@ -192,6 +202,26 @@ TEXT_KINDS: tuple[tuple[ErrorKind, re.Pattern[str]], ...] = (
         r"(?:no such file or directory|not found|does not exist)",
         r"(?i)could not resolve placeholder", r"(?i)(?:is not configured|not configured:)",
         r"(?i)required (?:config(?:uration)?|setting)", r"(?i)missing value for",
+    )),
+    (K.INVALID_CONFIG, _rx(
+        r"(?i)unknown (?:configuration )?(?:directive|key|field|option|setting|property)\b",
+        r"(?i)failed to (?:load|parse|read|validate|decode) (?:the )?config",
+        r"(?i)\b(?:invalid|malformed|bad) config(?:uration)?\b",
+        r"(?i)\bconfig(?:uration)? (?:error|invalid|is invalid|validation failed)\b",
+        r"(?i)\b(?:yaml|toml|json|ini): (?:line \d+|unmarshal|cannot unmarshal)",
+        r"(?i)error (?:parsing|loading|reading) (?:config|configuration|settings)",
+        r"(?i)invalid value for (?:option|setting|flag|key)", r"\[emerg\]",
+        r"(?i)flag provided but not defined", r"(?i)unrecognized (?:option|argument|arguments)",
+    )),
+    (K.MISSING_DEPENDENCY, _rx(
+        r"\bModuleNotFoundError\b", r"(?i)No module named ", r"(?i)Cannot find module ['\"]",
+        r"\bClassNotFoundException\b", r"\bNoClassDefFoundError\b",
+        r"(?i)error while loading shared libraries", r"(?i)Could not load file or assembly",
+        r"(?i)cannot open shared object file", r"\bERR_MODULE_NOT_FOUND\b",
+    )),
+    (K.MISSING_CONFIG, _rx(
+        r"(?i)no such file or directory", r"\bENOENT\b", r"\bFileNotFound(?:Error|Exception)\b",
+        r"\bNoSuchFileException\b", r"(?i)could not find (?:file|a part of the path)",
     )),
     (K.PERMISSION, _rx(
         r"\bEACCES\b", r"(?i)permission denied", r"(?i)read-only file system", r"\bEROFS\b",
@@ -226,7 +256,9 @@ TEXT_KINDS: tuple[tuple[ErrorKind, re.Pattern[str]], ...] = (
         r"(?i)uncaught exception", r"(?i)illegal instruction", r"(?i)double free",
     )),
 )
-"""Text signals, in order: the first row whose pattern matches decides."""
+"""Text signals, in order: the first row whose pattern matches decides. A missing file comes
+after the rows that name what is missing (a variable, a setting, an invalid file): in a
+container, a file the program cannot find is a mount or configuration it was not given."""
 
 MAX_TEXT = 4_000
 """Characters of a text the table is run on."""

@@ -95,16 +95,17 @@ _ISO = (r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?"
         r"(Z|[+-]\d{2}:?\d{2})?")
 _ISO_RE = re.compile(_ISO)
 _PREFIXES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], float | None]], ...] = (
-    (re.compile(r"\[?" + _ISO + r"\]?(?:\s+|$)"), _iso_seconds),
-    (re.compile(r"(\d{4})/(\d{2})/(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?()\s+"),
-     _iso_seconds),
+    (re.compile(r"\[?" + _ISO + r"(?: UTC)?\]?(?:[ \t]|$|(?=\[))"), _iso_seconds),
+    (re.compile(r"\[?(\d{4})/(\d{2})/(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?()\]?"
+                r"(?:[ \t]|$|(?=\[))"), _iso_seconds),
     (re.compile(r"([IWEF])(\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})\.(\d{1,9})\s+\d+ [^\s\]]+\] ?"),
      _klog_seconds),
     (re.compile(r"(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}(\d{1,2}) "
-                r"(\d{2}):(\d{2}):(\d{2})\s+"), _syslog_seconds),
+                r"(\d{2}):(\d{2}):(\d{2})[ \t]"), _syslog_seconds),
 )
 """Timestamp prefixes: RFC 3339 (kubectl ``--timestamps``, most loggers), Go's ``log``, klog
-(``E1203 10:00:00.123456 1 file.go:12]``), syslog."""
+(``E1203 10:00:00.123456 1 file.go:12]``), syslog. Each takes one blank after it: what
+follows is the line's own (a trace's frames keep their indentation)."""
 
 
 def _strip_prefixes(text: str) -> tuple[str, str | None, float | None, Level]:
@@ -132,8 +133,11 @@ def _strip_prefixes(text: str) -> tuple[str, str | None, float | None, Level]:
 _LEVEL_NAMES = (r"(trace|trce|debug|dbug|info|information|notice|warn|warning|error|err|eror"
                 r"|fail|severe|fatal|critical|crit|panic|emerg|alert)")
 _LEADING_LEVEL = re.compile(
-    rf"(?:\[{_LEVEL_NAMES}\]|<{_LEVEL_NAMES}>|{_LEVEL_NAMES}:)\s*", re.IGNORECASE
+    rf"(?:\[ ?{_LEVEL_NAMES} ?\]|<{_LEVEL_NAMES}>|{_LEVEL_NAMES}:)\s*", re.IGNORECASE
 )
+_BRACKET_LEVEL = re.compile(rf"\[ ?{_LEVEL_NAMES} ?\]", re.IGNORECASE)
+"""A bracketed level inside a line's head (envoy's ``[…][1][warning][config]``, gunicorn's
+``[…] [7] [ERROR]``)."""
 """A level that opens the text: ``ERROR:root:…``, ``[warn] …``, ``fail: Category[0]``."""
 _INNER_LEVEL = re.compile(
     r"(?:^|[\s\[|(])(TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|SEVERE|FATAL|CRITICAL|PANIC)"
@@ -148,9 +152,10 @@ def _plain_level(text: str) -> tuple[Level, str]:
     if m is not None:
         word = next(g for g in m.groups() if g)
         return _LEVEL_WORDS[word.lower()], text[m.end():]
-    m = _INNER_LEVEL.search(text[:_HEAD])
+    m = _BRACKET_LEVEL.search(text[:_HEAD]) or _INNER_LEVEL.search(text[:_HEAD])
     if m is not None:
-        return _LEVEL_WORDS[m.group(1).lower()], text
+        word = next(g for g in m.groups() if g)
+        return _LEVEL_WORDS[word.lower()], text
     return Level.NONE, text
 
 

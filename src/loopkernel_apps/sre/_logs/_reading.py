@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from loopkernel_apps.sre._logs._entities import (
     UPSTREAM_KEYS,
@@ -44,13 +45,16 @@ MAX_UPSTREAM_FAILURES = 20
 CONTEXT_LINES = 3
 """Lines of context on each side of a cited line."""
 MAX_QUOTE = 500
-MAX_WRAPPERS = 20
+MAX_STEP_BACK = 20
 """Error records looked back over when the last ones only say the program ends."""
+STEP_BACK_GAP = 3
+"""A generic error line is stepped over only when the error before it is this close."""
+MAX_WARNINGS = 20
 
 _IMPLICIT_ERROR = re.compile(
-    r"(?i)\b(?:error|failed|failure|fatal|cannot|can't|could not|couldn't|unable to|refused"
-    r"|denied|panic|exception|timed out|aborting|segmentation fault|core dumped"
-    r"|out of memory|killed)\b"
+    r"(?i:\b(?:failed|failure|fatal|cannot|can't|could not|couldn't|unable to|refused|denied"
+    r"|panic|timed out|aborting|segmentation fault|core dumped|out of memory)\b|\berror:)"
+    r"|\b[A-Z]\w*(?:Error|Exception)\b"
 )
 """A line with no level that still says something failed (Go's ``log``, ``print``)."""
 _WRAPPER = re.compile(
@@ -138,7 +142,23 @@ def read_record(record: Record, lines: Sequence[Line]) -> ErrorReading:
                         line=line, quote=_cap(lines[line - 1].raw, MAX_QUOTE), context=context)
 
 
+_REQUEST_ERROR = re.compile(
+    r"(?i)(?:request log error|unable to retrieve container logs|failed to (?:get|retrieve|read)"
+    r" (?:container )?logs|previous terminated container \S+ in pod \S+ not found"
+    r"|error from server \(BadRequest\): container \S+ in pod|\(no log: \d+)"
+)
+"""A line the kubelet, kubectl or a collector wrote because the log could not be read: never
+the program's own words."""
+_YES = {"true", "1", "yes"}
+
+
+def _is_request_error(record: Record) -> bool:
+    return record.format is Format.PLAIN and bool(_REQUEST_ERROR.search(record.message[:500]))
+
+
 def _is_candidate(record: Record) -> bool:
+    if _is_request_error(record):
+        return False
     if record.level >= Level.ERROR or record.trace is not None:
         return True
     if record.level is not Level.NONE:
@@ -150,21 +170,31 @@ def _is_candidate(record: Record) -> bool:
 def _is_wrapper(reading: ErrorReading) -> bool:
     """Only says the program ends, with nothing of its own to classify."""
     record = reading.record
+    said = record.message if record.error is None else f"{record.message} {record.error}"
     return (record.trace is None and reading.kind is ErrorKind.OTHER
-            and bool(_WRAPPER.search(record.message)) and not record.error)
+            and bool(_WRAPPER.search(said[:2000])))
+
+
+def _is_informative(reading: ErrorReading) -> bool:
+    """Says what went wrong: a trace, or a line whose kind is known."""
+    return reading.record.trace is not None or reading.kind is not ErrorKind.OTHER
 
 
 def _recovered(reading: ErrorReading, later: Sequence[Record]) -> Record | None:
     """The first later record that shows the program working again (an answer below 400
-    from the same upstream, or a line saying it reconnected, started, succeeded)."""
+    from the upstream the error names, or a line saying it reconnected, started, succeeded).
+    A server answering its own clients 200 is no recovery: a failing health check of a
+    dependency and a working ``/search`` live side by side."""
+    if (reading.record.field("recovered", "handled") or "").lower() in _YES:
+        return reading.record  # the line says so itself
     upstream = reading.entities.upstream
     for record in later:
         if record.level >= Level.WARNING or _is_candidate(record):
             continue
         status = structured_status(record)
-        if status is not None and status < 400:
+        if status is not None and status < 400 and upstream is not None:
             other = record.field(*UPSTREAM_KEYS)
-            if upstream is None or other is None or _upstream_key(other) == upstream:
+            if other is not None and _upstream_key(other) == upstream:
                 return record
         if _SUCCESS.search(record.message[:2000]):
             return record
@@ -196,18 +226,36 @@ class _Run:
         )
 
 
+_THREE_DIGITS = re.compile(r"\b[1-5]\d\d\b")
+
+
+def _answer(record: Record) -> tuple[str, int] | None:
+    """``(upstream, status)`` when the record reports an upstream's answer: a structured line
+    with both fields, or a plain line naming ``host:port`` (or a URL) and a status."""
+    if record.format in (Format.JSON, Format.LOGFMT):
+        status, where = structured_status(record), record.field(*UPSTREAM_KEYS)
+        if status is None or where is None:
+            return None
+        return _upstream_key(where), status
+    if record.format is not Format.PLAIN or not _THREE_DIGITS.search(record.message[:2000]):
+        return None
+    ents = entities(record, record.message)
+    if ents.status is None or ents.upstream is None:
+        return None
+    return ents.upstream, ents.status
+
+
 def upstream_failures(records: Sequence[Record]) -> tuple[UpstreamFailure, ...]:
-    """Per upstream named by a structured line, each run of consecutive answers of 500 or
-    more; the longest ``MAX_UPSTREAM_FAILURES`` runs, in log order."""
+    """Per upstream, each run of consecutive answers of 500 or more (an answer below 500
+    from the same upstream ends it); the longest ``MAX_UPSTREAM_FAILURES`` runs, in log
+    order."""
     open_runs: dict[str, _Run] = {}
     done: list[UpstreamFailure] = []
     for record in records:
-        if record.format not in (Format.JSON, Format.LOGFMT):
+        answer = _answer(record)
+        if answer is None:
             continue
-        status, where = structured_status(record), record.field(*UPSTREAM_KEYS)
-        if status is None or where is None:
-            continue
-        key = _upstream_key(where)
+        key, status = answer
         run = open_runs.get(key)
         if status >= 500:
             if run is None:
@@ -226,23 +274,32 @@ def upstream_failures(records: Sequence[Record]) -> tuple[UpstreamFailure, ...]:
 
 def _choose(records: Sequence[Record], lines: Sequence[Line]) -> tuple[int, ErrorReading] | None:
     """The decisive error: the last error-level record or trace, stepping back over lines
-    that only say the program ends; failing that, the last warning that names a failure."""
-    candidates = [i for i, r in enumerate(records) if _is_candidate(r)]
-    chosen: tuple[int, ErrorReading] | None = None
-    for i in reversed(candidates[-MAX_WRAPPERS:]):
+    that only say the program ends ("exiting", "exit status 1"), and over generic error lines
+    (no kind, no trace) that follow closely on one that says what went wrong ("cannot start
+    without a mail relay" after "SMTP_HOST is not set"; gunicorn's "Worker failed to boot"
+    after the traceback)."""
+    candidates = [i for i, r in enumerate(records) if _is_candidate(r)][-MAX_STEP_BACK:]
+    latest: tuple[int, ErrorReading] | None = None
+    for pos in range(len(candidates) - 1, -1, -1):
+        i = candidates[pos]
         reading = read_record(records[i], lines)
-        if chosen is None:
-            chosen = (i, reading)
-        if not _is_wrapper(reading):
+        if _is_informative(reading):
             return i, reading
-    if chosen is not None:
-        return chosen
-    for i in range(len(records) - 1, -1, -1):
-        if records[i].level is Level.WARNING:
-            reading = read_record(records[i], lines)
-            if reading.kind is not ErrorKind.OTHER:
-                return i, reading
-    return None
+        if latest is None:
+            latest = (i, reading)
+        if not _is_wrapper(reading):
+            if latest[1].record is not reading.record and _is_wrapper(latest[1]):
+                latest = (i, reading)
+            if pos == 0 or i - candidates[pos - 1] > STEP_BACK_GAP:
+                break
+    return latest
+
+
+def _warnings(records: Sequence[Record], lines: Sequence[Line]) -> tuple[ErrorReading, ...]:
+    """The last warnings that name a failure (a slow upstream, a refused connection)."""
+    last = [r for r in records if r.level is Level.WARNING][-MAX_WARNINGS:]
+    read = (read_record(r, lines) for r in last)
+    return tuple(w for w in read if w.kind is not ErrorKind.OTHER)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -261,10 +318,31 @@ class LogReading:
     recovery: Recovery | None
     """The last error when a later line shows the program recovered from it."""
     upstream_failures: tuple[UpstreamFailure, ...]
+    warnings: tuple[ErrorReading, ...] = ()
+    """The last ``MAX_WARNINGS`` warnings, those that name a failure (never decisive)."""
+    request_errors: tuple[tuple[int, str], ...] = ()
+    """``(line, text)`` of lines saying the log itself could not be read: the log is missing
+    evidence, never a cause."""
 
     @property
     def kind(self) -> ErrorKind | None:
         return None if self.decisive is None else self.decisive.kind
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON value of the reading (records left out: the errors carry theirs)."""
+        return {
+            "container": self.container,
+            "line_count": self.line_count,
+            "record_count": self.record_count,
+            "kind": None if self.kind is None else self.kind.value,
+            "decisive": None if self.decisive is None else self.decisive.to_json(),
+            "recovery": None if self.recovery is None else self.recovery.to_json(),
+            "errors": [e.to_json() for e in self.errors],
+            "warnings": [w.to_json() for w in self.warnings],
+            "upstream_failures": [f.to_json() for f in self.upstream_failures],
+            "request_errors": [list(r) for r in self.request_errors],
+            "summary": self.summary(),
+        }
 
     def summary(self) -> str:
         """Deterministic sentences: the decisive line with its kind and entities, the
@@ -279,6 +357,15 @@ class LogReading:
             r = self.recovery
             out.append(f"{who}: the error at line {r.error.line} ({r.error.kind.value}) was "
                        f"followed by recovery at line {r.line}: {_cap(r.quote.strip(), 160)}.")
+        elif self.warnings:
+            w = self.warnings[-1]
+            out.append(f"{who}: no error in {self.line_count} lines; its last warning that "
+                       f"names a failure is line {w.line} ({w.kind.value}): "
+                       f"{_cap(w.quote.strip(), 160)}.")
+        elif self.request_errors:
+            line, text = self.request_errors[-1]
+            whose = f"The log of container {self.container}" if self.container else "The log"
+            out.append(f"{whose} could not be read (line {line}): {_cap(text, 160)}.")
         else:
             out.append(f"{who}: no error in {self.line_count} lines.")
         out.extend(_upstream_sentence(f) for f in self.upstream_failures)
@@ -337,4 +424,7 @@ def read_log(text: str, *, container: str | None = None) -> LogReading:
         container=container, line_count=len(lines), record_count=len(records),
         records=tuple(records[-MAX_RECORDS:]), errors=errors, decisive=decisive,
         recovery=recovery, upstream_failures=upstream_failures(records),
+        warnings=_warnings(records, lines),
+        request_errors=tuple((r.first_line, _cap(r.message, MAX_QUOTE)) for r in records
+                             if _is_request_error(r))[:MAX_ERRORS],
     )

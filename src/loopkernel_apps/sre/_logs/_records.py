@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from enum import IntEnum, StrEnum
+from typing import Any
 
 __all__ = [
     "Cause",
@@ -65,6 +66,11 @@ class ErrorKind(StrEnum):
     AUTHORIZATION = "authorization"
     UPSTREAM_5XX = "upstream_5xx"
     MISSING_CONFIG = "missing_config"
+    """A variable, setting or file the program needs was not given."""
+    INVALID_CONFIG = "invalid_config"
+    """The configuration was given and is wrong: an unknown directive, a parse error."""
+    MISSING_DEPENDENCY = "missing_dependency"
+    """The image lacks a module, class or shared library the program loads."""
     PERMISSION = "permission"
     """The operating system refused: EACCES, read-only file system, EPERM."""
     OUT_OF_MEMORY = "out_of_memory"
@@ -160,6 +166,10 @@ class Entities:
             return None
         return self.host if self.port is None else f"{self.host}:{self.port}"
 
+    def to_json(self) -> dict[str, Any]:
+        """The entities named (``None`` ones left out)."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ErrorReading:
@@ -177,6 +187,25 @@ class ErrorReading:
     context: tuple[tuple[int, str], ...]
     """A few ``(line, text)`` around it."""
 
+    def to_json(self) -> dict[str, Any]:
+        record, trace = self.record, self.record.trace
+        return {
+            "line": self.line,
+            "first_line": record.first_line,
+            "last_line": record.last_line,
+            "format": record.format.value,
+            "level": record.level.name.lower(),
+            "kind": self.kind.value,
+            "signal": self.signal,
+            "quote": self.quote,
+            "entities": self.entities.to_json(),
+            "runtime": None if trace is None else trace.runtime.value,
+            "chain": [] if trace is None else [
+                {"exception_type": c.exception_type, "message": c.message, "line": c.line,
+                 "frame": c.frame} for c in trace.chain],
+            "context": [list(c) for c in self.context],
+        }
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Recovery:
@@ -184,8 +213,11 @@ class Recovery:
 
     error: ErrorReading
     line: int
-    """The later line that shows the recovery."""
+    """The later line that shows the recovery (the error's own when it says so itself)."""
     quote: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"error": self.error.to_json(), "line": self.line, "quote": self.quote}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -208,3 +240,7 @@ class UpstreamFailure:
         if self.first_seconds is None or self.last_seconds is None:
             return None
         return self.last_seconds - self.first_seconds
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "statuses": list(self.statuses),
+                "duration_seconds": self.duration_seconds}
