@@ -17,6 +17,7 @@ __all__ = [
     "STATUS_KEYS",
     "UPSTREAM_KEYS",
     "entities",
+    "plain_answer",
     "split_upstream",
     "structured_status",
 ]
@@ -112,6 +113,22 @@ def _text_host(text: str) -> tuple[str | None, int | None]:
     if named is not None:
         return named.group(1), int(port.group(1)) if port else None
     return None, None
+
+
+def plain_answer(text: str) -> tuple[str, int] | None:
+    """``(upstream, status)`` of a plain line that names both (``upstream pricing:8443
+    answered 503``, ``GET https://x/y: status 503``)."""
+    status = _text_status(text)
+    if status is None:
+        return None
+    m = _URL.search(text)
+    if m is not None:
+        host, port, _ = split_upstream(m.group(0).rstrip(":.;"))
+    else:
+        host, port = _text_host(text)
+    if host is None:
+        return None
+    return (host if port is None else f"{host}:{port}"), status
 
 
 def _first_group(patterns: tuple[re.Pattern[str], ...], text: str) -> str | None:

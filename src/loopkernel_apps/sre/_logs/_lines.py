@@ -11,9 +11,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
+from functools import lru_cache
 from typing import Any
 
-from loopkernel_apps.sre._logs._records import Format, Level, Record
+from loopkernel_apps.sre._logs._records import Format, Level, Record, index_fields, lookup
 
 __all__ = ["Line", "parse_line"]
 
@@ -56,20 +57,29 @@ _MONTHS = {m: i + 1 for i, m in enumerate(
     ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"))}
 
 
-def _iso_seconds(m: re.Match[str]) -> float | None:
-    year, month, day, hh, mm, ss = (int(m.group(k)) for k in range(1, 7))
-    frac = (m.group(7) or "0")[:6].ljust(6, "0")
-    zone = m.group(8)
+@lru_cache(maxsize=256)
+def _midnight(year: int, month: int, day: int, zone: str | None) -> float | None:
+    """POSIX seconds of the day's start in ``zone`` (``None`` or ``Z``: UTC)."""
     tz = UTC
     if zone and zone != "Z":
         sign = -1 if zone[0] == "-" else 1
         digits = zone[1:].replace(":", "")
         tz = timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:4] or 0)))
     try:
-        when = datetime(year, month, day, hh, mm, ss, int(frac), tzinfo=tz)
+        return datetime(year, month, day, tzinfo=tz).timestamp()
     except ValueError:
         return None
-    return when.timestamp()
+
+
+def _iso_seconds(m: re.Match[str]) -> float | None:
+    year, month, day, hh, mm, ss = map(int, m.group(1, 2, 3, 4, 5, 6))
+    if hh > 23 or mm > 59 or ss > 60:
+        return None
+    start = _midnight(year, month, day, m.group(8))
+    if start is None:
+        return None
+    frac = m.group(7)
+    return start + hh * 3600 + mm * 60 + ss + (int(frac[:6].ljust(6, "0")) / 1e6 if frac else 0)
 
 
 def _klog_seconds(m: re.Match[str]) -> float | None:
@@ -165,6 +175,10 @@ def _flatten(value: Any, prefix: str, out: list[tuple[str, str]], depth: int) ->
             _flatten(inner, f"{prefix}.{key}" if prefix else str(key), out, depth + 1)
     elif isinstance(value, str):
         out.append((prefix, value))
+    elif isinstance(value, bool) or value is None:
+        out.append((prefix, json.dumps(value)))
+    elif isinstance(value, int | float):
+        out.append((prefix, repr(value)))
     else:
         out.append((prefix, json.dumps(value, sort_keys=True, default=str)))
 
@@ -222,17 +236,16 @@ def _structured(
     number: int, fields: tuple[tuple[str, str], ...], fmt: Format, stamp: str | None,
     seconds: float | None,
 ) -> Record:
-    probe = Record(first_line=number, last_line=number, format=fmt, level=Level.NONE,
-                   message="", fields=fields)
-    level = _structured_level(probe.field(*LEVEL_KEYS))
-    ts, secs = _structured_time(probe.field(*TIME_KEYS))
+    index = index_fields(fields)
+    level = _structured_level(lookup(index, LEVEL_KEYS))
+    ts, secs = _structured_time(lookup(index, TIME_KEYS))
     return Record(
         first_line=number,
         last_line=number,
         format=fmt,
         level=level,
-        message=probe.field(*MESSAGE_KEYS) or "",
-        error=probe.field(*ERROR_KEYS),
+        message=lookup(index, MESSAGE_KEYS) or "",
+        error=lookup(index, ERROR_KEYS),
         timestamp=stamp or ts,
         seconds=seconds if seconds is not None else secs,
         fields=fields,

@@ -5,11 +5,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from loopkernel_apps.sre._logs._entities import (
     UPSTREAM_KEYS,
     entities,
+    plain_answer,
     split_upstream,
     structured_status,
 )
@@ -201,6 +203,7 @@ def _recovered(reading: ErrorReading, later: Sequence[Record]) -> Record | None:
     return None
 
 
+@lru_cache(maxsize=1024)
 def _upstream_key(value: str) -> str:
     host, port, _ = split_upstream(value)
     if host is None:
@@ -239,10 +242,7 @@ def _answer(record: Record) -> tuple[str, int] | None:
         return _upstream_key(where), status
     if record.format is not Format.PLAIN or not _THREE_DIGITS.search(record.message[:2000]):
         return None
-    ents = entities(record, record.message)
-    if ents.status is None or ents.upstream is None:
-        return None
-    return ents.upstream, ents.status
+    return plain_answer(record.message[:2000])
 
 
 def upstream_failures(records: Sequence[Record]) -> tuple[UpstreamFailure, ...]:
@@ -272,13 +272,15 @@ def upstream_failures(records: Sequence[Record]) -> tuple[UpstreamFailure, ...]:
     return tuple(sorted(longest, key=lambda f: f.first_line))
 
 
-def _choose(records: Sequence[Record], lines: Sequence[Line]) -> tuple[int, ErrorReading] | None:
+def _choose(
+    records: Sequence[Record], lines: Sequence[Line], candidates: Sequence[int]
+) -> tuple[int, ErrorReading] | None:
     """The decisive error: the last error-level record or trace, stepping back over lines
     that only say the program ends ("exiting", "exit status 1"), and over generic error lines
     (no kind, no trace) that follow closely on one that says what went wrong ("cannot start
     without a mail relay" after "SMTP_HOST is not set"; gunicorn's "Worker failed to boot"
     after the traceback)."""
-    candidates = [i for i, r in enumerate(records) if _is_candidate(r)][-MAX_STEP_BACK:]
+    candidates = candidates[-MAX_STEP_BACK:]
     latest: tuple[int, ErrorReading] | None = None
     for pos in range(len(candidates) - 1, -1, -1):
         i = candidates[pos]
@@ -404,7 +406,8 @@ def read_log(text: str, *, container: str | None = None) -> LogReading:
     """Read a container's log (see the package docstring)."""
     lines = [parse_line(n, raw) for n, raw in enumerate(_split(text), start=1)]
     records = group(lines)
-    chosen = _choose(records, lines)
+    candidates = [i for i, r in enumerate(records) if _is_candidate(r)]
+    chosen = _choose(records, lines, candidates)
     decisive: ErrorReading | None = None
     recovery: Recovery | None = None
     if chosen is not None:
@@ -415,7 +418,7 @@ def read_log(text: str, *, container: str | None = None) -> LogReading:
         else:
             recovery = Recovery(error=reading, line=back.first_line,
                                 quote=_cap(lines[back.first_line - 1].raw, MAX_QUOTE))
-    tail = [r for r in records if _is_candidate(r)][-MAX_ERRORS:]
+    tail = [records[i] for i in candidates[-MAX_ERRORS:]]
     errors = tuple(
         decisive if decisive is not None and r is decisive.record else read_record(r, lines)
         for r in tail

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from enum import IntEnum, StrEnum
 from typing import Any
 
@@ -18,6 +18,8 @@ __all__ = [
     "Runtime",
     "Trace",
     "UpstreamFailure",
+    "index_fields",
+    "lookup",
 ]
 
 
@@ -107,6 +109,26 @@ class Trace:
         return self.chain[-1]
 
 
+def index_fields(fields: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """Each field by its lower-case key, then by the key's last dotted part."""
+    index: dict[str, str] = {}
+    for key, value in fields:
+        index.setdefault(key.lower(), value)
+    for key, value in fields:
+        if "." in key:
+            index.setdefault(key.lower().rsplit(".", 1)[-1], value)
+    return index
+
+
+def lookup(index: dict[str, str], names: tuple[str, ...]) -> str | None:
+    """The value of the first of ``names`` (lower-case) that ``index`` holds."""
+    for name in names:
+        value = index.get(name)
+        if value is not None:
+            return value
+    return None
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Record:
     """One log record: a line, or a multi-line trace grouped into one."""
@@ -128,17 +150,16 @@ class Record:
     fields: tuple[tuple[str, str], ...] = ()
     """A structured line's fields, nested keys dotted, values as text."""
     trace: Trace | None = None
+    _index: dict[str, str] = field(init=False, repr=False, compare=False)
+    """Each field by its lower-case key, and by the key's last dotted part."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_index", index_fields(self.fields) if self.fields else {})
 
     def field(self, *names: str) -> str | None:
         """The value of the first of ``names`` the record has (case-insensitive; a dotted
         key also answers to its last part)."""
-        wanted = [n.lower() for n in names]
-        for name in wanted:
-            for key, value in self.fields:
-                low = key.lower()
-                if low == name or low.rsplit(".", 1)[-1] == name:
-                    return value
-        return None
+        return lookup(self._index, names)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
