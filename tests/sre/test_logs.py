@@ -572,6 +572,8 @@ _FRAGMENTS = st.sampled_from([
     'level=error msg="x', "level=error err=", "E1203 10:00:00.1 1 a.go:1] x",
     "2026-13-45T99:99:99Z ERROR bad date", "FATAL ERROR: y", "[UnhandledPromiseRejection: ",
     "", " ", "During handling of the above exception, another exception occurred:",
+    "fail: A.B[0]", "      System.X (1): y", '{"level":"error","stack":"Error: x\\n    at f"}',
+    '{"msg":"a","exception":"Traceback (most recent call last):\\n"}', "      ",
 ])
 
 
@@ -741,3 +743,44 @@ def test_to_json_is_plain_json() -> None:
     value = read_log(JAVA).to_json()
     assert value["kind"] == "dns" and value["decisive"]["line"] == 10
     assert value["decisive"]["chain"][-1]["exception_type"] == "java.net.UnknownHostException"
+
+
+DOTNET_CONSOLE = lines('''
+|info: Microsoft.Hosting.Lifetime[14]
+|      Now listening on: http://[::]:8080
+|fail: Microsoft.AspNetCore.Server.Kestrel[13]
+|      Connection id "0HN1", Request id "0HN1:00000001": An unhandled exception was thrown by the application.
+|      Npgsql.PostgresException (0x80004005): 28P01: password authentication failed for user "shop"
+|         at Npgsql.Internal.NpgsqlConnector.Open()
+|         at Program.Main() in /src/Program.cs:line 21
+|info: Microsoft.Hosting.Lifetime[0]
+|      Application is shutting down...
+''')  # noqa: E501
+
+
+def test_dotnet_console_logger_blocks_with_an_exception_inside() -> None:
+    reading = read_log(DOTNET_CONSOLE)
+    assert [(r.first_line, r.last_line) for r in reading.records] == [(1, 2), (3, 7), (8, 9)]
+    assert reading.records[0].message == "Now listening on: http://[::]:8080"
+    d = reading.decisive
+    assert d is not None and d.record.level is Level.ERROR
+    assert d.record.trace is not None and d.record.trace.runtime is Runtime.DOTNET
+    assert d.line == 5 and d.kind is K.AUTHENTICATION and d.entities.user == "shop"
+
+
+def test_structured_lines_with_an_embedded_stack() -> None:
+    node = json.dumps({"level": 50, "time": 1764756000000, "msg": "unhandled",
+                       "err": {"type": "Error", "message": "connect ECONNREFUSED 10.0.0.7:6379",
+                               "stack": "Error: connect ECONNREFUSED 10.0.0.7:6379\n    at "
+                                        "TCPConnectWrap.afterConnect (node:net:1555:16)"}})
+    d = read_log(node + "\n").decisive
+    assert d is not None and d.record.format is Format.JSON and d.record.level is Level.ERROR
+    assert d.record.trace is not None and d.record.trace.runtime is Runtime.NODE
+    assert d.kind is K.CONNECTION_REFUSED and d.entities.upstream == "10.0.0.7:6379"
+    structlog = json.dumps({"event": "boot failed", "level": "error", "exception": (
+        'Traceback (most recent call last):\n  File "/app/x.py", line 3, in <module>\n'
+        "    import foo\nModuleNotFoundError: No module named 'foo'")})
+    d = read_log(structlog + "\n").decisive
+    assert d is not None and d.record.trace is not None
+    assert d.record.trace.innermost.exception_type == "ModuleNotFoundError"
+    assert d.kind is K.MISSING_DEPENDENCY and d.line == 1

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from loopkernel_apps.sre._logs._lines import Line
+from loopkernel_apps.sre._logs._lines import STACK_KEYS, Line, parse_line
 from loopkernel_apps.sre._logs._records import Cause, Format, Level, Record, Runtime, Trace
 
 __all__ = ["TRACE_SHAPES", "group"]
@@ -362,7 +362,9 @@ TRACE_SHAPES: tuple[tuple[Runtime, _Opens, _Reader], ...] = (
 )
 """Each runtime's trace: whether a line opens one, and the reader that consumes it."""
 
-_MAYBE = re.compile(r"(Traceback|panic|fatal|thread '|Unhandled|Exception|FATAL|\[|[\w$.]+(?::|$))")
+_MAYBE = re.compile(
+    r"(Traceback|panic|fatal|thread '|Unhandled|Exception|FATAL|\[|[\w$.]+(?::| \(|$))"
+)
 """A cheap test every opener needs to pass: the first characters of some trace's head."""
 
 
@@ -380,13 +382,53 @@ def _trace_record(lines: Sequence[Line], i: int, runtime: Runtime, read: _Read) 
     )
 
 
+_DOTNET_HEADER = re.compile(r"(?:info|warn|fail|crit|dbug|trce): [\w.`+<>-]+\[\d+\]\s*$")
+"""The .NET console logger's first line; the message follows on lines indented by 6."""
+_DOTNET_BODY = re.compile(r"      \S| {7,}\S|\t")
+
+
+def _dotnet_block(lines: Sequence[Line], i: int) -> tuple[int, Record]:
+    """A .NET console-logger record: its header, its indented message, and an exception
+    printed in it read as a trace."""
+    stop = _limit(i, len(lines))
+    j = i + 1
+    while j < stop and _DOTNET_BODY.match(lines[j].body):
+        j += 1
+    inner = [parse_line(lines[k].number, lines[k].body[6:]) for k in range(i + 1, j)]
+    found = group(inner)
+    head = lines[i].record
+    trace = next((r.trace for r in found if r.trace is not None), None)
+    message = " ".join(r.message for r in found[:1]) or head.message
+    return j, replace(head, last_line=lines[j - 1].number, message=message, trace=trace)
+
+
+def _embedded(record: Record) -> Record:
+    """A structured record whose ``stack``/``exception`` field holds a multi-line trace gets
+    that trace (its lines numbered as the record's line)."""
+    stack = record.field(*STACK_KEYS)
+    if stack is None or "\n" not in stack:
+        return record
+    inner = [parse_line(record.first_line, text)
+             for text in stack.split("\n")[:MAX_TRACE_LINES]]
+    trace = next((r.trace for r in group(inner) if r.trace is not None), None)
+    return record if trace is None else replace(record, trace=trace)
+
+
 def group(lines: Sequence[Line]) -> list[Record]:
     """The records of a log: each trace one record, every other line its own."""
     records: list[Record] = []
     i, n = 0, len(lines)
     while i < n:
         line = lines[i]
-        if line.record.format is Format.PLAIN and _MAYBE.match(line.body):
+        if line.record.format is not Format.PLAIN:
+            records.append(_embedded(line.record))
+            i += 1
+            continue
+        if _DOTNET_HEADER.match(line.body):
+            i, record = _dotnet_block(lines, i)
+            records.append(record)
+            continue
+        if _MAYBE.match(line.body):
             for runtime, opens, read in TRACE_SHAPES:
                 if opens(lines, i):
                     got = read(lines, i)
@@ -396,7 +438,7 @@ def group(lines: Sequence[Line]) -> list[Record]:
             else:
                 records.append(line.record)
                 i += 1
-        else:
-            records.append(line.record)
-            i += 1
+            continue
+        records.append(line.record)
+        i += 1
     return records
