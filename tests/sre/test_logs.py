@@ -784,3 +784,23 @@ def test_structured_lines_with_an_embedded_stack() -> None:
     assert d is not None and d.record.trace is not None
     assert d.record.trace.innermost.exception_type == "ModuleNotFoundError"
     assert d.kind is K.MISSING_DEPENDENCY and d.line == 1
+
+
+def test_the_innermost_cause_decides_over_an_outer_exception_s_class() -> None:
+    text = lines('''
+|Traceback (most recent call last):
+|  File "/app/client.py", line 20, in fetch
+|    sock.connect((host, port))
+|ConnectionRefusedError: [Errno 111] Connection refused
+|
+|During handling of the above exception, another exception occurred:
+|
+|Traceback (most recent call last):
+|  File "/app/main.py", line 9, in <module>
+|    fetch("ledger", 9000)
+|TimeoutError: gave up on ledger:9000 after 30 s
+''')
+    d = read_log(text).decisive
+    assert d is not None and d.line == 4
+    assert d.kind is K.CONNECTION_REFUSED and d.signal == "exception ConnectionRefusedError"
+    assert d.entities.upstream == "ledger:9000"

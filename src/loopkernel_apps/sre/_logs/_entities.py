@@ -103,10 +103,28 @@ def _text_status(text: str) -> int | None:
     return int(m.group(1) or m.group(2))
 
 
+_NOT_HOSTS = frozenset((
+    "status", "code", "line", "port", "pid", "errno", "error", "err", "http", "https", "time",
+    "id", "attempt", "attempts", "retry", "retries", "timeout", "after", "at", "in", "on",
+    "version", "v", "user", "exit", "signal", "size", "count", "total", "elapsed", "took",
+))
+"""Words written before ``:NNN`` that are no host (``status:503``, ``line:42``)."""
+_SOURCE_FILE = re.compile(
+    r"\.(?:go|py|java|kt|scala|js|mjs|cjs|ts|rs|cs|rb|php|c|cc|cpp|h|hpp|ex|exs|swift)$"
+)
+"""``main.go:40``, ``reflector.go:229``: a source location, not a host."""
+
+
+def _is_host(host: str) -> bool:
+    if host[0].isdigit():
+        return host.count(".") == 3
+    return host.lower() not in _NOT_HOSTS and not _SOURCE_FILE.search(host)
+
+
 def _text_host(text: str) -> tuple[str | None, int | None]:
     for m in _HOST_PORT.finditer(text):
         host = m.group(1)
-        if not host[0].isdigit() or host.count(".") == 3:
+        if _is_host(host):
             return host, int(m.group(2))
     named = _HOST_NAMED.search(text)
     port = _PORT_NAMED.search(text)

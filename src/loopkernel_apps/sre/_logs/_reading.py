@@ -25,6 +25,7 @@ from loopkernel_apps.sre._logs._kinds import (
 )
 from loopkernel_apps.sre._logs._lines import Line, parse_line
 from loopkernel_apps.sre._logs._records import (
+    Cause,
     Entities,
     ErrorKind,
     ErrorReading,
@@ -47,6 +48,8 @@ MAX_UPSTREAM_FAILURES = 20
 CONTEXT_LINES = 3
 """Lines of context on each side of a cited line."""
 MAX_QUOTE = 500
+MAX_ENTITY_TEXT = 8_000
+"""Characters of a record's text that entities are read from."""
 MAX_STEP_BACK = 20
 """Error records looked back over when the last ones only say the program ends."""
 STEP_BACK_GAP = 3
@@ -76,21 +79,33 @@ _WEAK_FOR_AUTH = {ErrorKind.CONNECTION_REFUSED, ErrorKind.UPSTREAM_5XX, ErrorKin
                   ErrorKind.CRASH, ErrorKind.OTHER}
 
 
+MAX_PARTS = 8
+"""Causes of a trace that are read, the innermost first."""
+
+
+def _cause_text(cause: Cause) -> str:
+    return f"{cause.exception_type}: {cause.message}" if cause.exception_type else cause.message
+
+
+def _causes(record: Record) -> list[Cause]:
+    """A trace's causes, the innermost first (at most ``MAX_PARTS``)."""
+    if record.trace is None:
+        return []
+    return list(reversed(record.trace.chain))[:MAX_PARTS]
+
+
 def _parts(record: Record) -> list[str]:
-    """The record's texts, the most specific first: the innermost cause, the outer causes,
+    """The record's texts, the most specific first: the innermost causes, the outer causes,
     the message, the structured error."""
-    parts: list[str] = []
-    if record.trace is not None:
-        for cause in reversed(record.trace.chain):
-            parts.append(f"{cause.exception_type}: {cause.message}" if cause.exception_type
-                         else cause.message)
+    parts = [_cause_text(c) for c in _causes(record)]
     parts.append(record.message)
     if record.error:
         parts.append(record.error)
     return parts
 
 
-def _structured_kind(record: Record, ents: Entities) -> Kinded | None:
+def _field_kind(record: Record, ents: Entities) -> Kinded | None:
+    """The kind an error code or an HTTP status in the record's fields gives."""
     if ents.errno is not None and ents.errno.upper() in ERRNO_KINDS:
         return Kinded(kind=ERRNO_KINDS[ents.errno.upper()], signal=f"errno {ents.errno}")
     status = structured_status(record)
@@ -98,30 +113,39 @@ def _structured_kind(record: Record, ents: Entities) -> Kinded | None:
         kind = status_kind(status, from_upstream=ents.host is not None or ents.url is not None)
         if kind is not None:
             return Kinded(kind=kind, signal=f"status {status}")
-    chain = reversed(record.trace.chain) if record.trace is not None else ()
-    names = [c.exception_type for c in chain] + [record.field("error.type", "exc_type", "type")]
-    for name in names:
-        kind = exception_kind(name)
-        if kind is not None:
-            return Kinded(kind=kind, signal=f"exception {name}")
     return None
 
 
+def _exception_kinded(name: str | None) -> Kinded | None:
+    kind = exception_kind(name)
+    return None if kind is None else Kinded(kind=kind, signal=f"exception {name}")
+
+
+def _meaning(record: Record, ents: Entities) -> Kinded | None:
+    """Fields first, then each cause from the innermost (its class, then its words), then the
+    message and the structured error."""
+    found = _field_kind(record, ents)
+    for cause in _causes(record):
+        found = found or _exception_kinded(cause.exception_type) or text_kind(_cause_text(cause))
+    found = found or _exception_kinded(record.field("error.type", "exc_type", "type"))
+    for text in (record.message, record.error or ""):
+        found = found or text_kind(text)
+    return found
+
+
 def classify(record: Record, ents: Entities) -> Kinded:
-    """The record's kind: structured fields first, then its text; a refused credential in the
-    text outranks a connection, timeout or upstream reading of the fields."""
-    structured = _structured_kind(record, ents)
-    parts = _parts(record)
-    credential = next(
-        (k for k in (text_kind(p, only=CREDENTIAL_KINDS) for p in parts) if k is not None), None
-    )
-    if credential is not None and (structured is None or structured.kind in _WEAK_FOR_AUTH):
-        return credential
-    textual = next((k for k in map(text_kind, parts) if k is not None), None)
-    if structured is not None:
-        return structured
-    if textual is not None:
-        return textual
+    """The record's kind (see ``_meaning``); a refused credential anywhere in its text
+    outranks a connection, timeout, upstream or crash reading of the rest: a refused
+    password names the host and port it was refused at."""
+    found = _meaning(record, ents)
+    if found is None or found.kind in _WEAK_FOR_AUTH:
+        credential = next(
+            (k for k in (text_kind(p, only=CREDENTIAL_KINDS) for p in _parts(record)) if k),
+            None,
+        )
+        found = credential or found
+    if found is not None:
+        return found
     trace = record.trace
     if trace is not None and trace.runtime in (Runtime.GO, Runtime.RUST):
         return Kinded(kind=ErrorKind.CRASH, signal=f"{trace.runtime.value} panic")
@@ -135,7 +159,7 @@ def _cap(text: str, limit: int) -> str:
 
 def read_record(record: Record, lines: Sequence[Line]) -> ErrorReading:
     """One record read against its log's lines (for the quote and the context)."""
-    ents = entities(record, " | ".join(_parts(record)))
+    ents = entities(record, " | ".join(_parts(record))[:MAX_ENTITY_TEXT])
     kinded = classify(record, ents)
     line = record.trace.innermost.line if record.trace is not None else record.first_line
     lo, hi = max(1, line - CONTEXT_LINES), min(len(lines), line + CONTEXT_LINES)
