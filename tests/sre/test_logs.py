@@ -440,7 +440,7 @@ def test_the_last_error_before_the_end_wins_over_earlier_ones() -> None:
     assert [e.kind for e in reading.errors] == [K.TIMEOUT, K.AUTHENTICATION]
 
 
-def test_no_error_and_warnings_are_never_decisive() -> None:
+def test_without_an_error_no_warning_is_decisive() -> None:
     quiet = read_log("INFO ready\nINFO request served in 3ms\n", container="api")
     assert quiet.decisive is None and quiet.recovery is None and quiet.warnings == ()
     assert quiet.summary() == "Container api: no error in 2 lines."
@@ -536,6 +536,21 @@ ONE_LINE_KINDS = [
     ("FATAL memory allocation of 4294967296 bytes failed", K.OUT_OF_MEMORY),
     ("Segmentation fault (core dumped)", K.CRASH),
     ("ERROR something unexpected happened", K.OTHER),
+    ('2026/12/03 10:00:00 [error] 7#7: *1 connect() failed (111: Connection refused) while '
+     'connecting to upstream, client: 10.0.0.1, server: _, request: "GET / HTTP/1.1", '
+     'upstream: "http://10.0.0.5:8080/", host: "shop"', K.CONNECTION_REFUSED),
+    ("ERROR 2002 (HY000): Can't connect to MySQL server on 'db' (115)", K.CONNECTION_REFUSED),
+    ("WARN [Producer clientId=p-1] Connection to node -1 (kafka/10.0.0.1:9092) could not be "
+     "established. Broker may not be available.\nERROR producer gave up", K.CONNECTION_REFUSED),
+    ('ERROR rpc error: code = Unavailable desc = connection error: desc = "transport: Error '
+     'while dialing: dial tcp 10.0.0.1:50051: connect: connection refused"',
+     K.CONNECTION_REFUSED),
+    ("ERROR rpc error: code = DeadlineExceeded desc = context deadline exceeded", K.TIMEOUT),
+    ("ERROR rpc error: code = Unavailable desc = no healthy upstream", K.UPSTREAM_5XX),
+    ("ERROR ExpiredToken: The security token included in the request is expired",
+     K.AUTHENTICATION),
+    ("ERROR AccessDenied: User: arn:aws:iam::1:role/app is not authorized to perform: "
+     "s3:GetObject", K.AUTHORIZATION),
 ]
 
 
@@ -551,6 +566,12 @@ def test_every_kind_has_a_sample() -> None:
 
 
 def test_entities_of_one_line() -> None:
+    nginx = next(line for line, _ in ONE_LINE_KINDS if line.startswith("2026/12/03"))
+    d = read_log(nginx + "\n").decisive
+    assert d is not None and d.record.level is Level.ERROR
+    assert (d.entities.host, d.entities.port) == ("10.0.0.5", 8080)
+    d = read_log("ERROR Could not connect to Redis at redis:6379: Connection refused\n").decisive
+    assert d is not None and d.entities.upstream == "redis:6379"
     d = read_log('ERROR [Errno 2] No such file or directory: "/etc/app/settings.toml"\n').decisive
     assert d is not None and d.kind is K.MISSING_CONFIG
     assert d.entities.path == "/etc/app/settings.toml"

@@ -150,6 +150,8 @@ TEXT_KINDS: tuple[tuple[ErrorKind, re.Pattern[str]], ...] = (
         r"(?i)\bunauthenticated\b", r"(?i)\b401\b[^\n]{0,20}unauthorized",
         r"(?i)(?:status|code|http)[ :=]*401\b", r"(?i)\bSASL authentication\b",
         r"(?i)\bauth(?:entication)? error\b", r"(?i)\bunauthorized\b",
+        r"\b(?:ExpiredToken|InvalidAccessKeyId|SignatureDoesNotMatch|UnrecognizedClientException"
+        r"|InvalidClientTokenId|invalid_grant|invalid_client)\b", r"code = Unauthenticated",
     )),
     (K.AUTHORIZATION, _rx(
         r"(?i)\bforbidden\b", r"(?i)(?:status|code|http)[ :=]*403\b", r"\b403 Forbidden\b",
@@ -157,6 +159,7 @@ TEXT_KINDS: tuple[tuple[ErrorKind, re.Pattern[str]], ...] = (
         r"|schema|database|sequence|function)", r"(?i)\bAccessDenied\b",
         r"(?i)insufficient (?:privileges?|permissions?|scope)", r"(?i)\bPERMISSION_DENIED\b",
         r'(?i)cannot (?:get|list|watch|create|update|patch|delete) resource "',
+        r"code = PermissionDenied", r"\bAuthorizationFailure\b",
     )),
     (K.TLS, _rx(
         r"\bx509: ", r"(?i)certificate (?:has )?expired", r"(?i)certificate verify failed",
@@ -240,6 +243,7 @@ TEXT_KINDS: tuple[tuple[ErrorKind, re.Pattern[str]], ...] = (
         r"(?i)unable to connect", r"(?i)upstream connect error", r"(?i)connection (?:was )?closed"
         r" (?:by|unexpectedly)", r"(?i)broken pipe", r"(?i)\bEOF\b while", r"(?i)server closed"
         r" the connection unexpectedly", r"(?i)error connecting to",
+        r"(?i)could not be established", r"(?i)connect\(\) failed",
     )),
     (K.UPSTREAM_5XX, _rx(
         r"\b5\d\d (?:Internal Server Error|Not Implemented|Bad Gateway|Service Unavailable"
@@ -247,6 +251,7 @@ TEXT_KINDS: tuple[tuple[ErrorKind, re.Pattern[str]], ...] = (
         r"(?i)(?:status(?: code)?|http(?: status)?|returned|response(?: code)?|responded with"
         r"|got)[ :=]*(?:status )?5\d\d\b", r"(?i)no healthy upstream",
         r"(?i)\bService Unavailable\b", r"(?i)\bBad Gateway\b", r"(?i)\bupstream (?:error|failed)",
+        r"code = Unavailable",
     )),
     (K.CRASH, _rx(
         r"\bpanic: ", r"panicked at", r"\bSIGSEGV\b", r"(?i)segmentation (?:fault|violation)",

@@ -318,7 +318,22 @@ def _choose(
                 latest = (i, reading)
             if pos == 0 or i - candidates[pos - 1] > STEP_BACK_GAP:
                 break
-    return latest
+    if latest is None or _is_wrapper(latest[1]):
+        return latest
+    return _warned_before(records, lines, latest[0]) or latest
+
+
+def _warned_before(
+    records: Sequence[Record], lines: Sequence[Line], i: int
+) -> tuple[int, ErrorReading] | None:
+    """A warning that says what went wrong, just before a generic error (Kafka's "Connection
+    to node -1 could not be established" before "producer gave up")."""
+    for k in range(i - 1, max(-1, i - 1 - STEP_BACK_GAP), -1):
+        if records[k].level is Level.WARNING:
+            reading = read_record(records[k], lines)
+            if _is_informative(reading):
+                return k, reading
+    return None
 
 
 def _warnings(records: Sequence[Record], lines: Sequence[Line]) -> tuple[ErrorReading, ...]:
@@ -345,7 +360,7 @@ class LogReading:
     """The last error when a later line shows the program recovered from it."""
     upstream_failures: tuple[UpstreamFailure, ...]
     warnings: tuple[ErrorReading, ...] = ()
-    """The last ``MAX_WARNINGS`` warnings, those that name a failure (never decisive)."""
+    """The last ``MAX_WARNINGS`` warnings, those that name a failure."""
     request_errors: tuple[tuple[int, str], ...] = ()
     """``(line, text)`` of lines saying the log itself could not be read: the log is missing
     evidence, never a cause."""
