@@ -825,3 +825,38 @@ def test_the_innermost_cause_decides_over_an_outer_exception_s_class() -> None:
     assert d is not None and d.line == 4
     assert d.kind is K.CONNECTION_REFUSED and d.signal == "exception ConnectionRefusedError"
     assert d.entities.upstream == "ledger:9000"
+
+
+SAMPLES = {
+    "python": PYTHON_CHAINED, "python-during": PYTHON_DURING_HANDLING, "pydantic": PYDANTIC,
+    "go": GO_PANIC, "java": JAVA, "node": NODE, "dotnet": DOTNET, "gunicorn": GUNICORN,
+    "dotnet-console": DOTNET_CONSOLE,
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(sorted(SAMPLES)), st.integers(min_value=0, max_value=30),
+       st.sampled_from(["INFO tick", '{"level":"info","msg":"tick"}', "level=debug msg=tick",
+                        "2026-12-03T09:00:00Z worker idle"]))
+def test_noise_before_the_failure_only_shifts_its_line(name: str, k: int, noise: str) -> None:
+    plain = read_log(SAMPLES[name]).decisive
+    noisy = read_log(f"{noise}\n" * k + SAMPLES[name]).decisive
+    assert plain is not None and noisy is not None
+    assert (noisy.line, noisy.kind, noisy.signal) == (plain.line + k, plain.kind, plain.signal)
+    assert noisy.entities == plain.entities
+    assert noisy.quote == plain.quote
+
+
+def test_quotes_are_verbatim_and_the_log_s_time_span_is_kept() -> None:
+    long_line = "2026-12-03T10:00:09Z ERROR " + "x" * 900 + " connection refused"
+    reading = read_log("2026-12-03T10:00:00Z INFO start\n" + long_line + "\n")
+    d = reading.decisive
+    assert d is not None and long_line.startswith(d.quote) and len(d.quote) == 500
+    assert d.kind is K.CONNECTION_REFUSED
+    assert reading.first_timestamp == "2026-12-03T10:00:00Z"
+    assert reading.last_timestamp == "2026-12-03T10:00:09Z"
+    assert reading.last_seconds == 1796292009.0
+    for text in (JAVA, NODE, GUNICORN, DOTNET_CONSOLE):
+        d = read_log(text).decisive
+        assert d is not None and d.quote in text
+        assert all(line in text for _, line in d.context)

@@ -152,6 +152,11 @@ def classify(record: Record, ents: Entities) -> Kinded:
     return Kinded(kind=ErrorKind.OTHER, signal="no signal")
 
 
+def _verbatim(text: str, limit: int) -> str:
+    """A prefix of the line as the log holds it (a quote must be found in the evidence)."""
+    return text.rstrip()[:limit]
+
+
 def _cap(text: str, limit: int) -> str:
     text = text.rstrip()
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -163,9 +168,9 @@ def read_record(record: Record, lines: Sequence[Line]) -> ErrorReading:
     kinded = classify(record, ents)
     line = record.trace.innermost.line if record.trace is not None else record.first_line
     lo, hi = max(1, line - CONTEXT_LINES), min(len(lines), line + CONTEXT_LINES)
-    context = tuple((n, _cap(lines[n - 1].raw, 300)) for n in range(lo, hi + 1))
+    context = tuple((n, _verbatim(lines[n - 1].raw, 300)) for n in range(lo, hi + 1))
     return ErrorReading(record=record, kind=kinded.kind, signal=kinded.signal, entities=ents,
-                        line=line, quote=_cap(lines[line - 1].raw, MAX_QUOTE), context=context)
+                        line=line, quote=_verbatim(lines[line - 1].raw, MAX_QUOTE), context=context)
 
 
 _REQUEST_ERROR = re.compile(
@@ -249,7 +254,9 @@ class _Run:
         return UpstreamFailure(
             upstream=self.upstream, statuses=tuple(sorted(self.statuses)), count=self.count,
             first_line=self.first.first_line, last_line=self.last.last_line,
-            first_seconds=self.first.seconds, last_seconds=self.last.seconds, ended=ended,
+            first_seconds=self.first.seconds, last_seconds=self.last.seconds,
+            first_timestamp=self.first.timestamp, last_timestamp=self.last.timestamp,
+            ended=ended,
         )
 
 
@@ -364,6 +371,12 @@ class LogReading:
     request_errors: tuple[tuple[int, str], ...] = ()
     """``(line, text)`` of lines saying the log itself could not be read: the log is missing
     evidence, never a cause."""
+    first_timestamp: str | None = None
+    """The first timestamp the log holds, as written."""
+    last_timestamp: str | None = None
+    """The last timestamp the log holds: when the program last wrote (against the dump's
+    "now", old news or current)."""
+    last_seconds: float | None = None
 
     @property
     def kind(self) -> ErrorKind | None:
@@ -382,6 +395,9 @@ class LogReading:
             "warnings": [w.to_json() for w in self.warnings],
             "upstream_failures": [f.to_json() for f in self.upstream_failures],
             "request_errors": [list(r) for r in self.request_errors],
+            "first_timestamp": self.first_timestamp,
+            "last_timestamp": self.last_timestamp,
+            "last_seconds": self.last_seconds,
             "summary": self.summary(),
         }
 
@@ -456,7 +472,9 @@ def read_log(text: str, *, container: str | None = None) -> LogReading:
             decisive = reading
         else:
             recovery = Recovery(error=reading, line=back.first_line,
-                                quote=_cap(lines[back.first_line - 1].raw, MAX_QUOTE))
+                                quote=_verbatim(lines[back.first_line - 1].raw, MAX_QUOTE))
+    first = next((r for r in records if r.timestamp is not None), None)
+    last = next((r for r in reversed(records) if r.timestamp is not None), None)
     tail = [records[i] for i in candidates[-MAX_ERRORS:]]
     errors = tuple(
         decisive if decisive is not None and r is decisive.record else read_record(r, lines)
@@ -467,6 +485,10 @@ def read_log(text: str, *, container: str | None = None) -> LogReading:
         records=tuple(records[-MAX_RECORDS:]), errors=errors, decisive=decisive,
         recovery=recovery, upstream_failures=upstream_failures(records),
         warnings=_warnings(records, lines),
-        request_errors=tuple((r.first_line, _cap(r.message, MAX_QUOTE)) for r in records
+        request_errors=tuple((r.first_line, _verbatim(lines[r.first_line - 1].raw, MAX_QUOTE))
+                             for r in records
                              if _is_request_error(r))[:MAX_ERRORS],
+        first_timestamp=first.timestamp if first else None,
+        last_timestamp=last.timestamp if last else None,
+        last_seconds=last.seconds if last else None,
     )

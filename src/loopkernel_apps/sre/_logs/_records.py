@@ -253,6 +253,8 @@ class UpstreamFailure:
     last_line: int
     first_seconds: float | None
     last_seconds: float | None
+    first_timestamp: str | None
+    last_timestamp: str | None
     ended: bool
     """A later answer from the same upstream was below 500."""
 
