@@ -860,3 +860,39 @@ def test_quotes_are_verbatim_and_the_log_s_time_span_is_kept() -> None:
         d = read_log(text).decisive
         assert d is not None and d.quote in text
         assert all(line in text for _, line in d.context)
+
+
+def test_ruby_exception_and_spring_failure_analysis() -> None:
+    ruby = lines('''
+|I, [2026-12-03T10:00:00.000000 #1]  INFO -- : booting
+|/app/config/initializers/redis.rb:3:in `fetch': key not found: "REDIS_URL" (KeyError)
+|	from /app/config/initializers/redis.rb:3:in `<main>'
+|	from /usr/local/bundle/gems/railties-7.1.2/lib/rails/engine.rb:689:in `load'
+''')
+    d = read_log(ruby).decisive
+    assert d is not None and d.record.trace is not None
+    assert d.record.trace.runtime is Runtime.RUBY and d.record.last_line == 4
+    assert d.entities.exception_type == "KeyError" and d.line == 2
+    assert d.kind is K.MISSING_CONFIG and d.entities.config_key == "REDIS_URL"
+    spring = lines('''
+|2026-12-03T10:00:00.000Z ERROR 1 --- [main] o.s.b.d.LoggingFailureAnalysisReporter :
+|
+|***************************
+|APPLICATION FAILED TO START
+|***************************
+|
+|Description:
+|
+|Failed to configure a DataSource: 'url' attribute is not specified and no embedded datasource could be configured.
+|
+|Reason: Failed to determine a suitable driver class
+|
+|
+|Action:
+|
+|Consider the following:
+|	If you want an embedded database (H2, HSQL or Derby), please put it on the classpath.
+''')  # noqa: E501
+    d = read_log(spring).decisive
+    assert d is not None and d.line == 9
+    assert d.kind is K.MISSING_CONFIG and d.entities.config_key == "url"

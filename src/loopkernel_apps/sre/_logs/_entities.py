@@ -51,6 +51,7 @@ _STATUS_TEXT = re.compile(
 )
 _CONFIG_KEY = (
     re.compile(r"KeyError: ['\"]([\w.-]+)['\"]"),
+    re.compile(r"key not found: ['\"]([\w.-]+)['\"]"),
     re.compile(r"(?i)env(?:ironment)?(?: variable| var)?\s+['\"`]?([A-Z][A-Z0-9_]+)"),
     re.compile(r"\b([A-Z][A-Z0-9]*_[A-Z0-9_]+)['\"`]? (?:is not set|must be set|is required"
                r"|not defined|is missing|is unset|is undefined|is empty)"),
@@ -60,6 +61,11 @@ _CONFIG_KEY = (
                r"['\"`]?([\w.-]+)"),
     re.compile(r"(?i)could not resolve placeholder '([\w.-]+)'"),
     re.compile(r"validation errors? for \w+ ([\w.]+) Field required"),
+    re.compile(r"(?i)['\"`]([\w.-]+)['\"`] (?:attribute|property|setting|option|variable|key"
+               r"|parameter) (?:is|was) not (?:specified|set|provided|configured|defined)"),
+    re.compile(r"(?i)(?:attribute|property|setting|option|variable|key|parameter) ['\"`]?"
+               r"([\w.-]+)['\"`]? (?:is|was) not (?:specified|set|provided|configured|defined)"),
+    re.compile(r"\b[Mm]issing ([A-Z][A-Z0-9]*_[A-Z0-9_]+)\b"),
 )
 _PATH = re.compile(r"['\"](/[^'\"\s]{1,300})['\"]"
                    r"|(?<![\w:/.])(/(?:[\w.@+-]{1,100}/){0,20}[\w.@+-]{1,100})")

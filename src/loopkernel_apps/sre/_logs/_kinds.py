@@ -188,7 +188,7 @@ TEXT_KINDS: tuple[tuple[ErrorKind, re.Pattern[str]], ...] = (
         r"(?i)GC overhead limit exceeded", r"(?i)Reached heap limit",
     )),
     (K.MISSING_CONFIG, _rx(
-        r"KeyError: ['\"][A-Z][A-Z0-9_]+['\"]",
+        r"KeyError: ['\"][A-Z][A-Z0-9_]+['\"]", r"key not found: ['\"][A-Z][A-Z0-9_]+['\"]",
         r"(?i)env(?:ironment)?(?: variable| var)?\s+['\"`]?[A-Z][A-Z0-9_]+['\"`]?\s+(?:is\s+)?"
         r"(?:not set|unset|missing|undefined|not defined|required|empty)",
         r"\b[A-Z][A-Z0-9]*_[A-Z0-9_]+['\"`]? (?:is not set|must be set|is required|not defined"
@@ -205,6 +205,11 @@ TEXT_KINDS: tuple[tuple[ErrorKind, re.Pattern[str]], ...] = (
         r"(?:no such file or directory|not found|does not exist)",
         r"(?i)could not resolve placeholder", r"(?i)(?:is not configured|not configured:)",
         r"(?i)required (?:config(?:uration)?|setting)", r"(?i)missing value for",
+        r"(?i)(?:attribute|property|setting|option|variable|key|parameter) ['\"`]?[\w.-]+['\"`]? "
+        r"(?:is|was) not (?:specified|set|provided|configured|defined)",
+        r"(?i)['\"`][\w.-]+['\"`] (?:attribute|property|setting|option|variable|key|parameter) "
+        r"(?:is|was) not (?:specified|set|provided|configured|defined)",
+        r"\b[Mm]issing [A-Z][A-Z0-9]*_[A-Z0-9_]+\b",
     )),
     (K.INVALID_CONFIG, _rx(
         r"(?i)unknown (?:configuration )?(?:directive|key|field|option|setting|property)\b",

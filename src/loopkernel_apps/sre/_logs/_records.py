@@ -53,6 +53,7 @@ class Runtime(StrEnum):
     NODE = "node"
     DOTNET = "dotnet"
     RUST = "rust"
+    RUBY = "ruby"
 
 
 class ErrorKind(StrEnum):

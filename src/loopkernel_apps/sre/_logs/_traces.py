@@ -18,6 +18,7 @@ node      ``Error: msg`` then ``    at …``, a ``{ code: 'ECONNREFUSED', … }`
 dotnet    ``Unhandled exception. System.X: msg``, `` ---> System.Y: inner``, ``   at …``
 rust      ``thread 'main' panicked at …`` (message on the line or the next), ``note: run with
           `RUST_BACKTRACE=1` …``, ``stack backtrace:``
+ruby      ``app.rb:3:in 'method': message (KeyError)`` then ``\tfrom …`` lines
 ========  ==============================================================================
 """
 
@@ -352,6 +353,28 @@ def _rust_read(lines: Sequence[Line], i: int) -> _Read:
     return _Read(end=end, chain=(cause,), level=Level.FATAL)
 
 
+# --- Ruby ---------------------------------------------------------------------------------
+
+_RUBY_START = re.compile(r"(\S+:\d+):in [`']([^']*)': (.*) \(([A-Z][\w:]*)\)\s*$")
+_RUBY_FROM = re.compile(r"\s+from \S+:\d+:in ")
+
+
+def _ruby_opens(lines: Sequence[Line], i: int) -> bool:
+    return bool(_RUBY_START.match(lines[i].body))
+
+
+def _ruby_read(lines: Sequence[Line], i: int) -> _Read:
+    stop = _limit(i, len(lines))
+    m = _RUBY_START.match(lines[i].body)
+    assert m is not None
+    j = i + 1
+    while j < stop and _RUBY_FROM.match(lines[j].body):
+        j += 1
+    cause = Cause(exception_type=m.group(4), message=m.group(3), line=lines[i].number,
+                  frame=f"{m.group(1)} in {m.group(2)}")
+    return _Read(end=j, chain=(cause,), level=Level.FATAL)
+
+
 TRACE_SHAPES: tuple[tuple[Runtime, _Opens, _Reader], ...] = (
     (Runtime.PYTHON, _py_opens, _py_read),
     (Runtime.GO, _go_opens, _go_read),
@@ -359,11 +382,12 @@ TRACE_SHAPES: tuple[tuple[Runtime, _Opens, _Reader], ...] = (
     (Runtime.DOTNET, _dotnet_opens, _dotnet_read),
     (Runtime.JAVA, _java_opens, _java_read),
     (Runtime.NODE, _node_opens, _node_read),
+    (Runtime.RUBY, _ruby_opens, _ruby_read),
 )
 """Each runtime's trace: whether a line opens one, and the reader that consumes it."""
 
 _MAYBE = re.compile(
-    r"(Traceback|panic|fatal|thread '|Unhandled|Exception|FATAL|\[|[\w$.]+(?::| \(|$))"
+    r"(Traceback|panic|fatal|thread '|Unhandled|Exception|FATAL|\[|[\w$.]+(?::| \(|$)|\S+:\d+:in )"
 )
 """A cheap test every opener needs to pass: the first characters of some trace's head."""
 
