@@ -598,7 +598,7 @@ _FRAGMENTS = st.sampled_from([
 ])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(st.one_of(_FRAGMENTS, st.text(max_size=60)), max_size=40))
 def test_read_log_never_raises_and_keeps_its_bounds(parts: list[str]) -> None:
     text = "\n".join(parts)

@@ -270,7 +270,7 @@ TEXT_KINDS: tuple[tuple[ErrorKind, re.Pattern[str]], ...] = (
 after the rows that name what is missing (a variable, a setting, an invalid file): in a
 container, a file the program cannot find is a mount or configuration it was not given."""
 
-MAX_TEXT = 4_000
+MAX_TEXT = 1_500
 """Characters of a text the table is run on."""
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -48,7 +48,7 @@ MAX_UPSTREAM_FAILURES = 20
 CONTEXT_LINES = 3
 """Lines of context on each side of a cited line."""
 MAX_QUOTE = 500
-MAX_ENTITY_TEXT = 8_000
+MAX_ENTITY_TEXT = 3_000
 """Characters of a record's text that entities are read from."""
 MAX_STEP_BACK = 20
 """Error records looked back over when the last ones only say the program ends."""
@@ -304,7 +304,7 @@ def upstream_failures(records: Sequence[Record]) -> tuple[UpstreamFailure, ...]:
 
 
 def _choose(
-    records: Sequence[Record], lines: Sequence[Line], candidates: Sequence[int]
+    records: Sequence[Record], candidates: Sequence[int], read: Callable[[int], ErrorReading]
 ) -> tuple[int, ErrorReading] | None:
     """The decisive error: the last error-level record or trace, stepping back over lines
     that only say the program ends ("exiting", "exit status 1"), and over generic error lines
@@ -315,7 +315,7 @@ def _choose(
     latest: tuple[int, ErrorReading] | None = None
     for pos in range(len(candidates) - 1, -1, -1):
         i = candidates[pos]
-        reading = read_record(records[i], lines)
+        reading = read(i)
         if _is_informative(reading):
             return i, reading
         if latest is None:
@@ -327,27 +327,28 @@ def _choose(
                 break
     if latest is None or _is_wrapper(latest[1]):
         return latest
-    return _warned_before(records, lines, latest[0]) or latest
+    return _warned_before(records, latest[0], read) or latest
 
 
 def _warned_before(
-    records: Sequence[Record], lines: Sequence[Line], i: int
+    records: Sequence[Record], i: int, read: Callable[[int], ErrorReading]
 ) -> tuple[int, ErrorReading] | None:
     """A warning that says what went wrong, just before a generic error (Kafka's "Connection
     to node -1 could not be established" before "producer gave up")."""
     for k in range(i - 1, max(-1, i - 1 - STEP_BACK_GAP), -1):
         if records[k].level is Level.WARNING:
-            reading = read_record(records[k], lines)
+            reading = read(k)
             if _is_informative(reading):
                 return k, reading
     return None
 
 
-def _warnings(records: Sequence[Record], lines: Sequence[Line]) -> tuple[ErrorReading, ...]:
+def _warnings(
+    records: Sequence[Record], read: Callable[[int], ErrorReading]
+) -> tuple[ErrorReading, ...]:
     """The last warnings that name a failure (a slow upstream, a refused connection)."""
-    last = [r for r in records if r.level is Level.WARNING][-MAX_WARNINGS:]
-    read = (read_record(r, lines) for r in last)
-    return tuple(w for w in read if w.kind is not ErrorKind.OTHER)
+    last = [i for i, r in enumerate(records) if r.level is Level.WARNING][-MAX_WARNINGS:]
+    return tuple(w for w in map(read, last) if w.kind is not ErrorKind.OTHER)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -462,7 +463,14 @@ def read_log(text: str, *, container: str | None = None) -> LogReading:
     lines = [parse_line(n, raw) for n, raw in enumerate(_split(text), start=1)]
     records = group(lines)
     candidates = [i for i, r in enumerate(records) if _is_candidate(r)]
-    chosen = _choose(records, lines, candidates)
+    memo: dict[int, ErrorReading] = {}
+
+    def read(i: int) -> ErrorReading:
+        if i not in memo:
+            memo[i] = read_record(records[i], lines)
+        return memo[i]
+
+    chosen = _choose(records, candidates, read)
     decisive: ErrorReading | None = None
     recovery: Recovery | None = None
     if chosen is not None:
@@ -475,16 +483,12 @@ def read_log(text: str, *, container: str | None = None) -> LogReading:
                                 quote=_verbatim(lines[back.first_line - 1].raw, MAX_QUOTE))
     first = next((r for r in records if r.timestamp is not None), None)
     last = next((r for r in reversed(records) if r.timestamp is not None), None)
-    tail = [records[i] for i in candidates[-MAX_ERRORS:]]
-    errors = tuple(
-        decisive if decisive is not None and r is decisive.record else read_record(r, lines)
-        for r in tail
-    )
+    errors = tuple(read(i) for i in candidates[-MAX_ERRORS:])
     return LogReading(
         container=container, line_count=len(lines), record_count=len(records),
         records=tuple(records[-MAX_RECORDS:]), errors=errors, decisive=decisive,
         recovery=recovery, upstream_failures=upstream_failures(records),
-        warnings=_warnings(records, lines),
+        warnings=_warnings(records, read),
         request_errors=tuple((r.first_line, _verbatim(lines[r.first_line - 1].raw, MAX_QUOTE))
                              for r in records
                              if _is_request_error(r))[:MAX_ERRORS],
