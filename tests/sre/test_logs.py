@@ -896,3 +896,37 @@ def test_ruby_exception_and_spring_failure_analysis() -> None:
     d = read_log(spring).decisive
     assert d is not None and d.line == 9
     assert d.kind is K.MISSING_CONFIG and d.entities.config_key == "url"
+
+
+_REFUSALS = st.sampled_from([
+    'password authentication failed for user "app"', "Access denied for user 'app'@'10.0.0.4'",
+    "NOAUTH Authentication required.", "Login failed for user 'sa'.", "invalid credentials",
+    "SASL authentication failed", "HTTP 401 Unauthorized", "WRONGPASS invalid username-password",
+])
+_NEARBY = st.sampled_from([
+    "dial tcp 10.0.0.5:5432:", "failed to connect to orders-db:5432:", "upstream ledger:9000",
+    "connect: connection refused after", "status=503", "context deadline exceeded;",
+    "panic:", "could not connect to server at \"db\" (10.1.2.3), port 5432 failed: FATAL: ",
+])
+
+
+@settings(max_examples=150, deadline=None)
+@given(_REFUSALS, st.lists(_NEARBY, max_size=3), st.sampled_from(["plain", "json", "logfmt"]))
+def test_a_refused_credential_is_authentication_whatever_surrounds_it(
+    refusal: str, nearby: list[str], fmt: str
+) -> None:
+    text = " ".join([*nearby, refusal])
+    if fmt == "json":
+        line = json.dumps({"level": "error", "msg": "db", "error": text, "status": 503,
+                           "upstream": "orders-db:5432"})
+    elif fmt == "logfmt":
+        line = f"level=error msg=db err={json.dumps(text)} upstream=orders-db:5432"
+    else:
+        line = f"ERROR {text}"
+    assert read_log(line + "\n").kind is K.AUTHENTICATION
+
+
+def test_a_null_error_field_is_no_error() -> None:
+    reading = read_log('{"level":"info","msg":"ok","error":null}\n{"msg":"ok","err":""}\n')
+    assert [r.error for r in reading.records] == [None, None]
+    assert reading.errors == ()

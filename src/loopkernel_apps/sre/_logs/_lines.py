@@ -232,6 +232,14 @@ def _structured_time(value: str | None) -> tuple[str | None, float | None]:
     return value, (number / 1000.0 if number > 1e11 else number)
 
 
+_NO_ERROR = frozenset(("", "null", "none", "nil", "false", "<nil>", "[]", "{}"))
+
+
+def _error_value(value: str | None) -> str | None:
+    """A structured error field's value; ``null``, ``nil``, empty: no error."""
+    return None if value is None or value.strip().lower() in _NO_ERROR else value
+
+
 def _structured(
     number: int, fields: tuple[tuple[str, str], ...], fmt: Format, stamp: str | None,
     seconds: float | None,
@@ -245,7 +253,7 @@ def _structured(
         format=fmt,
         level=level,
         message=lookup(index, MESSAGE_KEYS) or "",
-        error=lookup(index, ERROR_KEYS),
+        error=_error_value(lookup(index, ERROR_KEYS)),
         timestamp=stamp or ts,
         seconds=seconds if seconds is not None else secs,
         fields=fields,
