@@ -14,12 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loopkernel_apps.sre._logs import (
+    TEXT_KINDS,
     ErrorKind,
     Format,
     Level,
     Runtime,
     read_log,
 )
+from loopkernel_apps.sre._logs._kinds import Signal, required_literal
 
 K = ErrorKind
 
@@ -930,3 +932,37 @@ def test_a_null_error_field_is_no_error() -> None:
     reading = read_log('{"level":"info","msg":"ok","error":null}\n{"msg":"ok","err":""}\n')
     assert [r.error for r in reading.records] == [None, None]
     assert reading.errors == ()
+
+
+_ANCHORED = [signal for _, row in TEXT_KINDS for signal in row if signal.anchor is not None]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(_ANCHORED), st.data())
+def test_a_text_signal_s_anchor_is_in_every_match(signal: Signal, data: st.DataObject) -> None:
+    """The text table runs a pattern only when its anchor is in the text: sound only if every
+    match holds the anchor."""
+    assert signal.anchor is not None
+    text = data.draw(st.from_regex(signal.pattern, fullmatch=True))
+    assert signal.anchor in text.casefold()
+    assert signal.search(text, text.casefold()) is not None
+
+
+def test_anchors_never_change_what_the_table_finds_in_the_samples() -> None:
+    texts = [*SAMPLES.values(), *(line for line, _ in ONE_LINE_KINDS)]
+    texts += [line for text in texts for line in text.splitlines()]
+    for signal in _ANCHORED:
+        for text in texts:
+            plain = signal.pattern.search(text)
+            fast = signal.search(text, text.casefold())
+            assert (plain and plain.group(0)) == (fast and fast.group(0)), signal.source
+
+
+def test_required_literal() -> None:
+    assert required_literal(r"(?i)timed? ?out\b") == "time"
+    assert required_literal(r"can'?t connect to") == "t connect to"
+    assert required_literal(r"a|bcdef") is None
+    assert required_literal(r"\d+ validation errors? for (?:x|y)") == " validation error"
+    assert required_literal(r"[Mm]issing [A-Z]+") == "issing "
+    assert required_literal(r"ab{0,3}cdef") == "cdef"
+    assert required_literal(r"x(?:abc)?yz") is None

@@ -5,12 +5,18 @@ The knowledge is data: ``ERRNO_KINDS`` (errno and error-code names, SQLSTATEs),
 (HTTP statuses), and ``TEXT_KINDS``, an ordered table of text signals where the first row
 that matches wins. Authentication rows come first: a refused password names the host and
 port it was refused at, and is never a connection or upstream failure.
+
+Each signal carries an anchor (``required_literal``): a literal that every match contains.
+A signal's expression runs only when its anchor is in the case-folded text, so an error
+line costs a few substring tests, not two hundred regular-expression scans; a test draws
+matches of every anchored signal (Hypothesis ``from_regex``) and checks the anchor is there.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from loopkernel_apps.sre._logs._records import ErrorKind
 
@@ -20,7 +26,9 @@ __all__ = [
     "EXCEPTION_KINDS",
     "TEXT_KINDS",
     "Kinded",
+    "Signal",
     "exception_kind",
+    "required_literal",
     "status_kind",
     "text_kind",
 ]
@@ -134,13 +142,112 @@ def status_kind(status: int, *, from_upstream: bool) -> ErrorKind | None:
     return None
 
 
-def _rx(*patterns: str) -> re.Pattern[str]:
-    """One pattern of alternatives; ``(?i)`` at an alternative's start scopes to it."""
-    return re.compile("|".join(f"(?i:{p[4:]})" if p.startswith("(?i)") else f"(?:{p})"
-                               for p in patterns))
+def _skip_class(body: str, i: int) -> int:
+    """The index after the character class that opens at ``body[i]``."""
+    j = i + 1
+    if body[j : j + 1] == "^":
+        j += 1
+    if body[j : j + 1] == "]":
+        j += 1
+    while j < len(body) and body[j] != "]":
+        j += 2 if body[j] == "\\" else 1
+    return j + 1
 
 
-TEXT_KINDS: tuple[tuple[ErrorKind, re.Pattern[str]], ...] = (
+def _skip_group(body: str, i: int) -> int:
+    """The index after the group that opens at ``body[i]``."""
+    depth, j = 0, i
+    while j < len(body):
+        c = body[j]
+        if c == "\\":
+            j += 2
+            continue
+        if c == "[":
+            j = _skip_class(body, j)
+            continue
+        depth += {"(": 1, ")": -1}.get(c, 0)
+        j += 1
+        if depth == 0:
+            return j
+    return j
+
+
+def _skip_quantifier(body: str, i: int, run: list[str]) -> int:
+    """Past the quantifier at ``body[i]``; a literal it may repeat zero times leaves ``run``."""
+    optional = body[i] in "*?" or body.startswith(("{0,", "{0}", "{,"), i)
+    if optional and run:
+        run.pop()
+    j = body.index("}", i) + 1 if body[i] == "{" and "}" in body[i:] else i + 1
+    return j + 1 if body[j : j + 1] in ("?", "+") else j
+
+
+def required_literal(pattern: str) -> str | None:
+    """A case-folded text of three characters or more that every match of ``pattern``
+    contains, or ``None``: the longest run of literal characters outside any group, class or
+    optional part. A pattern with ``|`` outside a group has none."""
+    body = pattern.removeprefix("(?i)")
+    runs: list[str] = []
+    run: list[str] = []
+    i = 0
+    while i < len(body):
+        c = body[i]
+        if c in "*+?{" and i > 0:
+            i = _skip_quantifier(body, i, run)
+            runs.append("".join(run))
+            run = []
+            continue
+        if c == "|":
+            return None
+        literal: str | None = None
+        if c == "\\":
+            nxt = body[i + 1 : i + 2]
+            literal = nxt if nxt and not nxt.isalnum() else None
+            i += 2
+        elif c == "[":
+            i = _skip_class(body, i)
+        elif c == "(":
+            i = _skip_group(body, i)
+        else:
+            literal = None if c in ".^$" else c
+            i += 1
+        if literal is None:
+            runs.append("".join(run))
+            run = []
+        else:
+            run.append(literal)
+    runs.append("".join(run))
+    best = max(runs, key=len)
+    return best.casefold() if len(best) >= 3 else None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Signal:
+    """One text signal: its pattern and the literal any match of it contains."""
+
+    source: str
+    """The pattern as written; ``(?i)`` at its start makes it case-insensitive."""
+    anchor: str | None
+    pattern: re.Pattern[str]
+
+    @classmethod
+    def of(cls, source: str) -> Signal:
+        flags = re.IGNORECASE if source.startswith("(?i)") else 0
+        return cls(source=source, anchor=required_literal(source),
+                   pattern=re.compile(source.removeprefix("(?i)"), flags))
+
+    def search(self, text: str, folded: str) -> re.Match[str] | None:
+        """The first match in ``text`` (``folded`` is ``text.casefold()``): the regular
+        expression runs only when the anchor is in the text."""
+        if self.anchor is not None and self.anchor not in folded:
+            return None
+        return self.pattern.search(text)
+
+
+def _rx(*sources: str) -> tuple[Signal, ...]:
+    return tuple(Signal.of(s) for s in sources)
+
+
+TEXT_KINDS: tuple[tuple[ErrorKind, tuple[Signal, ...]], ...] = (
     (K.AUTHENTICATION, _rx(
         r"(?i)password authentication failed", r"(?i)\bauthentication failed",
         r"(?i)access denied for user", r"(?i)invalid (?:credentials|password|username or password"
@@ -150,8 +257,10 @@ TEXT_KINDS: tuple[tuple[ErrorKind, re.Pattern[str]], ...] = (
         r"(?i)\bunauthenticated\b", r"(?i)\b401\b[^\n]{0,20}unauthorized",
         r"(?i)(?:status|code|http)[ :=]*401\b", r"(?i)\bSASL authentication\b",
         r"(?i)\bauth(?:entication)? error\b", r"(?i)\bunauthorized\b",
-        r"\b(?:ExpiredToken|InvalidAccessKeyId|SignatureDoesNotMatch|UnrecognizedClientException"
-        r"|InvalidClientTokenId|invalid_grant|invalid_client)\b", r"code = Unauthenticated",
+        *(rf"\b{code}\b" for code in ("ExpiredToken", "InvalidAccessKeyId", "SignatureDoesNotMatch",
+                                      "UnrecognizedClientException", "InvalidClientTokenId",
+                                      "invalid_grant", "invalid_client")),
+        r"code = Unauthenticated",
     )),
     (K.AUTHORIZATION, _rx(
         r"(?i)\bforbidden\b", r"(?i)(?:status|code|http)[ :=]*403\b", r"\b403 Forbidden\b",
@@ -191,19 +300,20 @@ TEXT_KINDS: tuple[tuple[ErrorKind, re.Pattern[str]], ...] = (
         r"KeyError: ['\"][A-Z][A-Z0-9_]+['\"]", r"key not found: ['\"][A-Z][A-Z0-9_]+['\"]",
         r"(?i)env(?:ironment)?(?: variable| var)?\s+['\"`]?[A-Z][A-Z0-9_]+['\"`]?\s+(?:is\s+)?"
         r"(?:not set|unset|missing|undefined|not defined|required|empty)",
-        r"\b[A-Z][A-Z0-9]*_[A-Z0-9_]+['\"`]? (?:is not set|must be set|is required|not defined"
-        r"|is missing|is unset|is undefined|is empty)",
+        *(rf"\b[A-Z][A-Z0-9]*_[A-Z0-9_]+['\"`]? {phrase}"
+          for phrase in ("is not set", "must be set", "is required", "not defined", "is missing",
+                         "is unset", "is undefined", "is empty")),
         r"(?i)missing (?:required )?(?:env(?:ironment)?(?: variable| var)?|setting"
         r"|config(?:uration)?|option|property|key|parameter|argument)s?\b",
         r"(?i)required (?:key|setting|option|property|env(?:ironment)? variable|field)s? "
         r"['\"`]?[\w.-]+['\"`]? (?:is )?missing", r"\bField required\b", r"\bfield required\b",
         r"(?i)validation errors? for \w*(?:Settings|Config)",
         r"(?i)(?:config(?:uration)?|settings?)(?: file)? (?:file )?not found",
-        r"(?i)(?:no such file or directory|FileNotFound\w*)[^\n]{0,200}?\.(?:ya?ml|json|toml"
-        r"|ini|conf|cfg|properties|env)\b",
-        r"(?i)\.(?:ya?ml|json|toml|ini|conf|cfg|properties|env)['\"]?[^\n]{0,40}?"
-        r"(?:no such file or directory|not found|does not exist)",
-        r"(?i)could not resolve placeholder", r"(?i)(?:is not configured|not configured:)",
+        *(rf"(?i){missing}[^\n]{{0,200}}?\.(?:ya?ml|json|toml|ini|conf|cfg|properties|env)\b"
+          for missing in ("no such file or directory", r"FileNotFound\w*")),
+        *(rf"(?i)\.(?:ya?ml|json|toml|ini|conf|cfg|properties|env)['\"]?[^\n]{{0,40}}?{missing}"
+          for missing in ("no such file or directory", "not found", "does not exist")),
+        r"(?i)could not resolve placeholder", r"(?i)is not configured", r"(?i)not configured:",
         r"(?i)required (?:config(?:uration)?|setting)", r"(?i)missing value for",
         r"(?i)(?:attribute|property|setting|option|variable|key|parameter) ['\"`]?[\w.-]+['\"`]? "
         r"(?:is|was) not (?:specified|set|provided|configured|defined)",
@@ -216,7 +326,8 @@ TEXT_KINDS: tuple[tuple[ErrorKind, re.Pattern[str]], ...] = (
         r"(?i)failed to (?:load|parse|read|validate|decode) (?:the )?config",
         r"(?i)\b(?:invalid|malformed|bad) config(?:uration)?\b",
         r"(?i)\bconfig(?:uration)? (?:error|invalid|is invalid|validation failed)\b",
-        r"(?i)\b(?:yaml|toml|json|ini): (?:line \d+|unmarshal|cannot unmarshal)",
+        *(rf"(?i)\b{fmt}: (?:line \d+|unmarshal|cannot unmarshal)"
+          for fmt in ("yaml", "toml", "json", "ini")),
         r"(?i)error (?:parsing|loading|reading) (?:config|configuration|settings)",
         r"(?i)invalid value for (?:option|setting|flag|key)", r"\[emerg\]",
         r"(?i)flag provided but not defined", r"(?i)unrecognized (?:option|argument|arguments)",
@@ -251,10 +362,13 @@ TEXT_KINDS: tuple[tuple[ErrorKind, re.Pattern[str]], ...] = (
         r"(?i)could not be established", r"(?i)connect\(\) failed",
     )),
     (K.UPSTREAM_5XX, _rx(
-        r"\b5\d\d (?:Internal Server Error|Not Implemented|Bad Gateway|Service Unavailable"
-        r"|Gateway Time-?out|Insufficient Storage)",
-        r"(?i)(?:status(?: code)?|http(?: status)?|returned|response(?: code)?|responded with"
-        r"|got)[ :=]*(?:status )?5\d\d\b", r"(?i)no healthy upstream",
+        *(rf"\b5\d\d {reason}" for reason in ("Internal Server Error", "Not Implemented",
+                                             "Bad Gateway", "Service Unavailable", "Gateway Time",
+                                             "Insufficient Storage")),
+        *(rf"(?i){word}[ :=]*(?:status )?5\d\d\b"
+          for word in (r"status(?: code)?", r"http(?: status)?", "returned",
+                       r"response(?: code)?", "responded with", "got")),
+        r"(?i)no healthy upstream",
         r"(?i)\bService Unavailable\b", r"(?i)\bBad Gateway\b", r"(?i)\bupstream (?:error|failed)",
         r"code = Unavailable",
     )),
@@ -279,11 +393,29 @@ CREDENTIAL_KINDS = (ErrorKind.AUTHENTICATION, ErrorKind.AUTHORIZATION)
 
 def text_kind(text: str, *, only: tuple[ErrorKind, ...] | None = None) -> Kinded | None:
     """The first row of ``TEXT_KINDS`` (of the kinds ``only`` names) that ``text`` matches."""
-    text = text[:MAX_TEXT]
-    for kind, pattern in TEXT_KINDS:
-        if only is not None and kind not in only:
+    for found in _matches(text[:MAX_TEXT]):
+        if only is None or found.kind in only:
+            return found
+    return None
+
+
+@lru_cache(maxsize=1024)
+def _matches(text: str) -> tuple[Kinded, ...]:
+    """For each row of ``TEXT_KINDS`` in order, its first signal that ``text`` matches."""
+    folded = text.casefold()
+    found: dict[int, Kinded] = {}
+    for row, kind, anchor, pattern in _FLAT:
+        if row in found or (anchor is not None and anchor not in folded):
             continue
         m = pattern.search(text)
         if m is not None:
-            return Kinded(kind=kind, signal=f"text {m.group(0)!r}")
-    return None
+            found[row] = Kinded(kind=kind, signal=f"text {m.group(0)!r}")
+    return tuple(found[row] for row in sorted(found))
+
+
+_FLAT = tuple(
+    (row, kind, signal.anchor, signal.pattern)
+    for row, (kind, signals) in enumerate(TEXT_KINDS)
+    for signal in signals
+)
+"""The table as one list, for the loop that runs on every error line."""

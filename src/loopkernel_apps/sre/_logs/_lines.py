@@ -197,7 +197,7 @@ def _json_fields(body: str) -> tuple[tuple[str, str], ...] | None:
     return tuple(out)
 
 
-_LOGFMT_PAIR = re.compile(r'([A-Za-z_@][\w.@-]*)=("(?:[^"\\]|\\.)*"|[^\s"]*)')
+_LOGFMT_PAIR = re.compile(r'(?<![\w.@-])([A-Za-z_@][\w.@-]*)=("(?:[^"\\]|\\.)*"|[^\s"]*)')
 _LOGFMT_START = re.compile(r"[A-Za-z_@][\w.@-]*=")
 
 

@@ -133,9 +133,15 @@ def _py_read(lines: Sequence[Line], i: int) -> _Read:
 _GO_START = re.compile(r"(panic|fatal error): (.*)$")
 _GO_LINE = re.compile(
     r"(\s*$|\[signal |goroutine \d+ \[|\t|created by |runtime stack:|\s+panic: "
-    r"|exit status \d+|\.\.\.additional frames elided|[\w./*()%\[\]{}-]+\(.*\)\s*$)"
+    r"|exit status \d+|\.\.\.additional frames elided)"
 )
-_GO_FUNC = re.compile(r"([\w./*()%\[\]{}-]+)\(.*\)\s*$")
+_GO_FUNC = re.compile(r"([\w./*%\[\]{}-]+(?:\([\w.*]*\)[\w./%-]*)*)\(")
+"""A goroutine frame's function: ``main.main(``, ``main.(*Store).Ping(``, ``panic({0x…``."""
+
+
+def _go_func(body: str) -> str | None:
+    m = _GO_FUNC.match(body)
+    return m.group(1) if m is not None and body.rstrip().endswith(")") else None
 
 
 def _go_opens(lines: Sequence[Line], i: int) -> bool:
@@ -150,11 +156,10 @@ def _go_read(lines: Sequence[Line], i: int) -> _Read:
     frame: str | None = None
     func: str | None = None
     j, end = i + 1, i + 1
-    while j < stop and _GO_LINE.match(lines[j].body):
+    while j < stop and (_GO_LINE.match(lines[j].body) or _go_func(lines[j].body)):
         body = lines[j].body
-        fm = _GO_FUNC.match(body)
-        if fm is not None and frame is None:
-            name = fm.group(1)
+        name = _go_func(body)
+        if name is not None and frame is None:
             func = None if name.startswith(("panic", "runtime.")) else name
         elif body.startswith("\t") and func is not None and frame is None:
             frame = f"{func} {body.strip().split(' +', 1)[0]}"
@@ -219,11 +224,11 @@ def _java_read(lines: Sequence[Line], i: int) -> _Read:
 # --- Node.js ------------------------------------------------------------------------------
 
 _NODE_EXC = re.compile(r"([A-Z][\w$]*)(?: \[([\w_]+)\])?: (.*)$")
-_NODE_BRACKET = re.compile(r"\[([A-Z][\w$]*)(?: \[([\w_]+)\])?: (.*?)\]?\s*\{?\s*$")
+_NODE_BRACKET = re.compile(r"\[([A-Z][\w$]*)(?: \[([\w_]+)\])?: (.*)$")
 _NODE_FATAL = re.compile(r"FATAL ERROR: (.*)$")
 _NODE_FRAME = re.compile(r"\s+at (.*\S)\s*$")
-_NODE_CAUSE = re.compile(r"\s+\[cause\]: ([A-Z][\w$]*)(?: \[([\w_]+)\])?: (.*?)\s*\{?\s*$")
-_NODE_PROP = re.compile(r"\s+(\w+): (.*?),?\s*$")
+_NODE_CAUSE = re.compile(r"\s+\[cause\]: ([A-Z][\w$]*)(?: \[([\w_]+)\])?: (.*)$")
+_NODE_PROP = re.compile(r"\s+(\w+): (.*)$")
 _NODE_TAIL = re.compile(
     r"(\s*$|Node\.js v\d|\}\s*$|\s+\[\w+\]: |\s+\w+: |\s+at |Emitted '\w+' event on .* at:\s*$)"
 )
@@ -246,8 +251,8 @@ def _node_head(line: Line) -> Cause:
         return Cause(exception_type=None, message=fatal.group(1), line=line.number, frame=None)
     m = _NODE_EXC.match(body) or _NODE_BRACKET.match(body)
     assert m is not None
-    return Cause(exception_type=m.group(1), message=m.group(3).rstrip("] {"),
-                 line=line.number, frame=None)
+    return Cause(exception_type=m.group(1), message=m.group(3).rstrip().rstrip("{").rstrip()
+                 .removesuffix("]"), line=line.number, frame=None)
 
 
 def _node_read(lines: Sequence[Line], i: int) -> _Read:
@@ -259,14 +264,15 @@ def _node_read(lines: Sequence[Line], i: int) -> _Read:
         body = lines[j].body
         cause, frame, prop = _NODE_CAUSE.match(body), _NODE_FRAME.match(body), None
         if cause is not None:
-            causes.append(Cause(exception_type=cause.group(1), message=cause.group(3),
+            message = cause.group(3).rstrip().rstrip("{").rstrip()
+            causes.append(Cause(exception_type=cause.group(1), message=message,
                                 line=lines[j].number, frame=None))
         elif frame is not None:
             causes[-1] = _with_frame(causes[-1], frame.group(1))
         else:
             prop = _NODE_PROP.match(body)
         if prop is not None:
-            props.append((prop.group(1), prop.group(2).strip("'\"")))
+            props.append((prop.group(1), prop.group(2).rstrip().rstrip(",").strip("'\"")))
         if body.strip():
             end = j + 1
         j += 1
@@ -279,7 +285,7 @@ def _node_read(lines: Sequence[Line], i: int) -> _Read:
 _DOTNET_START = re.compile(r"Unhandled [eE]xception[.:] ([\w.`]+)(?: \((\w+)\))?: (.*)$")
 _DOTNET_EXC = re.compile(r"([A-Z]\w*(?:\.\w+)+)(?: \((\w+)\))?: (.*)$")
 _DOTNET_INNER = re.compile(r"\s*---> ([\w.`]+)(?: \((\w+)\))?: (.*)$")
-_DOTNET_FRAME = re.compile(r"\s+at (.*?)(?: in .*)?\s*$")
+_DOTNET_FRAME = re.compile(r"\s+at (.*)$")
 _DOTNET_END = re.compile(r"\s+--- End of ")
 
 
@@ -308,7 +314,7 @@ def _dotnet_read(lines: Sequence[Line], i: int) -> _Read:
             causes.append(Cause(exception_type=inner.group(1), message=inner.group(3),
                                 line=lines[j].number, frame=None))
         elif frame is not None and body.lstrip().startswith("at "):
-            causes[-1] = _with_frame(causes[-1], frame.group(1))
+            causes[-1] = _with_frame(causes[-1], frame.group(1).split(" in ", 1)[0].strip())
         elif not _DOTNET_END.match(body):
             break
         j += 1
