@@ -191,7 +191,7 @@ def test_a_stopped_worker_that_wakes_after_a_takeover_lands_nothing(
     pg_backend: Backend, tmp_path: Path
 ) -> None:
     url = pg_backend.url
-    lease = 1.5
+    lease = 3.0  # a loaded machine stalls heartbeats: B must hold what it took over
     run = cli(url, "submit", "lk_workers:relay", "--set", 'delays={"a": 0.05, "b": 1.0, "c": 0.05}')
     assert run.returncode == 0, run.stderr
     run_id = run.stdout.strip()
