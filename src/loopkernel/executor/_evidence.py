@@ -18,6 +18,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from loopkernel._door import Entry, ValueRefused, admit
 from loopkernel.evidence import (
     DEFAULT_MAX_ITEM_CHARS,
     DEFAULT_MAX_RUN_CHARS,
@@ -63,6 +64,10 @@ class EvidenceBook:
         self.items = {e.ref: e for e in await self.store.evidence(self.run_id)}
 
     async def record(self, key: str, value: JSON, source: SourceRef) -> Evidence:
+        try:  # a value an older journal holds that the door refuses: its refusal is kept
+            admit(value, Entry.TASK_RESULT)
+        except ValueRefused as refused:
+            value = f"(not kept: {refused})"
         kind, text = _text(self.redactor(value))
         item = NewEvidence(key=key, kind=kind, content=text, source=source)  # type: ignore[arg-type]
         stored = await self.store.add_evidence(

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
-import json
 import secrets
 import time
 from collections import deque
@@ -30,6 +29,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from loopkernel import telemetry
+from loopkernel._door import Entry, admit
 from loopkernel._hooks import crashpoint
 from loopkernel.errors import (
     BudgetExceeded,
@@ -248,10 +248,7 @@ class Kernel:
         write access to the store (see ``Client.decide``)."""
         if max_events < 2:
             raise UsageError(f"max_events must be at least 2, not {max_events}")
-        try:
-            json.dumps(params, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise UsageError(f"run params must be JSON: {exc}") from None
+        admit(params, Entry.PARAMS)  # before anything is journaled: loopkernel._door
         params = clean(params)  # secrets nowhere: a worker sees what the journal keeps
         rid = new_run_id() if run_id is None else RunId(check_id(run_id))
         token = "lk_" + secrets.token_urlsafe(24)  # never "-...": it follows --token
