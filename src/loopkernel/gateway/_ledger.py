@@ -117,9 +117,14 @@ class Ledger:
     def __init__(self, path: str) -> None:
         self.path = path
         if path != ":memory:":
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-            os.close(fd)
-            os.chmod(path, 0o600)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+                os.close(fd)
+                os.chmod(path, 0o600)
+            except OSError as err:  # a read-only place, a missing folder: bad configuration
+                raise UsageError(
+                    f"cannot write the gateway ledger {path}: {err.strerror or err}"
+                ) from None
         old = os.umask(0o177)  # the WAL and shm sidecars are created 0600 too
         try:
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)

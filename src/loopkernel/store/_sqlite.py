@@ -575,20 +575,27 @@ class SQLiteStore(SQLStore):
         found = self._sync(lambda db: db.execute("SELECT 1 FROM runs WHERE run_id = ?", key))
         if found.fetchone() is None:
             raise self._not_found(run_id)
-        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        try:
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except OSError as exc:  # a read-only place, a full disk: the target's fault
+            raise UsageError(f"cannot write the export {target}: {exc.strerror}") from None
 
         def copy(db: sqlite3.Connection) -> None:
-            dest = sqlite3.connect(target, isolation_level=None)
             try:
-                db.backup(dest)
-                dest.execute("BEGIN")
-                for table in TABLES:
-                    dest.execute(f"DELETE FROM {table.name} WHERE run_id != ?", key)
-                dest.execute("COMMIT")
-                dest.execute("PRAGMA journal_mode = DELETE")
-                dest.execute("VACUUM")
-            finally:
-                dest.close()
+                dest = sqlite3.connect(target, isolation_level=None)
+                try:
+                    db.backup(dest)
+                    dest.execute("BEGIN")
+                    for table in TABLES:
+                        dest.execute(f"DELETE FROM {table.name} WHERE run_id != ?", key)
+                    dest.execute("COMMIT")
+                    dest.execute("PRAGMA journal_mode = DELETE")
+                    dest.execute("VACUUM")
+                finally:
+                    dest.close()
+            except sqlite3.Error as exc:  # the source was walked on open: the copy's
+                text = " ".join(str(exc).split())
+                raise UsageError(f"cannot write the export {target}: {text}") from None
 
         try:
             self._sync(copy)
