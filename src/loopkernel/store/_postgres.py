@@ -229,6 +229,10 @@ class PostgresStore(SQLStore):
             max_size=self.max_size,
             kwargs={"autocommit": True},
             configure=_configure,
+            # A connection the server dropped while it sat in the pool (a restart, a
+            # pg_terminate_backend, a proxy's idle cut) is replaced when it is taken out,
+            # not met by the call's first statement: one empty round trip per call.
+            check=ConnectionPool.check_connection,
             open=False,
             name="loopkernel",
         )
