@@ -221,3 +221,20 @@ def test_any_value_is_refused_at_the_door_or_comes_back_equal_after_a_resume(
             await store.close()
 
     asyncio.run(go())
+
+
+def test_the_limits_are_documented_once_as_they_are() -> None:
+    """docs/cli.md's table of the door's limits is ``LIMITS``, row for row."""
+    from lk_helpers import ROOT
+
+    text = (ROOT / "docs" / "cli.md").read_text()
+    rows = {
+        cells[0]: tuple(int(c.replace(",", "")) for c in cells[1:])
+        for line in text.split("## Values at the door")[1].splitlines()
+        if line.startswith("| ")
+        and (cells := [c.strip() for c in line.strip("|").split("|")])
+        and cells[1].replace(",", "").isdigit()
+    }
+    assert rows == {
+        e.value: (lim.max_depth, lim.max_bytes, lim.max_string_bytes) for e, lim in LIMITS.items()
+    }
