@@ -5,6 +5,7 @@ URL's password is never printed by ``run``, ``runs``, ``inspect`` or a store err
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -140,3 +141,33 @@ def test_shown_url_masks_the_password_wherever_it_is() -> None:
         "postgresql://u@h/db?password=PASSWORD&sslmode=require"
     )
     assert "pw" not in shown_url("postgresql://u:pw@h:notaport/db")
+
+
+def test_a_model_reply_holding_secrets_is_kept_redacted_everywhere(tmp_path: Path) -> None:
+    """The reply reaches the run's journal (``effects``), its export, ``inspect`` and the
+    gateway's ledger redacted, as a tool's result does; the task saw the same text."""
+    from lk_helpers import ROOT
+    from loopkernel.testing import GatewayProcess, ScriptedProvider, run_cli
+
+    reply = f"connect with password={PASSWORD} and key {AWS_KEY}"
+    db, ledger = tmp_path / "runs.db", tmp_path / "ledger.db"
+    with (
+        ScriptedProvider([reply]).running() as p,
+        GatewayProcess(
+            ["--provider", "openai", "--base-url", p.base_url, "--model", "scripted-model"],
+            ledger=ledger,
+        ) as gw,
+    ):
+        env = {"PYTHONPATH": str(ROOT / "tests"), **gw.runtime_env()}
+        ran = run_cli(["run", "lk_modelapps:one_ask", "--run-id", "m"], db=db, env=env)
+        assert ran.returncode == 0, ran.stderr
+        shown = run_cli(["inspect", "m", "--json", "--journal"], db=db, env=env)
+        copy = tmp_path / "copy.db"
+        assert run_cli(["export", "m", "--to", str(copy)], db=db, env=env).returncode == 0
+    verdict = json.loads(run_cli(["inspect", "m", "--json"], db=db).stdout)["verdict"]
+    assert "connect with password=[redacted:" in verdict["text"]
+    for secret in (PASSWORD, AWS_KEY):
+        assert secret not in ran.stdout + ran.stderr + shown.stdout
+        for f in tmp_path.iterdir():
+            if f.is_file():
+                assert secret.encode() not in f.read_bytes(), (secret, f.name)

@@ -37,6 +37,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from loopkernel.errors import BudgetExceeded, ModelError, UsageError
+from loopkernel.evidence import redact
 from loopkernel.gateway._config import Limits
 
 __all__ = ["Ledger", "LedgerRow", "Reservation", "utc_day"]
@@ -292,7 +293,9 @@ class Ledger:
                         **{**err.attrs, "settled": True},
                     )
             status = "done" if refused is None else "failed"
-            stored = answer if refused is None else _error_record(refused)
+            # secrets nowhere: the ledger keeps the answer as the run's journal does
+            # (a replay of the key answers what the run journaled: the same text)
+            stored = redact(answer) if refused is None else _error_record(refused)
             db.execute(
                 "UPDATE calls SET status = ?, cost_usd = ?, tokens = ?, reserved_usd = 0, "
                 "reserved_tokens = 0, answer = ?, updated_at = ? WHERE key = ?",
@@ -310,7 +313,7 @@ class Ledger:
         self._db.execute(
             "UPDATE calls SET status = 'failed', cost_usd = ?, tokens = ?, reserved_usd = 0, "
             "reserved_tokens = 0, answer = ?, updated_at = ? WHERE key = ?",
-            (cost_usd, tokens, json.dumps(error), time.time(), key),
+            (cost_usd, tokens, json.dumps(redact(error)), time.time(), key),
         )
 
     def release(self, key: str) -> None:
