@@ -189,7 +189,12 @@ def admit(value: Any, entry: Entry) -> Any:
         else:
             size += _scalar_size(item, entry, where)
         if size > limits.max_bytes:
-            raise _refuse(entry, Rule.TOO_LARGE, "$", f"more than {limits.max_bytes} bytes of JSON")
+            raise _refuse(
+                entry,
+                Rule.TOO_LARGE,
+                "$",
+                f"larger than allowed: at most {limits.max_bytes} bytes of JSON",
+            )
     return value
 
 
@@ -210,7 +215,12 @@ def parse(text: str | bytes, entry: Entry) -> Any:
                 entry, Rule.NOT_UNICODE, "$", f"not UTF-8 (byte {exc.start}: {exc.reason})"
             ) from None
     if len(text) > limits.max_bytes:  # characters: at least one byte each
-        raise _refuse(entry, Rule.TOO_LARGE, "$", f"more than {limits.max_bytes} bytes of JSON")
+        raise _refuse(
+            entry,
+            Rule.TOO_LARGE,
+            "$",
+            f"larger than allowed: at most {limits.max_bytes} bytes of JSON",
+        )
     _check_nesting(text, entry, limits.max_depth)
     try:
         value = json.loads(text, parse_constant=_no_constant)
