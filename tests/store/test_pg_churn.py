@@ -5,11 +5,13 @@ connection is replaced, the work in flight is not thrown away."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import threading
+import time
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -68,3 +70,94 @@ def test_a_run_finishes_while_its_connections_are_killed_every_3_seconds(
     assert json.loads(out.stdout)["status"] == "succeeded"
     (attempts,) = pg_backend.sql("SELECT attempts FROM tasks WHERE run_id = 'churn'")[0]
     assert attempts == 1  # never restarted
+
+
+class Proxy:
+    """A TCP forwarder to PostgreSQL on 127.0.0.1 that can be cut: ``stop`` closes its
+    port and every connection through it (the server, seen from the run, is gone)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        import socket
+
+        self.upstream = (host, port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.sockets: list[socket.socket] = []
+        self.lock = threading.Lock()
+        self.stopped = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+
+        while True:
+            try:
+                down, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.stopped:
+                down.close()
+                return
+            up = socket.create_connection(self.upstream)
+            with self.lock:
+                self.sockets += [down, up]
+            for a, b in ((down, up), (up, down)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(a: object, b: object) -> None:
+        import socket
+
+        assert isinstance(a, socket.socket) and isinstance(b, socket.socket)
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def stop(self) -> None:
+        import socket
+
+        self.stopped = True
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept
+        self.listener.close()
+        with self.lock:
+            for s in self.sockets:
+                with contextlib.suppress(OSError):
+                    s.close()
+
+
+def test_store_retry_bounds_the_whole_wait_for_a_server_that_went_away(
+    pg_backend: Backend,
+) -> None:
+    """The server goes away (its proxy is cut) while a run's task works and does not come
+    back: ``--store-retry 8`` gives up about 8 s after the first failure, exit 8."""
+    parts = urlsplit(pg_backend.url)
+    proxy = Proxy(parts.hostname or "127.0.0.1", parts.port or 5432)
+    url = urlunsplit(parts._replace(netloc=f"{parts.username}@127.0.0.1:{proxy.port}"))
+    proc = subprocess.Popen(
+        [*LOOPKERNEL, "--db", url, "run", "lk_doorapps:slow", "--set", "seconds=4",
+         "--run-id", "away", "--store-retry", "8"],
+        env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    running: list[tuple[object, ...]] = []
+    while not running and proc.poll() is None:  # the task is working: its row says so
+        time.sleep(0.05)
+        with contextlib.suppress(Exception):  # no tables yet: the run is creating them
+            running = pg_backend.sql(
+                "SELECT 1 FROM tasks WHERE task_id = 'slow' AND state = 'running'"
+            )
+    assert running, proc.communicate()
+    cut = time.monotonic()
+    proxy.stop()
+    _, err = proc.communicate(timeout=120)
+    took = time.monotonic() - cut
+    print(f"server away: gave up {took:.1f} s after it went, --store-retry 8")
+    assert proc.returncode == 8, err
+    assert "gave up after 8 s of retries" in err
+    assert took < 4 + 8 + 5  # the task's 4 s, the retries' 8 s, slack for a loaded machine
