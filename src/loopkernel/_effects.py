@@ -58,11 +58,11 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, Protocol, TypeVar, cast
 
 from loopkernel import telemetry
-from loopkernel._door import Entry, ValueRefused, admit
 from loopkernel._hooks import CallContext, NeedsApproval, crashpoint
 from loopkernel.errors import LoopKernelError, ReplayDivergence, ToolUnavailable
 from loopkernel.evidence import redact
 from loopkernel.graph import JSON
+from loopkernel.graph.door import Entry, ValueRefused, admit
 from loopkernel.ids import RunId, TaskId
 from loopkernel.store import EffectRecord
 

@@ -34,7 +34,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from loopkernel._app import App, load_app, registered
-from loopkernel._door import LIMITS, Entry, admit, parse
 from loopkernel._hooks import crashpoint
 from loopkernel.errors import (
     ApprovalRefused,
@@ -69,6 +68,7 @@ from loopkernel.graph import (
     state_at,
     validate,
 )
+from loopkernel.graph.door import LIMITS, Entry, admit, parse
 from loopkernel.ids import RunId, TaskId, check_id, valid_id
 from loopkernel.ids import new_run_id as new_run_id_
 from loopkernel.store import (
@@ -114,12 +114,12 @@ _HELD: set[tuple[str, RunId]] = set()
 
 
 MAX_PAYLOAD_BYTES = LIMITS[Entry.PAYLOAD].max_bytes
-"""The largest approval payload (its JSON, UTF-8) ``decide`` accepts (``loopkernel._door``)."""
+"""The largest approval payload (its JSON, UTF-8) ``decide`` accepts (``loopkernel.graph.door``)."""
 
 
 def check_payload(payload: JSON) -> None:
     """``UsageError`` unless an approval payload is ``None`` or a JSON object that passes
-    the value door (``loopkernel._door``: valid Unicode, finite, at most
+    the value door (``loopkernel.graph.door``: valid Unicode, finite, at most
     ``MAX_PAYLOAD_BYTES``): a task reads named fields of it (``by``, ``note`` ...)."""
     if payload is None:
         return

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from lk_helpers import LOOPKERNEL, cli_env
 from loopkernel import RunStatus
-from loopkernel._door import LIMITS, Entry, Rule, ValueRefused, admit, parse
 from loopkernel.client import Client, parse_payload
+from loopkernel.graph.door import LIMITS, Entry, Rule, ValueRefused, admit, parse
 from loopkernel.ids import RunId, TaskId
 
 if TYPE_CHECKING:

@@ -438,7 +438,7 @@ def test_a_non_json_result_fails_the_task(backend: Backend) -> None:
         return {1, 2}
 
     _, outcome = run(execute(backend, Chain(["a"]), {"work": bad}))
-    assert outcome.verdict["type"] == "ValueRefused"  # the value door: loopkernel._door
+    assert outcome.verdict["type"] == "ValueRefused"  # the value door: loopkernel.graph.door
     assert "task result refused (not_json)" in outcome.verdict["message"]
 
 

@@ -64,8 +64,8 @@ def max_events(text: str) -> int:
 
 
 def json_value(text: str) -> JSON:
-    """Any JSON value that passes the value door as run parameters (``loopkernel._door``)."""
-    from loopkernel._door import Entry, ValueRefused, parse
+    """Any JSON value that passes the value door as run parameters (``loopkernel.graph.door``)."""
+    from loopkernel.graph.door import Entry, ValueRefused, parse
 
     try:
         return parse(text, Entry.PARAMS)
@@ -95,7 +95,7 @@ def key_value(text: str) -> tuple[str, str]:
 
 def setting(text: str) -> tuple[str, JSON]:
     """``KEY=VALUE`` for an app parameter: VALUE is JSON, or else a plain string."""
-    from loopkernel._door import Entry, Rule, ValueRefused, admit_text, parse
+    from loopkernel.graph.door import Entry, Rule, ValueRefused, admit_text, parse
 
     key, value = key_value(text)
     try:

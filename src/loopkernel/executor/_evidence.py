@@ -18,7 +18,6 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from loopkernel._door import Entry, ValueRefused, admit
 from loopkernel.evidence import (
     DEFAULT_MAX_ITEM_CHARS,
     DEFAULT_MAX_RUN_CHARS,
@@ -28,6 +27,7 @@ from loopkernel.evidence import (
     redact,
 )
 from loopkernel.graph import JSON, Event, GraphState, TaskState
+from loopkernel.graph.door import Entry, ValueRefused, admit
 from loopkernel.ids import RunId, TaskId
 from loopkernel.store import Store
 

@@ -17,11 +17,11 @@ import json
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
-from loopkernel._door import Entry, ValueRefused, admit
 from loopkernel.errors import BudgetExceeded, LoopKernelError, TripwireFired
 from loopkernel.evidence import KEEP_SECRETS, redact, redact_text
 from loopkernel.executor._context import NeedsApproval
 from loopkernel.graph import JSON, Delta, EventKind, GraphPatch, Task, TaskState
+from loopkernel.graph.door import Entry, ValueRefused, admit
 from loopkernel.ids import TaskId
 
 __all__ = [

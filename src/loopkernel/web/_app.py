@@ -512,7 +512,7 @@ def create_app(
                 raise _Refused(400, "decision must be approve or reject")
             raw = form.get("payload")
             text = raw.strip() if isinstance(raw, str) else ""
-            try:  # the value door (loopkernel._door): a refusal is a 400, nothing journaled
+            try:  # the value door (loopkernel.graph.door): a refusal is a 400, nothing journaled
                 payload = parse_payload(text) if text else None
             except UsageError as exc:
                 raise _Refused(400, f"the payload is refused: {exc}") from None
