@@ -90,7 +90,8 @@ BASE = {"loopkernel.errors", "loopkernel.ids", "loopkernel.graph"}
 ROOMS: dict[str, set[str]] = {
     "_hooks.py": BASE,
     "_jsonl.py": BASE,
-    "telemetry": BASE | {"loopkernel.telemetry"},
+    # telemetry redacts what an exporter sees with the journal's one redaction
+    "telemetry": BASE | {"loopkernel.telemetry", "loopkernel.evidence"},
     "_effects.py": BASE
     | {"loopkernel._hooks", "loopkernel.evidence", "loopkernel.store", "loopkernel.telemetry"},
     "tools": BASE

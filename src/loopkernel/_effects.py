@@ -62,6 +62,7 @@ from loopkernel._hooks import CallContext, NeedsApproval, crashpoint
 from loopkernel.errors import LoopKernelError, ReplayDivergence, ToolUnavailable
 from loopkernel.evidence import redact
 from loopkernel.graph import JSON
+from loopkernel.graph.door import Entry, ValueRefused, admit
 from loopkernel.ids import RunId, TaskId
 from loopkernel.store import EffectRecord
 
@@ -252,6 +253,8 @@ class EffectJournal:
         seen: Callable[[EffectRecord], None] | None,
         facts: dict[str, JSON],
     ) -> T:
+        model = call.tool == "model"
+        admit(call.arguments, Entry.MODEL_REQUEST if model else Entry.TOOL_ARGUMENTS)
         digest = arguments_digest(call.arguments)
         prior, resends = await self._lookup(call, digest)
         facts["loopkernel.replayed"] = prior is not None and prior.status != "intended"
@@ -306,6 +309,13 @@ class EffectJournal:
             raise clean from None
         crashpoint(returned)
         kept, value = plan.settle(value)
+        try:  # sent, so journaled either way: a reply the door refuses is the call's error
+            admit(kept, Entry.MODEL_REPLY if model else Entry.TOOL_RESULT)
+        except ValueRefused as refused:
+            await self.store.finish_effect(
+                call.run_id, key, status="failed", error=refused.verdict()
+            )
+            raise
         await self.store.finish_effect(call.run_id, key, status="done", result=kept)
         return value
 

@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import getpass
 import hmac
-import json
 import os
 import secrets
 import socket
@@ -69,6 +68,7 @@ from loopkernel.graph import (
     state_at,
     validate,
 )
+from loopkernel.graph.door import LIMITS, Entry, admit, parse
 from loopkernel.ids import RunId, TaskId, check_id, valid_id
 from loopkernel.ids import new_run_id as new_run_id_
 from loopkernel.store import (
@@ -100,6 +100,7 @@ __all__ = [
     "Inspection",
     "Pruned",
     "check_payload",
+    "parse_payload",
 ]
 
 DEFAULT_LEASE_SECONDS = 10.0
@@ -112,13 +113,14 @@ _HELD: set[tuple[str, RunId]] = set()
 """Runs this process executes now: its own lease is never taken over from inside it."""
 
 
-MAX_PAYLOAD_BYTES = 64 * 1024
-"""The largest approval payload (its JSON, UTF-8) ``decide`` accepts."""
+MAX_PAYLOAD_BYTES = LIMITS[Entry.PAYLOAD].max_bytes
+"""The largest approval payload (its JSON, UTF-8) ``decide`` accepts (``loopkernel.graph.door``)."""
 
 
 def check_payload(payload: JSON) -> None:
-    """``UsageError`` unless an approval payload is ``None`` or a JSON object of at most
-    ``MAX_PAYLOAD_BYTES``: a task reads named fields of it (``by``, ``note`` ...)."""
+    """``UsageError`` unless an approval payload is ``None`` or a JSON object that passes
+    the value door (``loopkernel.graph.door``: valid Unicode, finite, at most
+    ``MAX_PAYLOAD_BYTES``): a task reads named fields of it (``by``, ``note`` ...)."""
     if payload is None:
         return
     if not isinstance(payload, dict):
@@ -126,11 +128,15 @@ def check_payload(payload: JSON) -> None:
             type(payload), "a number"
         )
         raise UsageError(f"an approval payload must be a JSON object ({{...}}), not {kind}")
-    size = len(json.dumps(payload, separators=(",", ":")).encode())
-    if size > MAX_PAYLOAD_BYTES:
-        raise UsageError(
-            f"an approval payload may have at most {MAX_PAYLOAD_BYTES} bytes of JSON, not {size}"
-        )
+    admit(payload, Entry.PAYLOAD)
+
+
+def parse_payload(text: str | bytes) -> JSON:
+    """An approval payload from JSON text (a command line, a form, an HTTP body): through
+    the value door, then ``check_payload``; ``UsageError`` (``ValueRefused``) if refused."""
+    payload = parse(text, Entry.PAYLOAD)
+    check_payload(payload)
+    return payload
 
 
 PRUNED_BY_DEFAULT: frozenset[RunStatus] = frozenset(TERMINAL_RUN)
@@ -930,6 +936,7 @@ class Client:
         Journaled as answered by the ``operator`` (``by``: what the caller knows)."""
         rid = _rid(run_id)
         tid = TaskId(check_id(task_id, "task id"))
+        check_payload(payload)
         payload = redact(payload)
         who = approver("operator", by)
         event = await self.store.add_human_input(

@@ -438,8 +438,8 @@ def test_a_non_json_result_fails_the_task(backend: Backend) -> None:
         return {1, 2}
 
     _, outcome = run(execute(backend, Chain(["a"]), {"work": bad}))
-    assert outcome.verdict["type"] == "TypeError"
-    assert "non-JSON" in outcome.verdict["message"]
+    assert outcome.verdict["type"] == "ValueRefused"  # the value door: loopkernel.graph.door
+    assert "task result refused (not_json)" in outcome.verdict["message"]
 
 
 def test_a_rejected_patch_fails_the_run_naming_the_rule(backend: Backend) -> None:

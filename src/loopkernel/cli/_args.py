@@ -4,7 +4,6 @@ message argparse prints, so a handler only ever sees valid values."""
 from __future__ import annotations
 
 import argparse
-import json
 
 from loopkernel.errors import UsageError
 from loopkernel.graph import JSON
@@ -65,21 +64,23 @@ def max_events(text: str) -> int:
 
 
 def json_value(text: str) -> JSON:
-    """Any JSON value."""
+    """Any JSON value that passes the value door as run parameters (``loopkernel.graph.door``)."""
+    from loopkernel.graph.door import Entry, ValueRefused, parse
+
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+        return parse(text, Entry.PARAMS)
+    except ValueRefused as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def approval_payload(text: str) -> JSON:
-    """An approval's payload: a JSON object of at most ``MAX_PAYLOAD_BYTES`` (UTF-8)."""
-    from loopkernel.client import check_payload
+    """An approval's payload: a JSON object that passes the value door (at most
+    ``MAX_PAYLOAD_BYTES`` of UTF-8, valid Unicode, finite, bounded depth)."""
+    from loopkernel.client import parse_payload
 
-    value = json_value(text)
     try:
-        check_payload(value)
-    except UsageError as exc:
+        value = parse_payload(text)
+    except UsageError as exc:  # ValueRefused is one
         raise argparse.ArgumentTypeError(str(exc)) from None
     return value
 
@@ -94,11 +95,19 @@ def key_value(text: str) -> tuple[str, str]:
 
 def setting(text: str) -> tuple[str, JSON]:
     """``KEY=VALUE`` for an app parameter: VALUE is JSON, or else a plain string."""
+    from loopkernel.graph.door import Entry, Rule, ValueRefused, admit_text, parse
+
     key, value = key_value(text)
     try:
-        return key, json.loads(value)
-    except json.JSONDecodeError:
-        return key, value
+        admit_text(key, Entry.PARAMS)
+        return key, parse(value, Entry.PARAMS)
+    except ValueRefused as exc:
+        if exc.attrs["rule"] != Rule.NOT_JSON or exc.attrs["where"] != "$":
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    try:  # not JSON: a plain string, through the same door
+        return key, admit_text(value, Entry.PARAMS)
+    except ValueRefused as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def run_id(text: str) -> RunId:

@@ -21,6 +21,7 @@ __all__ = [
     "missing_extra",
     "resume_command",
     "setup_logging",
+    "shown_url",
     "version",
 ]
 
@@ -124,16 +125,33 @@ def db_flag(args: argparse.Namespace) -> str:
     db = getattr(args, "db", None)
     if db is None:
         return ""
-    text = str(db).removeprefix("sqlite:///")
-    if "://" in text:  # a URL's password is not printed again: the line is a hint, not a secret
-        from urllib.parse import urlsplit, urlunsplit
+    return f" --db {shlex.quote(shown_url(str(db).removeprefix('sqlite:///')))}"
 
-        parts = urlsplit(text)
-        if parts.password is not None:
-            netloc = f"{parts.username or ''}:PASSWORD@{parts.hostname or ''}"
-            netloc += f":{parts.port}" if parts.port else ""
-            text = urlunsplit(parts._replace(netloc=netloc))
-    return f" --db {shlex.quote(text)}"
+
+def shown_url(url: str) -> str:
+    """A store's URL as the command prints it: a password (in the authority or as a
+    ``password=`` query parameter) as ``PASSWORD``, never repeated. A path is unchanged."""
+    if "://" not in url:
+        return url
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        password, port = parts.password, parts.port
+    except ValueError:  # not a URL one can take apart: show none of its authority
+        return url.partition("://")[0] + "://?"
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    secret_query = any(k.lower() == "password" for k, _ in query)
+    if password is None and not secret_query:
+        return url  # as given: urlunsplit would spell sqlite:///x as sqlite:/x
+    if password is not None:
+        netloc = f"{parts.username or ''}:PASSWORD@{parts.hostname or ''}"
+        netloc += f":{port}" if port else ""
+        parts = parts._replace(netloc=netloc)
+    if secret_query:
+        masked = [(k, "PASSWORD" if k.lower() == "password" else v) for k, v in query]
+        parts = parts._replace(query=urlencode(masked, safe="/"))
+    return urlunsplit(parts)
 
 
 def extra_for(module: str) -> str | None:

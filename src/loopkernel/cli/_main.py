@@ -51,6 +51,7 @@ from loopkernel.cli._door import (
     missing_extra,
     resume_command,
     setup_logging,
+    shown_url,
     version,
 )
 from loopkernel.cli._render import Progress, one_line, render_inspection
@@ -174,7 +175,8 @@ async def _run(client: Client, args: argparse.Namespace, servers: StartedServers
     if not args.json:
         print(
             f"run {started.run_id} started ({args.app}"
-            f"{', scenario ' + args.scenario if args.scenario else ''}) in {client.store.url}"
+            f"{', scenario ' + args.scenario if args.scenario else ''})"
+            f" in {shown_url(client.store.url)}"
         )
         print(f"approval token (shown once): {started.token}")
     progress = None if args.quiet or args.json else Progress(sys.stdout)

@@ -27,6 +27,7 @@ from loopkernel.evidence import (
     redact,
 )
 from loopkernel.graph import JSON, Event, GraphState, TaskState
+from loopkernel.graph.door import Entry, ValueRefused, admit
 from loopkernel.ids import RunId, TaskId
 from loopkernel.store import Store
 
@@ -63,6 +64,10 @@ class EvidenceBook:
         self.items = {e.ref: e for e in await self.store.evidence(self.run_id)}
 
     async def record(self, key: str, value: JSON, source: SourceRef) -> Evidence:
+        try:  # a value an older journal holds that the door refuses: its refusal is kept
+            admit(value, Entry.TASK_RESULT)
+        except ValueRefused as refused:
+            value = f"(not kept: {refused})"
         kind, text = _text(self.redactor(value))
         item = NewEvidence(key=key, kind=kind, content=text, source=source)  # type: ignore[arg-type]
         stored = await self.store.add_evidence(

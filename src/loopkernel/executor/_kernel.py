@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
-import json
 import secrets
 import time
 from collections import deque
@@ -87,6 +86,7 @@ from loopkernel.graph import (
     TaskState,
     validate,
 )
+from loopkernel.graph.door import Entry, admit
 from loopkernel.ids import RunId, TaskId, check_id, new_run_id
 from loopkernel.planner import Flow, Planner, Proposal, Snapshot
 from loopkernel.store import (
@@ -248,10 +248,7 @@ class Kernel:
         write access to the store (see ``Client.decide``)."""
         if max_events < 2:
             raise UsageError(f"max_events must be at least 2, not {max_events}")
-        try:
-            json.dumps(params, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise UsageError(f"run params must be JSON: {exc}") from None
+        admit(params, Entry.PARAMS)  # before anything is journaled: loopkernel.graph.door
         params = clean(params)  # secrets nowhere: a worker sees what the journal keeps
         rid = new_run_id() if run_id is None else RunId(check_id(run_id))
         token = "lk_" + secrets.token_urlsafe(24)  # never "-...": it follows --token

@@ -21,7 +21,7 @@ from loopkernel.errors import BudgetExceeded, LoopKernelError, TripwireFired
 from loopkernel.evidence import KEEP_SECRETS, redact, redact_text
 from loopkernel.executor._context import NeedsApproval
 from loopkernel.graph import JSON, Delta, EventKind, GraphPatch, Task, TaskState
-from loopkernel.graph._model import check_json
+from loopkernel.graph.door import Entry, ValueRefused, admit
 from loopkernel.ids import TaskId
 
 __all__ = [
@@ -95,10 +95,10 @@ def outcome_of(
         error = clean(error)
         return EventKind.TASK_FAILED, task.evolve(state=failed, error=error, done_seq=done_seq)
     result = fut.result()
-    try:
-        check_json(result)
-    except (TypeError, ValueError) as err:
-        error = {"type": "TypeError", "message": f"worker returned a non-JSON value: {err}"}
+    try:  # the door: a value the journal could not keep fails the task, never the executor
+        admit(result, Entry.TASK_RESULT)
+    except ValueRefused as err:
+        error = clean(err.verdict())
         return EventKind.TASK_FAILED, task.evolve(state=failed, error=error, done_seq=done_seq)
     result = clean(result, keep)
     succeeded = task.evolve(state=TaskState.SUCCEEDED, result=result, done_seq=done_seq)

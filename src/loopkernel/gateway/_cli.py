@@ -217,6 +217,6 @@ def main(argv: Sequence[str] | None = None, prog: str = "loopkernel gateway") ->
         return USAGE
     except OSError as err:  # the address is taken, the socket's folder is missing ...
         print(f"{prog}: cannot listen: {err}", file=sys.stderr)
-        return 1
+        return USAGE  # a bad configuration, as docs/cli.md says
     except KeyboardInterrupt:
         return 0

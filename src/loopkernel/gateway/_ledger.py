@@ -37,6 +37,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from loopkernel.errors import BudgetExceeded, ModelError, UsageError
+from loopkernel.evidence import redact
 from loopkernel.gateway._config import Limits
 
 __all__ = ["Ledger", "LedgerRow", "Reservation", "utc_day"]
@@ -117,9 +118,14 @@ class Ledger:
     def __init__(self, path: str) -> None:
         self.path = path
         if path != ":memory:":
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-            os.close(fd)
-            os.chmod(path, 0o600)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+                os.close(fd)
+                os.chmod(path, 0o600)
+            except OSError as err:  # a read-only place, a missing folder: bad configuration
+                raise UsageError(
+                    f"cannot write the gateway ledger {path}: {err.strerror or err}"
+                ) from None
         old = os.umask(0o177)  # the WAL and shm sidecars are created 0600 too
         try:
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -287,7 +293,9 @@ class Ledger:
                         **{**err.attrs, "settled": True},
                     )
             status = "done" if refused is None else "failed"
-            stored = answer if refused is None else _error_record(refused)
+            # secrets nowhere: the ledger keeps the answer as the run's journal does
+            # (a replay of the key answers what the run journaled: the same text)
+            stored = redact(answer) if refused is None else _error_record(refused)
             db.execute(
                 "UPDATE calls SET status = ?, cost_usd = ?, tokens = ?, reserved_usd = 0, "
                 "reserved_tokens = 0, answer = ?, updated_at = ? WHERE key = ?",
@@ -305,7 +313,7 @@ class Ledger:
         self._db.execute(
             "UPDATE calls SET status = 'failed', cost_usd = ?, tokens = ?, reserved_usd = 0, "
             "reserved_tokens = 0, answer = ?, updated_at = ? WHERE key = ?",
-            (cost_usd, tokens, json.dumps(error), time.time(), key),
+            (cost_usd, tokens, json.dumps(redact(error)), time.time(), key),
         )
 
     def release(self, key: str) -> None:

@@ -26,6 +26,7 @@ a key once).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,6 +39,7 @@ from loopkernel.errors import (
     ModelTimeout,
     ModelUnavailable,
 )
+from loopkernel.evidence import redact_text
 from loopkernel.graph import JSON
 from loopkernel.ids import RunId
 from loopkernel.models._client import ModelClient
@@ -150,7 +152,13 @@ class ModelLayer:
 
 
 def _settle(completion: Completion) -> tuple[JSON, Completion]:
-    return completion.to_json(), completion
+    """The reply as the journal keeps it and the task sees it: its text redacted, as a
+    tool's result is (a replay returns the journaled text, so both see the same)."""
+    text = redact_text(completion.text)
+    if text == completion.text:
+        return completion.to_json(), completion
+    kept = dataclasses.replace(completion, text=text)
+    return kept.to_json(), kept
 
 
 def _replayed(data: JSON) -> Completion:

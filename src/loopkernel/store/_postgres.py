@@ -53,6 +53,7 @@ from loopkernel.graph import Delta, Event
 from loopkernel.ids import RunId
 from loopkernel.store._codec import dumps, patch_params, task_params
 from loopkernel.store._engine import (
+    LOCK_WAIT,
     Cursor,
     Dialect,
     DuplicateKey,
@@ -135,9 +136,13 @@ class PostgresDialect(Dialect):
             return self.unavailable(exc)
         return None
 
-    def unavailable(self, exc: Exception) -> StoreUnavailable:
+    def unavailable(self, exc: Exception, waited: float | None = None) -> StoreUnavailable:
+        """``waited``: how long the call waited for a connection (counted by the retries)."""
         message = " ".join(str(exc).split())
-        return StoreUnavailable(f"PostgreSQL at {self.where}: {message}", url=self.where)
+        where = f"PostgreSQL at {self.where}: {message}"
+        if waited is None:
+            return StoreUnavailable(where, url=self.where)
+        return StoreUnavailable(where, url=self.where, waited=waited)
 
     def notify(self, cur: Cursor, channel: str, run_id: RunId) -> None:
         cur.one("SELECT pg_notify(?, ?)", (channel, run_id))
@@ -195,12 +200,19 @@ class PostgresStore(SQLStore):
         if pool is None:
             raise UsageError("the store is not open; call `await store.open()` first")
 
+        # --store-retry is a total: a call waits for a connection no longer than what is
+        # left of it (LOCK_WAIT, read here: the thread does not see the loop's context),
+        # and says how long it waited, so that the retries count that wait in.
+        bound = LOCK_WAIT.get()
+        timeout = self.connect_timeout if bound is None else min(self.connect_timeout, bound)
+
         def work() -> T:
+            began = time.monotonic()
             try:
-                with pool.connection() as conn:
+                with pool.connection(timeout=max(0.05, timeout)) as conn:
                     return transact(conn, self.dialect, body, how, sync)
             except PoolTimeout as exc:
-                raise self.dialect.unavailable(exc) from exc
+                raise self.dialect.unavailable(exc, time.monotonic() - began) from exc
 
         return await self._on_thread(work)
 
@@ -229,6 +241,10 @@ class PostgresStore(SQLStore):
             max_size=self.max_size,
             kwargs={"autocommit": True},
             configure=_configure,
+            # A connection the server dropped while it sat in the pool (a restart, a
+            # pg_terminate_backend, a proxy's idle cut) is replaced when it is taken out,
+            # not met by the call's first statement: one empty round trip per call.
+            check=ConnectionPool.check_connection,
             open=False,
             name="loopkernel",
         )

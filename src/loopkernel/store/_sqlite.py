@@ -47,6 +47,7 @@ from loopkernel.errors import NotADatabase, StoreError, StoreUnavailable, UsageE
 from loopkernel.graph import Task
 from loopkernel.ids import RunId, TaskId
 from loopkernel.store._codec import TASK_COLUMNS, task_from_row
+from loopkernel.store._damage import Check, check_of_env, content_damage, damaged, walk
 from loopkernel.store._engine import (
     Cursor,
     Dialect,
@@ -280,7 +281,7 @@ class SQLiteDialect(Dialect):
         if code == _READONLY or "readonly" in text:
             text = "read-only (LoopKernel needs to write to it and to its directory)"
         elif code in _CORRUPT or "malformed" in text or "not a database" in text:
-            text = f"corrupt ({text})"
+            return damaged(self.path, text)
         else:
             return exc
         return NotADatabase(
@@ -314,6 +315,11 @@ class SQLiteStore(SQLStore):
         self.busy_timeout = busy_timeout
         self.lock_wait = busy_timeout
         self.dialect = SQLiteDialect(self.path, self.url, synchronous)
+        self.check = check_of_env()
+        """How ``open`` walks an existing file for damage (``_damage``)."""
+        self.damage: NotADatabase | None = None
+        """The damage found, once found: every later call is refused with it."""
+        self._walked = False
         self.checkpoint_error: str | None = None
         """Why the last best-effort checkpoint failed (the WAL then holds the rest)."""
         self._db: sqlite3.Connection | None = None
@@ -346,7 +352,15 @@ class SQLiteStore(SQLStore):
         db = self._conn
 
         def work() -> T:
-            return transact(db, self.dialect, body, how, sync)
+            if self.damage is not None:
+                raise self.damage
+            try:
+                return transact(db, self.dialect, body, how, sync)
+            except (sqlite3.Error, StoreError, UnicodeError, ValueError) as exc:
+                judged = self._judged(db, exc)
+                if judged is exc:
+                    raise
+                raise judged from exc
 
         if how != "write":
             return await self._on_thread(work)
@@ -372,6 +386,31 @@ class SQLiteStore(SQLStore):
 
         return await self._on_thread(work_then_fold)
 
+    def _judged(self, db: sqlite3.Connection, exc: Exception) -> Exception:
+        """What an error of a call means: the damage (kept: nothing is read or written
+        after it), or ``exc`` itself. SQLite's own word (malformed, not a database) and a
+        stored value that cannot be read are damage; the first other SQLite error of the
+        store (an I/O error, one the dialect does not know) is judged by a walk of the file,
+        on the thread the call ran on. A held lock, a duplicate key and the store's own
+        refusals are not walked for."""
+        if isinstance(exc, LockHeld | DuplicateKey) or (
+            isinstance(exc, StoreError) and not isinstance(exc, NotADatabase | StoreUnavailable)
+        ):
+            return exc
+        why = content_damage(exc)
+        found: NotADatabase | None = None
+        if isinstance(exc, NotADatabase) and exc.attrs.get("reason") == "damaged":
+            found = exc
+        elif why is not None:
+            found = walk(db, self.path, Check.QUICK) or damaged(self.path, why)
+        elif isinstance(exc, sqlite3.Error | StoreUnavailable) and not self._walked:
+            self._walked = True
+            found = walk(db, self.path, Check.QUICK)
+        if found is None:
+            return exc
+        self.damage = found
+        return found
+
     def _wal_full(self) -> bool:
         """Whether the WAL file is past ``_WAL_LIMIT`` (a stat: the loop may look)."""
         try:
@@ -392,6 +431,8 @@ class SQLiteStore(SQLStore):
 
     def _sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """``fn(connection)`` in this thread, its SQLite errors translated as the engine's."""
+        if self.damage is not None:
+            raise self.damage
         try:
             return fn(self._conn)
         except sqlite3.Error as exc:
@@ -433,6 +474,9 @@ class SQLiteStore(SQLStore):
             db.execute(f"PRAGMA journal_size_limit = {_WAL_LIMIT}")
             if not fresh:
                 _check_ours(db, self.path, create=self.create)
+                found = None if self.check is Check.OFF else walk(db, self.path, self.check)
+                if found is not None:  # before anything is written to it
+                    raise found
             db.execute("PRAGMA journal_mode = WAL")
             db.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
             if self._version(lambda sql: db.execute(sql).fetchone()) != SQLITE_VERSION:
@@ -498,7 +542,10 @@ class SQLiteStore(SQLStore):
     def _checkpoint_quietly(self) -> None:
         """The checkpoint of a quiet point: a failure (a full disk, a reader) is no fault of
         the run, whose commit is already durable in the WAL; it is kept in
-        ``checkpoint_error`` and the WAL is folded in at a later checkpoint or open."""
+        ``checkpoint_error`` and the WAL is folded in at a later checkpoint or open. A
+        damaged file is not written to, a checkpoint's pages included."""
+        if self.damage is not None:
+            return
         try:
             self.checkpoint_sync()
         except StoreUnavailable as exc:
@@ -528,20 +575,27 @@ class SQLiteStore(SQLStore):
         found = self._sync(lambda db: db.execute("SELECT 1 FROM runs WHERE run_id = ?", key))
         if found.fetchone() is None:
             raise self._not_found(run_id)
-        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        try:
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except OSError as exc:  # a read-only place, a full disk: the target's fault
+            raise UsageError(f"cannot write the export {target}: {exc.strerror}") from None
 
         def copy(db: sqlite3.Connection) -> None:
-            dest = sqlite3.connect(target, isolation_level=None)
             try:
-                db.backup(dest)
-                dest.execute("BEGIN")
-                for table in TABLES:
-                    dest.execute(f"DELETE FROM {table.name} WHERE run_id != ?", key)
-                dest.execute("COMMIT")
-                dest.execute("PRAGMA journal_mode = DELETE")
-                dest.execute("VACUUM")
-            finally:
-                dest.close()
+                dest = sqlite3.connect(target, isolation_level=None)
+                try:
+                    db.backup(dest)
+                    dest.execute("BEGIN")
+                    for table in TABLES:
+                        dest.execute(f"DELETE FROM {table.name} WHERE run_id != ?", key)
+                    dest.execute("COMMIT")
+                    dest.execute("PRAGMA journal_mode = DELETE")
+                    dest.execute("VACUUM")
+                finally:
+                    dest.close()
+            except sqlite3.Error as exc:  # the source was walked on open: the copy's
+                text = " ".join(str(exc).split())
+                raise UsageError(f"cannot write the export {target}: {text}") from None
 
         try:
             self._sync(copy)

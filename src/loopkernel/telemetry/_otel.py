@@ -79,16 +79,19 @@ class Tracer:
         ``loopkernel.status`` of ``failed`` or ``escalated`` is an error status too."""
         attrs = _clean(attributes or {})
         if error is not None and _is_signal(error):
-            span.add_event("approval required", {"loopkernel.reason": str(error)})
+            span.add_event("approval required", {"loopkernel.reason": _secretless(str(error))})
             attrs.setdefault("loopkernel.outcome", "waiting")
             error = None
         span.set_attributes(attrs)
         if error is not None:
-            span.record_exception(error)
-            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+            # not record_exception: its message and stack trace would leave unredacted
+            span.add_event("exception", _exception_attributes(error))
+            span.set_status(
+                Status(StatusCode.ERROR, _secretless(f"{type(error).__name__}: {error}"))
+            )
         elif attrs.get("loopkernel.status") in FAILED_STATUSES:
             why = attrs.get("loopkernel.verdict") or f"the run ended {attrs['loopkernel.status']}"
-            span.set_status(Status(StatusCode.ERROR, str(why)))
+            span.set_status(Status(StatusCode.ERROR, _secretless(str(why))))
         span.end()
 
     def event(
@@ -130,8 +133,35 @@ def _context_of(traceparent: str | None) -> SpanContext | None:
     return context if context.is_valid else None
 
 
+def _secretless(text: str) -> str:
+    """``text`` as an exporter may see it: the one redaction of the journal
+    (``loopkernel.evidence.redact_text``), for every attribute, event and status."""
+    from loopkernel.evidence import redact_text
+
+    return redact_text(text)
+
+
 def _clean(attributes: Attributes) -> dict[str, Any]:
-    return {k: v for k, v in attributes.items() if v is not None}
+    """Attributes without ``None`` values, every string redacted."""
+    return {
+        k: _secretless(v) if isinstance(v, str) else v
+        for k, v in attributes.items()
+        if v is not None
+    }
+
+
+def _exception_attributes(error: BaseException) -> dict[str, str]:
+    """The OpenTelemetry exception event's attributes, each redacted: the type, the message
+    and the stack trace (which repeats the message, and may hold a chained one)."""
+    import traceback
+
+    stack = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    return {
+        "exception.type": type(error).__qualname__,
+        "exception.message": _secretless(str(error)),
+        "exception.stacktrace": _secretless(stack),
+        "exception.escaped": "False",
+    }
 
 
 def _is_signal(error: BaseException) -> bool:

@@ -8,7 +8,6 @@ Every page is rendered on the server by Jinja2 with autoescaping on, so a value 
 from __future__ import annotations
 
 import contextlib
-import json
 import secrets
 from collections.abc import AsyncIterator, Collection
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response, Stream
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from loopkernel.client import Client
+from loopkernel.client import Client, parse_payload
 from loopkernel.errors import ApprovalRefused, LoopKernelError, RunHeld, RunNotFound, UsageError
 from loopkernel.graph import TERMINAL_RUN, Event, RunStatus, TaskState
 from loopkernel.ids import TaskId, valid_id
@@ -513,10 +512,10 @@ def create_app(
                 raise _Refused(400, "decision must be approve or reject")
             raw = form.get("payload")
             text = raw.strip() if isinstance(raw, str) else ""
-            try:
-                payload = json.loads(text) if text else None
-            except json.JSONDecodeError as exc:
-                raise _Refused(400, f"the payload is not JSON: {exc}") from None
+            try:  # the value door (loopkernel.graph.door): a refusal is a 400, nothing journaled
+                payload = parse_payload(text) if text else None
+            except UsageError as exc:
+                raise _Refused(400, f"the payload is refused: {exc}") from None
             snap = await snapshot_of(run_id)
             if snap.cancel_requested:
                 raise _Refused(409, "refused: a cancel of this run is journaled; it stops")

@@ -122,7 +122,9 @@ async def cmd_investigate(args: argparse.Namespace) -> int:
     async with Client(getattr(args, "db", None)) as client:
         _, started = await client.start("sre", overrides=overrides, run_id=args.run_id)
         args.started = started.run_id  # Ctrl-C prints the resume command
-        print(f"run {started.run_id} started in {client.store.url}", file=sys.stderr)
+        from loopkernel.cli import shown_url  # never the URL's password
+
+        print(f"run {started.run_id} started in {shown_url(client.store.url)}", file=sys.stderr)
         outcome = await client.execute(started.run_id, observer=Progress(sys.stderr))
         if outcome.status is not RunStatus.SUCCEEDED:
             print(

@@ -120,6 +120,10 @@ def _read_list(path: Path) -> list[dict[str, Any]]:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path} is not JSON: {exc}") from None
+    except UnicodeDecodeError as exc:  # binary bytes where a JSON file should be
+        raise UsageError(f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    except RecursionError:
+        raise UsageError(f"{path} is nested too deeply to be a Kubernetes list") from None
     items = data.get("items") if isinstance(data, dict) else None
     if not isinstance(items, list):
         raise UsageError(f"{path} is not a Kubernetes list object (no 'items' array)")
