@@ -16,7 +16,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import FileResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -26,7 +26,7 @@ from loopkernel.web import _actions as actions
 from loopkernel.web import _pages as pages
 from loopkernel.web._auth import Auth
 from loopkernel.web._live import KEEPALIVE_SECONDS, Watcher
-from loopkernel.web._state import HERE, Inspector, Refused, inspector_of, templates
+from loopkernel.web._state import HERE, Inspector, PastCache, Refused, inspector_of, templates
 from loopkernel.web._stream import events_stream
 
 __all__ = ["create_app"]
@@ -36,6 +36,13 @@ CSP = (
     "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 )
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+async def _favicon(request: Request) -> Response:
+    """What a browser asks for on its own, whatever the page says: the logo, not a 404."""
+    return FileResponse(HERE / "static" / "favicon.svg", media_type="image/svg+xml")
+
+
 ROUTES = [
     Route("/", pages.runs_page),
     Route("/runs", pages.runs_fragment),
@@ -52,6 +59,7 @@ ROUTES = [
     Route("/runs/{run_id}/tasks/{task_id:path}/decide", actions.decide, methods=["POST"]),
     Route("/runs/{run_id}/tasks/{task_id:path}/value/{part}", pages.task_value),
     Route("/runs/{run_id}/tasks/{task_id:path}", pages.task_page),
+    Route("/favicon.ico", _favicon),
     Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
 ]
 
@@ -82,6 +90,7 @@ def create_app(
         watcher=Watcher(client=client, poll_seconds=poll_seconds, max_streams=max_streams),
         env=templates(),
         keepalive_seconds=keepalive_seconds,
+        past=PastCache(client=client),
     )
     app = Starlette(
         routes=ROUTES,

@@ -9,6 +9,7 @@ from starlette.responses import HTMLResponse, Response
 from loopkernel.graph import RunStatus
 from loopkernel.web import _views as views
 from loopkernel.web._state import (
+    AT_PAGE,
     JOURNAL_TAIL,
     MAX_SEQ,
     PAGE_SIZE,
@@ -223,5 +224,22 @@ async def at_page(request: Request) -> Response:
         return lk.render(request, "error.html", 400, message="not an event seq")
     if not 0 < seq <= info.last_seq:
         return lk.render(request, "error.html", 404, message=f"the run has no event #{seq}")
-    past = await lk.client.inspect(run_id, at=seq)
-    return lk.render(request, "at.html", run_id=run_id, info=info, past=past, seq=seq)
+    past = await lk.past.at(run_id, seq)
+    pages = max(1, -(-len(past.tasks) // AT_PAGE))
+    raw = request.query_params.get("page") or "1"
+    page = int(raw) if raw.isascii() and raw.isdecimal() and len(raw) < 10 else 0
+    if not 1 <= page <= pages:
+        return lk.render(request, "error.html", 400, message=f"pages run from 1 to {pages}")
+    return lk.render(
+        request,
+        "at.html",
+        run_id=run_id,
+        info=info,
+        past=past,
+        seq=seq,
+        tasks=past.tasks[(page - 1) * AT_PAGE : page * AT_PAGE],
+        page=page,
+        pages=pages,
+        per=AT_PAGE,
+        total=len(past.tasks),
+    )

@@ -4,7 +4,9 @@ page, gate a read and find a run's snapshot."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from loopkernel.client import Client
+from loopkernel.client import Client, Inspection
 from loopkernel.graph import RunStatus, TaskState
 from loopkernel.ids import TaskId, valid_id
 from loopkernel.web import _views as views
@@ -32,6 +34,10 @@ STATUSES = [s.value for s in RunStatus]
 TASKS_SHOWN = 200
 """The run page's task table shows this many; ``?tasks=all`` shows every one."""
 MAX_SEQ = 2**63 - 1
+PAST_KEPT = 32
+"""States at a seq kept (per server, least recently used dropped)."""
+AT_PAGE = 200
+"""Tasks per page of ``/runs/R/at/SEQ``."""
 
 
 class Refused(Exception):
@@ -73,6 +79,48 @@ def templates() -> Environment:
 
 
 @dataclass(kw_only=True)
+class PastCache:
+    """The run as of one event, rebuilt once per ``(run, seq)`` (a journal only grows, so
+    what it was at a seq never changes) and kept for the next reader. One rebuild at a
+    time (the replay runs in a thread, off the event loop; two would only share the
+    cores); readers of a seq being rebuilt wait for that one rebuild."""
+
+    client: Client
+    kept: int = PAST_KEPT
+    _done: OrderedDict[tuple[str, int], Inspection] = field(default_factory=OrderedDict)
+    _building: dict[tuple[str, int], asyncio.Future[Inspection]] = field(default_factory=dict)
+    _one: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))
+
+    async def at(self, run_id: str, seq: int) -> Inspection:
+        key = (run_id, seq)
+        if (found := self._done.get(key)) is not None:
+            self._done.move_to_end(key)
+            return found
+        if (pending := self._building.get(key)) is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[Inspection] = asyncio.get_running_loop().create_future()
+        self._building[key] = future
+        try:
+            async with self._one:
+                past = await self.client.inspect(run_id, at=seq)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        except Exception as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: nobody else may be waiting
+            raise
+        else:
+            future.set_result(past)
+            self._done[key] = past
+            while len(self._done) > self.kept:
+                self._done.popitem(last=False)
+        finally:
+            del self._building[key]
+        return past
+
+
+@dataclass(kw_only=True)
 class Inspector:
     """The server's shared state: one per app."""
 
@@ -81,6 +129,7 @@ class Inspector:
     watcher: Watcher
     env: Environment
     keepalive_seconds: float
+    past: PastCache
     drawings: dict[str, Drawing] = field(default_factory=dict)
     """run -> the drawing of its last snapshot: computed once for every stream of it."""
 

@@ -121,24 +121,17 @@ async def events_stream(request: Request) -> Response:
         return denied
     run_id = run_id_of(request)
     info = await lk.client.info(run_id)  # 404 before the stream starts
-    raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
-    try:
-        after = max(0, int(raw))
-    except ValueError:
+    after = _seq_of(request.headers.get("last-event-id") or request.query_params.get("after"))
+    if after is None:
         return Response("Last-Event-ID must be an event seq\n", status_code=400)
     if after > min(MAX_SEQ, info.last_seq):
         return Response(
             f"Last-Event-ID {after} is past the run's last event ({info.last_seq})\n",
             status_code=400,
         )
-    if not lk.watcher.reserve():
-        return Response(
-            "too many live streams; try again shortly\n",
-            status_code=503,
-            headers={"Retry-After": "5"},
-        )
-    raw_planned = request.query_params.get("planned") or "0"
-    planned = min(after, max(0, int(raw_planned))) if raw_planned.isdigit() else 0
+    planned = _seq_of(request.query_params.get("planned"))
+    if planned is None:
+        return Response("planned must be an event seq\n", status_code=400)
     view = _PageView(
         lk=lk,
         run_id=run_id,
@@ -148,13 +141,21 @@ async def events_stream(request: Request) -> Response:
         all_tasks=request.query_params.get("tasks") == "all",
         page_key=request.query_params.get("state"),
     )
+    # The slot is taken last, once nothing can refuse the request any more, and from here
+    # to the response (which gives it back however it ends) nothing can raise.
+    if not lk.watcher.reserve():
+        return Response(
+            "too many live streams; try again shortly\n",
+            status_code=503,
+            headers={"Retry-After": "5"},
+        )
     body = stream(
         lk.client,
         lk.watcher,
         run_id,
         after,
         Renderers(row=view.row, patch=view.patch, state=view.state),
-        planned=planned,
+        planned=min(after, planned),
         keepalive_seconds=lk.keepalive_seconds,
     )
     return _Stream(
@@ -163,6 +164,16 @@ async def events_stream(request: Request) -> Response:
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
+
+
+def _seq_of(raw: str | None) -> int | None:
+    """An event seq from a header or query (absent, or below the start: 0), or ``None``
+    when it is not one: ASCII digits only (``'²'.isdigit()`` is true and ``int('²')``
+    raises), at most 19 of them."""
+    digits = (raw or "0").removeprefix("-")
+    if not (digits.isascii() and digits.isdecimal()) or len(digits) > 19:
+        return None
+    return 0 if raw is None or raw.startswith("-") else min(int(raw), MAX_SEQ)
 
 
 class _Stream(StreamingResponse):
