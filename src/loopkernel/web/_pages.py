@@ -130,6 +130,7 @@ async def run_page(request: Request) -> Response:
         usage=await client.usage(run_id),
         report=views.report_of(snap.state),
         keepalive=lk.keepalive_seconds,
+        window=max(JOURNAL_TAIL, len(rows)),
         state_key=snap.key,
         times=times,
         timeline=line,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +76,7 @@ def templates() -> Environment:
     env.filters["q"] = lambda s: quote(str(s), safe="")
     env.globals["approval_of"] = views.approval_of
     env.globals["task_time"] = views.task_time
+    env.globals["now_ts"] = time.time
     return env
 
 
