@@ -108,12 +108,15 @@ def test_a_viewer_behind_the_window_catches_up_from_its_last_seq(
             watcher = Watcher(client=client, poll_seconds=0.05, max_streams=2)
             ahead = stream(client, watcher, run_id, first, _renderers(renders))
             assert (await anext(ahead)).startswith("retry:")
-            end = await _append(client, run_id, 12)  # past 2 * RING: the window moves on
+            middle = await _append(client, run_id, 12)  # past 2 * RING, but needed by one
             behind = stream(client, watcher, run_id, first, _renderers(renders))
             try:
                 async with asyncio.timeout(30):
-                    await _follow(ahead, end)
+                    await _follow(ahead, middle)
                     hub = watcher.hubs[run_id]
+                    assert hub.since(first) is not None  # kept while a stream needed them
+                    end = await _append(client, run_id, 12)  # sent by every stream: dropped
+                    await _follow(ahead, end)
                     assert hub.floor > first  # the first events left the window
                     got = await _follow(behind, end)
             finally:

@@ -109,7 +109,8 @@ async def cancel(request: Request) -> Response:
 
 
 async def resume(request: Request) -> Response:
-    """Execute a stopped run here, as ``loopkernel resume`` does (operator only)."""
+    """Execute a stopped run here, as ``loopkernel resume`` does (operator only): in the
+    background, answered at once; the run page follows it live."""
     lk = inspector_of(request)
     run_id = run_id_of(request)
     try:
@@ -119,17 +120,17 @@ async def resume(request: Request) -> Response:
         info = await lk.client.info(run_id)
         if info.status in TERMINAL_RUN:
             raise Refused(409, f"run {run_id} is already {info.status.value}")
-        outcome = await lk.client.execute(run_id)
+        lk.background.start(run_id)
     except Refused as exc:
         return lk.render(request, "error.html", exc.status, message=exc.message, back=run_id)
     except LoopKernelError as exc:
         return lk.render(request, "error.html", 409, message=str(exc), back=run_id)
-    return lk.back_to(run_id, f"resumed: the run is {outcome.status.value}")
+    return lk.back_to(run_id, "resumed: the run goes on here, in the background")
 
 
 async def fork(request: Request) -> Response:
     """A new run from this one's journal up to an event (``loopkernel fork``); with
-    ``retry`` it is executed at once."""
+    ``execute`` it is executed in the background at once."""
     lk = inspector_of(request)
     run_id = run_id_of(request)
     try:
@@ -146,7 +147,7 @@ async def fork(request: Request) -> Response:
             raise Refused(400, f"the run has no event #{at}")
         started = await lk.client.fork(run_id, at=at)
         if form.get("execute"):
-            await lk.client.execute(started.run_id)
+            lk.background.start(started.run_id)
     except Refused as exc:
         return lk.render(request, "error.html", exc.status, message=exc.message, back=run_id)
     except LoopKernelError as exc:

@@ -10,6 +10,7 @@ stream, ``_actions``: writes) over the one ``Inspector`` held on ``app.state``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Collection
 from typing import Any
@@ -26,7 +27,15 @@ from loopkernel.web import _actions as actions
 from loopkernel.web import _pages as pages
 from loopkernel.web._auth import Auth
 from loopkernel.web._live import KEEPALIVE_SECONDS, Watcher
-from loopkernel.web._state import HERE, Inspector, PastCache, Refused, inspector_of, templates
+from loopkernel.web._state import (
+    HERE,
+    Background,
+    Inspector,
+    PastCache,
+    Refused,
+    inspector_of,
+    templates,
+)
 from loopkernel.web._stream import events_stream
 
 __all__ = ["create_app"]
@@ -53,6 +62,7 @@ ROUTES = [
     Route("/runs/{run_id}/events", events_stream),
     Route("/runs/{run_id}/events/{seq}", pages.event_value),
     Route("/runs/{run_id}/at/{seq}", pages.at_page),
+    Route("/runs/{run_id}/history.json", pages.history),
     Route("/runs/{run_id}/cancel", actions.cancel, methods=["POST"]),
     Route("/runs/{run_id}/resume", actions.resume, methods=["POST"]),
     Route("/runs/{run_id}/fork", actions.fork, methods=["POST"]),
@@ -91,6 +101,7 @@ def create_app(
         env=templates(),
         keepalive_seconds=keepalive_seconds,
         past=PastCache(client=client),
+        background=Background(client=client),
     )
     app = Starlette(
         routes=ROUTES,
@@ -111,8 +122,14 @@ def create_app(
 
 @contextlib.asynccontextmanager
 async def _lifespan(app: Starlette) -> AsyncIterator[None]:
-    yield
-    await app.state.inspector.watcher.stop()
+    lk: Inspector = app.state.inspector
+    async with asyncio.TaskGroup() as group:  # the owner of every background run
+        lk.background.group = group
+        try:
+            yield
+        finally:
+            lk.background.stop()
+            await lk.watcher.stop()
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:

@@ -10,8 +10,9 @@ version and set the ``asyncio.Event`` of each of its subscribers. N open pages o
 cost one read per change, not N; a run that did not change costs two small reads per poll
 and wakes nobody.
 
-The hub also keeps the run's **recent journal** (the last ``RING`` events, their commit
-times and the patches answering them) and each journal row rendered once: every stream of
+The hub also keeps the run's **recent journal** (the events its streams still need, and
+at least the last ``RING``; at most ``RING_MAX``), their commit times and the patches
+answering them, and each journal row rendered once: every stream of
 the run takes its new events, times, patches and row HTML from there, so a change costs
 one journal read and one render however many pages watch it, and a viewer adds no work
 to the store's thread (which the run itself writes through). Only a stream that fell
@@ -66,7 +67,10 @@ log = logging.getLogger("loopkernel.web")
 
 KEEPALIVE_SECONDS = 15.0
 RING = 2048
-"""Events of a run a hub keeps for its streams (with their times, patches and rows)."""
+"""Events of a run a hub keeps for its streams (with their times, patches and rows) once
+every stream has sent them."""
+RING_MAX = 50_000
+"""Events a hub keeps at most: a stream further behind catches up by itself."""
 MIN_GAP = 0.1
 """A hub reads its run at most this often (seconds)."""
 RESEND_WINDOW = 64
@@ -132,6 +136,8 @@ class Hub:
     """event seq -> the patch answering it, for the events after ``floor``."""
     rows: dict[tuple[int, bool], str] = field(default_factory=dict)
     """(seq, planned) -> the journal row's HTML, rendered once for every stream."""
+    positions: dict[asyncio.Event, int] = field(default_factory=dict)
+    """Each subscriber -> the last seq it sent: the window keeps what some still need."""
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Only the refresh of this one run holds it (the watcher, or a stream's first read)."""
 
@@ -193,7 +199,11 @@ class Hub:
         self.recent_times.update(await self.client.event_times(self.run_id, since))
         self.recent += events
         if len(self.recent) > 2 * RING:
-            del self.recent[:-RING]
+            # Drop what every stream sent (but keep RING), and past RING_MAX drop anyway:
+            # a burst of events is read once and shared, however many watch it.
+            needed = min(self.positions.values(), default=self._seen)
+            keep = max(RING, self._seen - needed)
+            del self.recent[: -min(keep, RING_MAX)]
         if self.floor < self.recent[0].seq - 1:
             self.floor = self.recent[0].seq - 1
             low = self.floor
@@ -331,6 +341,7 @@ async def stream(
     hub = watcher.hub(run_id)
     wake = asyncio.Event()
     hub.subscribers.add(wake)
+    hub.positions[wake] = after
     watcher.start()
     try:
         yield f"retry: 1000\n\n: keepalive every {keepalive_seconds:g} s\n\n"
@@ -374,7 +385,7 @@ async def stream(
                         if shared:
                             hub.rows[(ev.seq, p is not None)] = row
                     yield row
-                    sent = ev.seq
+                    sent = hub.positions[wake] = ev.seq
                 first = not sent_parts
                 delta = render.state(snap, sent_parts)
                 if delta or first:  # the first one even if empty: the page is current
@@ -391,3 +402,4 @@ async def stream(
                 yield _message("keepalive", {"version": seen_version})
     finally:
         hub.subscribers.discard(wake)
+        hub.positions.pop(wake, None)

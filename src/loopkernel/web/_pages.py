@@ -3,6 +3,9 @@ one event. Each is a module-level function over ``app.state.inspector``."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
@@ -21,6 +24,7 @@ from loopkernel.web._state import (
 __all__ = [
     "at_page",
     "event_value",
+    "history",
     "run_page",
     "runs_fragment",
     "runs_page",
@@ -243,4 +247,22 @@ async def at_page(request: Request) -> Response:
         pages=pages,
         per=AT_PAGE,
         total=len(past.tasks),
+    )
+
+
+async def history(request: Request) -> Response:
+    """The run's whole history as JSON, as ``loopkernel inspect --journal --json`` prints
+    it (state, journal, patches), as a download. Encoded off the event loop."""
+    lk = inspector_of(request)
+    if (denied := lk.gate(request)) is not None:
+        return denied
+    run_id = run_id_of(request)
+    found = await lk.client.inspect(run_id, journal=True)
+    body = await asyncio.to_thread(
+        lambda: json.dumps(found.to_json(), ensure_ascii=False, sort_keys=True).encode()
+    )
+    return Response(
+        body,
+        media_type="application/json",
+        headers={"Content-Disposition": f'attachment; filename="{run_id}.history.json"'},
     )

@@ -5,6 +5,7 @@ page, gate a read and find a run's snapshot."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import time
 from collections import OrderedDict
@@ -25,7 +26,17 @@ from loopkernel.web._auth import CSRF_COOKIE, Auth
 from loopkernel.web._graph import Layout
 from loopkernel.web._live import Hub, Snapshot, Watcher
 
-__all__ = ["Drawing", "Inspector", "Refused", "inspector_of", "run_id_of", "templates"]
+__all__ = [
+    "Background",
+    "Drawing",
+    "Inspector",
+    "Refused",
+    "inspector_of",
+    "run_id_of",
+    "templates",
+]
+
+log = logging.getLogger("loopkernel.web")
 
 HERE = Path(__file__).parent
 PAGE_SIZE = 50
@@ -81,6 +92,43 @@ def templates() -> Environment:
 
 
 @dataclass(kw_only=True)
+class Background:
+    """Runs the inspector executes for the operator (resume, fork and run), after the
+    request that asked was answered: the page follows the run live instead of waiting
+    for its end. One owner: the app's lifespan holds the ``TaskGroup``; at shutdown the
+    runs still going are cancelled (each is durable: ``loopkernel resume`` goes on)."""
+
+    client: Client
+    group: asyncio.TaskGroup | None = None
+    running: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    """run -> its execution here."""
+
+    def start(self, run_id: str) -> None:
+        """Execute ``run_id`` in the background; refused when it already runs here or the
+        server is not serving (no lifespan)."""
+        if self.group is None:
+            raise Refused(503, "this server is not running its background executor")
+        if run_id in self.running:
+            raise Refused(409, f"run {run_id} is already being resumed here")
+        self.running[run_id] = self.group.create_task(self._execute(run_id))
+
+    async def _execute(self, run_id: str) -> None:
+        try:
+            outcome = await self.client.execute(run_id)
+            log.info("run %s executed from the inspector: %s", run_id, outcome.status.value)
+        except Exception:  # journaled by the executor; the page shows the run as it is
+            log.warning("run %s executed from the inspector failed", run_id, exc_info=True)
+        finally:
+            self.running.pop(run_id, None)
+
+    def stop(self) -> None:
+        """Cancel what still runs (the group's owner awaits them)."""
+        self.group = None
+        for task in self.running.values():
+            task.cancel()
+
+
+@dataclass(kw_only=True)
 class PastCache:
     """The run as of one event, rebuilt once per ``(run, seq)`` (a journal only grows, so
     what it was at a seq never changes) and kept for the next reader. One rebuild at a
@@ -132,6 +180,7 @@ class Inspector:
     env: Environment
     keepalive_seconds: float
     past: PastCache
+    background: Background
     drawings: dict[str, Drawing] = field(default_factory=dict)
     """run -> the drawing of its last snapshot: computed once for every stream of it."""
 
