@@ -123,7 +123,7 @@ def test_a_session_expires() -> None:
             self.cookies = {"lk_session": sid}
             self.headers: dict[str, str] = {}
 
-    sid = auth.new_session()
+    sid, _ = auth.new_session()
     assert auth.is_operator(Req(sid))  # type: ignore[arg-type]
     now[0] += 59
     assert auth.is_operator(Req(sid))  # type: ignore[arg-type]
@@ -308,3 +308,26 @@ def test_the_operator_resumes_and_forks_from_the_page(server: Served) -> None:
         csrf = csrf_of(anonymous, "/login")
         refused = anonymous.post(f"/runs/{run_id}/fork", data={"csrf": csrf, "at": "2"})
         assert refused.status_code == 403
+
+
+def test_a_planted_csrf_cookie_is_replaced_at_sign_in(server: Served) -> None:
+    """A page on another port of this host can set a ``lk_csrf`` cookie for it (cookies
+    do not keep ports apart). Signing in mints a new token; the planted one no longer
+    passes for the session."""
+    run_id, _ = make_run(server.db, "lk_testapps:gate")
+    planted = "planted-by-another-port-0123456789"
+    with server.client() as http:
+        http.cookies.set("lk_csrf", planted)
+        assert csrf_of(http, "/login") == planted  # before sign-in: the cookie's token
+        signed = http.post("/login", data={"csrf": planted, "token": OPERATOR_TOKEN})
+        assert signed.status_code == 303
+        minted = signed.cookies.get("lk_csrf")
+        assert minted and minted != planted
+        http.cookies.set("lk_csrf", planted)  # planted again, after sign-in
+        refused = http.post(f"/runs/{run_id}/cancel", data={"csrf": planted})
+        assert refused.status_code == 403
+        assert status_of(server.db, run_id) is RunStatus.WAITING
+        assert csrf_of(http, f"/runs/{run_id}") == minted  # the pages carry the session's
+        done = http.post(f"/runs/{run_id}/cancel", data={"csrf": minted})
+        assert done.status_code == 303, done.text
+        assert status_of(server.db, run_id) is RunStatus.CANCELLED

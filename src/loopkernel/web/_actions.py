@@ -13,7 +13,7 @@ from starlette.responses import RedirectResponse, Response
 
 from loopkernel.errors import ApprovalRefused, LoopKernelError, RunHeld
 from loopkernel.graph import TERMINAL_RUN, RunStatus
-from loopkernel.web._auth import SESSION_COOKIE
+from loopkernel.web._auth import CSRF_COOKIE, SESSION_COOKIE
 from loopkernel.web._state import Inspector, Refused, inspector_of, run_id_of
 
 __all__ = ["cancel", "decide", "fork", "login", "login_page", "logout", "resume"]
@@ -176,13 +176,17 @@ async def login(request: Request) -> Response:
     ok = isinstance(target, str) and target.startswith("/") and target[1:2] not in "/\\"
     target = target if ok and isinstance(target, str) else "/"
     response = RedirectResponse(target, status_code=303)
-    response.set_cookie(
-        SESSION_COOKIE,
-        auth.new_session(),
-        max_age=int(auth.session_seconds),
-        httponly=True,
-        samesite="strict",
-    )
+    sid, csrf = auth.new_session()
+    secure = request.url.scheme == "https"
+    for name, value in ((SESSION_COOKIE, sid), (CSRF_COOKIE, csrf)):
+        response.set_cookie(
+            name,
+            value,
+            max_age=int(auth.session_seconds),
+            httponly=True,
+            samesite="strict",
+            secure=secure,
+        )
     return response
 
 

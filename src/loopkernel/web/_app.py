@@ -188,6 +188,8 @@ class _Headers:
                     (b"referrer-policy", b"same-origin"),
                     (b"x-frame-options", b"DENY"),
                 ]
+                if scope.get("scheme") == "https":  # only a browser that came over TLS
+                    message["headers"].append((b"strict-transport-security", b"max-age=31536000"))
                 if not static:
                     message["headers"] = [
                         (k, v) for k, v in message["headers"] if k.lower() != b"cache-control"

@@ -185,7 +185,11 @@ class Inspector:
     """run -> the drawing of its last snapshot: computed once for every stream of it."""
 
     def render(self, request: Request, name: str, code: int = 200, **ctx: Any) -> HTMLResponse:
-        csrf = request.cookies.get(CSRF_COOKIE) or secrets.token_urlsafe(24)
+        csrf = (
+            self.auth.session_csrf(request)
+            or request.cookies.get(CSRF_COOKIE)
+            or secrets.token_urlsafe(24)
+        )
         ctx.update(
             csrf=csrf,
             operator=self.auth.is_operator(request),
@@ -194,7 +198,8 @@ class Inspector:
         )
         response = HTMLResponse(self.env.get_template(name).render(**ctx), status_code=code)
         if request.cookies.get(CSRF_COOKIE) != csrf:
-            response.set_cookie(CSRF_COOKIE, csrf, httponly=True, samesite="strict")
+            secure = request.url.scheme == "https"
+            response.set_cookie(CSRF_COOKIE, csrf, httponly=True, samesite="strict", secure=secure)
         return response
 
     def fragment(self, name: str, **ctx: Any) -> str:
