@@ -6,7 +6,8 @@ committed event reach every viewer, and does one heavy page hold up the others?
 
 Everything goes through a real ``loopkernel serve`` subprocess. The "run" is a writer
 subprocess appending its journal through a store of its own, in steps of ``--batch``
-events (as an executor commits a step), stamping the time each commit returns:
+events each followed by their (empty) patches (as an executor journals a step and its
+planner answers it), stamping the time each event commit returns:
 
 - **watched / unwatched**: the writer's wall time with ``--viewers`` live streams of its
   run open, against the same writer with none (goal <= 1.1x);
@@ -41,9 +42,9 @@ import httpx
 
 from bench._results import write_results
 from bench.web import big_run, run_async, serve, stop
-from loopkernel.graph import EventKind
+from loopkernel.graph import Delta, EventKind
 from loopkernel.ids import RunId
-from loopkernel.store import NewEvent, open_store
+from loopkernel.store import NewEvent, PatchRecord, open_store
 
 
 async def _write(db: str, run_id: str, events: int, batch: int) -> dict[str, Any]:
@@ -64,6 +65,10 @@ async def _write(db: str, run_id: str, events: int, batch: int) -> dict[str, Any
             for ev in out:
                 commits[ev.seq] = now
             done += len(out)
+            # and planned, as the kernel plans every event it journals (empty patches)
+            await store.commit_patches(
+                rid, [PatchRecord(event_seq=e.seq, ops=[]) for e in out], Delta()
+            )
         return {"wall_s": time.perf_counter() - t0, "commits": commits}
     finally:
         await store.close()

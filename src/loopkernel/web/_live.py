@@ -76,6 +76,9 @@ MIN_GAP = 0.1
 RESEND_WINDOW = 64
 """On reconnect, patches of this many events before ``Last-Event-ID`` are sent again: a
 patch committed while the browser was away replaces the placeholder it still shows."""
+PENDING_KEPT = 4 * RESEND_WINDOW
+"""Unplanned rows a stream waits for the patch of, at most (the newest): events nobody
+plans (a store-level writer's) cost a stream nothing past that."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -218,10 +221,9 @@ class Hub:
         return self.recent[bisect.bisect_right(self.recent, seq, key=lambda e: e.seq) :]
 
     def patches_after(self, seq: int) -> dict[int, PatchRecord] | None:
-        """The patches answering events after ``seq``; ``None`` when some are not held."""
-        if seq < self.floor:
-            return None
-        return {s: p for s, p in self.recent_patches.items() if s > seq}
+        """The patches answering events after ``seq`` (event seq -> patch, the hub's own
+        map: read it, never change it); ``None`` when some are not held."""
+        return None if seq < self.floor else self.recent_patches
 
     def _note(self, ev: Event) -> None:
         self._seen = ev.seq
@@ -386,6 +388,8 @@ async def stream(
                             hub.rows[(ev.seq, p is not None)] = row
                     yield row
                     sent = hub.positions[wake] = ev.seq
+                if len(pending) > PENDING_KEPT:  # the newest: a kernel plans in seq order
+                    pending = set(sorted(pending)[-PENDING_KEPT:])
                 first = not sent_parts
                 delta = render.state(snap, sent_parts)
                 if delta or first:  # the first one even if empty: the page is current
