@@ -196,6 +196,7 @@ def test_a_signed_in_operator_approves_a_require_token_run(server: Served) -> No
         http.post("/login", data={"csrf": csrf, "token": OPERATOR_TOKEN, "next": "/"})
         page = http.get(f"/runs/{run_id}").text
         assert 'name="token"' not in page and 'class="decide"' in page
+        csrf = csrf_of(http, f"/runs/{run_id}")  # the session's, minted at sign-in
         ok = http.post(
             f"/runs/{run_id}/tasks/gate/decide", data={"csrf": csrf, "decision": "approve"}
         )
