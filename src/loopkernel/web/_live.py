@@ -327,6 +327,35 @@ def digest(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
+async def _journal_since(
+    client: Client, hub: Hub, sent: int, floor: int
+) -> tuple[list[Event], dict[int, float], dict[int, PatchRecord], bool]:
+    """The events after ``sent`` with their times, the patches of the events after
+    ``floor``, and whether they are the hub's (shared by every stream); a stream behind
+    the hub's window reads them from the store for itself (catching up)."""
+    held = hub.since(sent)
+    patches = hub.patches_after(floor)
+    if held is not None and patches is not None:
+        return held, hub.recent_times, patches, True
+    events = await client.events(hub.run_id, after=sent)
+    times = await client.event_times(hub.run_id, max(0, sent - 1)) if events else {}
+    found = await client.patches(hub.run_id, after=floor)
+    return events, times, {p.event_seq: p for p in found}, False
+
+
+def _row_message(
+    hub: Hub | None, render: Renderers, ev: Event, p: PatchRecord | None, times: dict[int, float]
+) -> str:
+    """The ``journal`` message of one event: rendered once per hub when ``hub`` is given."""
+    key = (ev.seq, p is not None)
+    found = None if hub is None else hub.rows.get(key)
+    if found is None:
+        found = _message("journal", {"seq": ev.seq, "html": render.row(ev, p, times)}, seq=ev.seq)
+        if hub is not None:
+            hub.rows[key] = found
+    return found
+
+
 async def stream(
     client: Client,
     watcher: Watcher,
@@ -360,16 +389,7 @@ async def stream(
             if snap.version != seen_version:
                 seen_version = snap.version
                 floor = min(pending, default=sent + 1) - 1
-                held = hub.since(sent)
-                patches = hub.patches_after(floor)
-                if held is None or patches is None:  # behind the hub's window: catch up
-                    events = await client.events(run_id, after=sent)
-                    times = await client.event_times(run_id, max(0, sent - 1)) if events else {}
-                    found = await client.patches(run_id, after=floor)
-                    patches = {p.event_seq: p for p in found}
-                    shared = False
-                else:
-                    events, times, shared = held, hub.recent_times, True
+                events, times, patches, shared = await _journal_since(client, hub, sent, floor)
                 for seq in sorted(pending):
                     if seq in patches:
                         pending.discard(seq)
@@ -379,14 +399,7 @@ async def stream(
                     p = patches.get(ev.seq)
                     if p is None and ev.kind is not EventKind.RUN_FINISHED:
                         pending.add(ev.seq)
-                    row = hub.rows.get((ev.seq, p is not None)) if shared else None
-                    if row is None:
-                        row = _message(
-                            "journal", {"seq": ev.seq, "html": render.row(ev, p, times)}, seq=ev.seq
-                        )
-                        if shared:
-                            hub.rows[(ev.seq, p is not None)] = row
-                    yield row
+                    yield _row_message(hub if shared else None, render, ev, p, times)
                     sent = hub.positions[wake] = ev.seq
                 if len(pending) > PENDING_KEPT:  # the newest: a kernel plans in seq order
                     pending = set(sorted(pending)[-PENDING_KEPT:])
