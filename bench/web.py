@@ -175,7 +175,7 @@ def live_update_bytes(db: str, url: str, run_id: str, tasks: int, updates: int) 
     }
 
 
-def serve(db: str, tmp: Path) -> tuple[subprocess.Popen[str], str]:
+def serve(db: str, tmp: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
     token_file = tmp / "token"
     token_file.write_text(TOKEN)
     proc = subprocess.Popen(
@@ -190,6 +190,7 @@ def serve(db: str, tmp: Path) -> tuple[subprocess.Popen[str], str]:
             "0",
             "--token-file",
             str(token_file),
+            *extra,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

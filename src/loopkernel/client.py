@@ -641,7 +641,9 @@ class Client:
         origin = await self.store.origin(rid)
         if at is not None:
             past = await self._as_of(rid, at)
-            dump = dump_of_state(past.state, past.effects)
+            # Off the event loop: on a long run this is seconds of work that would hold
+            # every other request of a server (the inspector's /at/SEQ) behind it.
+            dump = await asyncio.to_thread(dump_of_state, past.state, past.effects)
             info = replace(
                 past.info, status=past.state.status, verdict=past.state.verdict, last_seq=at
             )
@@ -721,7 +723,8 @@ class Client:
         patches = tuple(p for p in await self.store.patches(rid) if p.event_seq <= at)
         final = (await self.store.load_run(rid)).state
         results = {t.task_id: t.result for t in final.tasks.values()}
-        state = state_at(
+        state = await asyncio.to_thread(
+            state_at,
             run_id=rid,
             app=info.app,
             params=info.params,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from pathlib import Path
 
 import httpx
@@ -122,7 +123,7 @@ def test_a_session_expires() -> None:
             self.cookies = {"lk_session": sid}
             self.headers: dict[str, str] = {}
 
-    sid = auth.new_session()
+    sid, _ = auth.new_session()
     assert auth.is_operator(Req(sid))  # type: ignore[arg-type]
     now[0] += 59
     assert auth.is_operator(Req(sid))  # type: ignore[arg-type]
@@ -195,6 +196,7 @@ def test_a_signed_in_operator_approves_a_require_token_run(server: Served) -> No
         http.post("/login", data={"csrf": csrf, "token": OPERATOR_TOKEN, "next": "/"})
         page = http.get(f"/runs/{run_id}").text
         assert 'name="token"' not in page and 'class="decide"' in page
+        csrf = csrf_of(http, f"/runs/{run_id}")  # the session's, minted at sign-in
         ok = http.post(
             f"/runs/{run_id}/tasks/gate/decide", data={"csrf": csrf, "decision": "approve"}
         )
@@ -281,20 +283,52 @@ def test_a_source_lists_its_forks_and_long_values_link_to_all_of_them(server: Se
         assert "into the run" in task and 'class="k-task_completed"' in task
 
 
+def finished(db: str, run_id: str) -> None:
+    """Wait (at most 60 s) for the run the server executes in the background to succeed."""
+    deadline = time.monotonic() + 60
+    while (status := status_of(db, run_id)) is not RunStatus.SUCCEEDED:
+        assert time.monotonic() < deadline, status
+        time.sleep(0.1)
+
+
 def test_the_operator_resumes_and_forks_from_the_page(server: Served) -> None:
     run_id, _ = make_run(server.db, "speculation", "fast", execute=False)
     with server.client(headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"}) as http:
         done = http.post(f"/runs/{run_id}/resume")
         assert done.status_code == 303
-        assert "resumed: the run is succeeded" in http.get(done.headers["location"]).text
-        assert status_of(server.db, run_id) is RunStatus.SUCCEEDED
+        assert "resumed: the run goes on here" in http.get(done.headers["location"]).text
+        finished(server.db, run_id)
         again = http.post(f"/runs/{run_id}/fork", data={"at": "2", "execute": "1"})
         assert again.status_code == 303
         forked = again.headers["location"].split("/runs/", 1)[1].split("?", 1)[0]
-        assert forked != run_id and status_of(server.db, forked) is RunStatus.SUCCEEDED
+        assert forked != run_id
+        finished(server.db, forked)
         assert f"forked from {run_id} at event #2" in http.get(again.headers["location"]).text
         assert http.post(f"/runs/{run_id}/fork", data={"at": "999"}).status_code == 400
     with server.client() as anonymous:
         csrf = csrf_of(anonymous, "/login")
         refused = anonymous.post(f"/runs/{run_id}/fork", data={"csrf": csrf, "at": "2"})
         assert refused.status_code == 403
+
+
+def test_a_planted_csrf_cookie_is_replaced_at_sign_in(server: Served) -> None:
+    """A page on another port of this host can set a ``lk_csrf`` cookie for it (cookies
+    do not keep ports apart). Signing in mints a new token; the planted one no longer
+    passes for the session."""
+    run_id, _ = make_run(server.db, "lk_testapps:gate")
+    planted = "planted-by-another-port-0123456789"
+    with server.client() as http:
+        http.cookies.set("lk_csrf", planted)
+        assert csrf_of(http, "/login") == planted  # before sign-in: the cookie's token
+        signed = http.post("/login", data={"csrf": planted, "token": OPERATOR_TOKEN})
+        assert signed.status_code == 303
+        minted = signed.cookies.get("lk_csrf")
+        assert minted and minted != planted
+        http.cookies.set("lk_csrf", planted)  # planted again, after sign-in
+        refused = http.post(f"/runs/{run_id}/cancel", data={"csrf": planted})
+        assert refused.status_code == 403
+        assert status_of(server.db, run_id) is RunStatus.WAITING
+        assert csrf_of(http, f"/runs/{run_id}") == minted  # the pages carry the session's
+        done = http.post(f"/runs/{run_id}/cancel", data={"csrf": minted})
+        assert done.status_code == 303, done.text
+        assert status_of(server.db, run_id) is RunStatus.CANCELLED

@@ -297,15 +297,21 @@ def test_operator_signs_in_and_cancels_a_waiting_run(server: Served) -> None:
         refused = http.post("/login", data={"csrf": csrf, "token": "wrong", "next": "/"})
         assert refused.status_code == 403
         for elsewhere in ("//evil.example/", "/\\evil.example/", "https://evil.example/"):
+            csrf = csrf_of(http, "/login")  # each sign-in mints the next one
             away = http.post(
                 "/login", data={"csrf": csrf, "token": OPERATOR_TOKEN, "next": elsewhere}
             )
             assert away.status_code == 303 and away.headers["location"] == "/"
+        csrf = csrf_of(http, "/login")
         signed = http.post("/login", data={"csrf": csrf, "token": OPERATOR_TOKEN, "next": "/"})
         assert signed.status_code == 303 and "lk_session" in signed.headers["set-cookie"]
         assert OPERATOR_TOKEN not in signed.headers["set-cookie"]
         page = http.get(f"/runs/{run_id}")
         assert 'name="token"' not in page.text  # signed in: no token field
+        assert csrf_of(http, f"/runs/{run_id}") != csrf  # minted at sign-in, not adopted
+        stale = http.post(f"/runs/{run_id}/cancel", data={"csrf": csrf, "reason": "x"})
+        assert stale.status_code == 403  # the token from before sign-in is spent
+        csrf = csrf_of(http, f"/runs/{run_id}")
         done = http.post(f"/runs/{run_id}/cancel", data={"csrf": csrf, "reason": "not today"})
         assert done.status_code == 303
         # like `loopkernel cancel`: a waiting run is finished at once, and offers nothing

@@ -9,10 +9,15 @@
 - A **run's approval token** (printed once by ``loopkernel run``) authorizes writes to
   that run only; it is typed into the form and checked by the client API against the
   stored hash. Hashes are never sent to a browser.
-- **CSRF**: every form carries the value of the ``lk_csrf`` cookie (SameSite=Strict) and a
-  POST is refused unless both are present and equal, and its ``Origin``, when sent, is the
-  server's own. A POST with a valid ``Authorization: Bearer`` needs no CSRF token: a
-  browser never adds that header to a cross-site request by itself.
+- **CSRF**: every form carries a token and a POST is refused unless it is the expected
+  one and its ``Origin``, when sent, is the server's own. Signed in, the token is the
+  session's, minted by the server at sign-in (a ``lk_csrf`` cookie planted by a page on
+  another port of this host is replaced then, and never accepted for the session);
+  before, it is the ``lk_csrf`` cookie's (SameSite=Strict). Cookies are ``Secure`` when
+  the request came over HTTPS (directly, or through a proxy uvicorn trusts, whose
+  ``X-Forwarded-Proto`` says so), and the answer then carries HSTS. A POST with a valid
+  ``Authorization: Bearer`` needs no CSRF token: a browser never adds that header to a
+  cross-site request by itself.
 - **Notices** shown after an action travel in the redirect's URL signed with a key of this
   process: a ``?notice=`` that the server did not write is not shown.
 """
@@ -46,18 +51,29 @@ class Auth:
     """How long a sign-in lasts."""
     clock: Callable[[], float] = time.monotonic
     _key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
-    _sessions: dict[str, float] = field(default_factory=dict)
-    """Session id -> when it expires (``clock`` time)."""
+    _sessions: dict[str, tuple[float, str]] = field(default_factory=dict)
+    """Session id -> when it expires (``clock`` time) and its CSRF token."""
 
-    def new_session(self) -> str:
-        """A fresh session for one sign-in: its cookie value."""
+    def new_session(self) -> tuple[str, str]:
+        """A fresh session for one sign-in: its cookie value and its CSRF token, minted
+        here (never the ``lk_csrf`` cookie the browser came with: a page on another port
+        of this host may have planted that one)."""
         now = self.clock()
-        for sid, until in list(self._sessions.items()):  # forget the expired ones
+        for sid, (until, _) in list(self._sessions.items()):  # forget the expired ones
             if until <= now:
                 del self._sessions[sid]
         sid = secrets.token_urlsafe(32)
-        self._sessions[sid] = now + self.session_seconds
-        return sid
+        csrf = secrets.token_urlsafe(24)
+        self._sessions[sid] = (now + self.session_seconds, csrf)
+        return sid, csrf
+
+    def session_csrf(self, request: Request) -> str | None:
+        """The CSRF token of the request's live session, if it has one."""
+        sid = request.cookies.get(SESSION_COOKIE)
+        found = None if sid is None else self._sessions.get(sid)
+        if found is None or found[0] <= self.clock():
+            return None
+        return found[1]
 
     def end_session(self, request: Request) -> None:
         """Revoke the request's session (sign out)."""
@@ -67,10 +83,10 @@ class Auth:
 
     def session_ok(self, request: Request) -> bool:
         sid = request.cookies.get(SESSION_COOKIE)
-        until = None if sid is None else self._sessions.get(sid)
-        if until is None:
+        found = None if sid is None else self._sessions.get(sid)
+        if found is None:
             return False
-        if until <= self.clock():
+        if found[0] <= self.clock():
             self._sessions.pop(sid or "", None)
             return False
         return True
@@ -99,10 +115,11 @@ class Auth:
     def may_read(self, request: Request) -> bool:
         return not self.require_for_reads or self.is_operator(request)
 
-    @staticmethod
-    def csrf_ok(request: Request, submitted: str | None) -> bool:
-        cookie = request.cookies.get(CSRF_COOKIE)
-        if not cookie or not submitted or not hmac.compare_digest(cookie, submitted):
+    def csrf_ok(self, request: Request, submitted: str | None) -> bool:
+        """The form's token is the session's (signed in), else the ``lk_csrf`` cookie's;
+        and the ``Origin``, when sent, is this server."""
+        expected = self.session_csrf(request) or request.cookies.get(CSRF_COOKIE)
+        if not expected or not submitted or not hmac.compare_digest(expected, submitted):
             return False
         origin = request.headers.get("origin")
         if origin is None:  # not every browser sends it on a same-origin form post

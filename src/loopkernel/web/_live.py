@@ -10,6 +10,17 @@ version and set the ``asyncio.Event`` of each of its subscribers. N open pages o
 cost one read per change, not N; a run that did not change costs two small reads per poll
 and wakes nobody.
 
+The hub also keeps the run's **recent journal** (the events its streams still need, and
+at least the last ``RING``; at most ``RING_MAX``), their commit times and the patches
+answering them, and each journal row rendered once: every stream of
+the run takes its new events, times, patches and row HTML from there, so a change costs
+one journal read and one render however many pages watch it, and a viewer adds no work
+to the store's thread (which the run itself writes through). Only a stream that fell
+behind the window (a browser back after a long absence) reads the store for itself,
+once, to catch up from its last seq; it never holds the others back. A hub refreshes at
+most every ``Watcher.min_gap`` seconds, so a run that commits hundreds of events a second is
+read in batches, not once per commit.
+
 Streams share no lock and no condition: each waits on its own event, so a stream that is
 cancelled (its browser went away) touches nothing another stream waits on, and a hub
 whose refresh fails is skipped (and retried) without holding up the others.
@@ -37,10 +48,12 @@ is answered 503 with ``Retry-After``.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import hashlib
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -53,9 +66,19 @@ __all__ = ["Hub", "Renderers", "Snapshot", "Watcher", "stream"]
 log = logging.getLogger("loopkernel.web")
 
 KEEPALIVE_SECONDS = 15.0
+RING = 2048
+"""Events of a run a hub keeps for its streams (with their times, patches and rows) once
+every stream has sent them."""
+RING_MAX = 50_000
+"""Events a hub keeps at most: a stream further behind catches up by itself."""
+MIN_GAP = 0.1
+"""A hub reads its run at most this often (seconds)."""
 RESEND_WINDOW = 64
 """On reconnect, patches of this many events before ``Last-Event-ID`` are sent again: a
 patch committed while the browser was away replaces the placeholder it still shows."""
+PENDING_KEPT = 4 * RESEND_WINDOW
+"""Unplanned rows a stream waits for the patch of, at most (the newest): events nobody
+plans (a store-level writer's) cost a stream nothing past that."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -105,6 +128,19 @@ class Hub:
     _asks: dict[str, tuple[int, dict[str, JSON]]] = field(default_factory=dict)
     """task -> (wait epoch, call) of its latest approval_required event with a call."""
     _cancel: bool = False
+    recent: list[Event] = field(default_factory=list)
+    """The run's last events (at most ``2 * RING``), in seq order: every one after
+    ``floor``."""
+    floor: int = 0
+    """Every event after this seq is in ``recent``."""
+    recent_times: dict[int, float] = field(default_factory=dict)
+    """seq -> commit time, for ``recent`` and the event before it."""
+    recent_patches: dict[int, PatchRecord] = field(default_factory=dict)
+    """event seq -> the patch answering it, for the events after ``floor``."""
+    rows: dict[tuple[int, bool], str] = field(default_factory=dict)
+    """(seq, planned) -> the journal row's HTML, rendered once for every stream."""
+    positions: dict[asyncio.Event, int] = field(default_factory=dict)
+    """Each subscriber -> the last seq it sent: the window keeps what some still need."""
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Only the refresh of this one run holds it (the watcher, or a stream's first read)."""
 
@@ -116,12 +152,12 @@ class Hub:
             new = await self.client.patches(self.run_id, after=self._planned)
             if new:
                 self._planned = max(p.event_seq for p in new)
+                self.recent_patches.update((p.event_seq, p) for p in new)
             counts = tuple(sorted(info.task_counts.items()))
             key = (info.status, info.updated_at, info.last_seq, counts, self._planned)
             if key == self._key and self.snapshot is not None:
                 return False
-            for ev in await self.client.events(self.run_id, after=self._seen):
-                self._note(ev)
+            await self._read_journal()
             state = await self.client.graph(self.run_id)
             times = await self.client.task_times(self.run_id)
             self._key = key
@@ -155,6 +191,40 @@ class Hub:
             wake.set()
         return True
 
+    async def _read_journal(self) -> None:
+        """The events journaled since the last read, with their times, into the window."""
+        events = await self.client.events(self.run_id, after=self._seen)
+        if not events:
+            return
+        for ev in events:
+            self._note(ev)
+        since = max(0, events[0].seq - 2)  # and the one before: a row shows the gap
+        self.recent_times.update(await self.client.event_times(self.run_id, since))
+        self.recent += events
+        if len(self.recent) > 2 * RING:
+            # Drop what every stream sent (but keep RING), and past RING_MAX drop anyway:
+            # a burst of events is read once and shared, however many watch it.
+            needed = min(self.positions.values(), default=self._seen)
+            keep = max(RING, self._seen - needed)
+            del self.recent[: -min(keep, RING_MAX)]
+        if self.floor < self.recent[0].seq - 1:
+            self.floor = self.recent[0].seq - 1
+            low = self.floor
+            self.recent_times = {s: t for s, t in self.recent_times.items() if s >= low}
+            self.recent_patches = {s: p for s, p in self.recent_patches.items() if s > low}
+            self.rows = {k: v for k, v in self.rows.items() if k[0] > low}
+
+    def since(self, seq: int) -> list[Event] | None:
+        """The events after ``seq`` this hub holds; ``None`` when some are not held."""
+        if seq < self.floor:
+            return None
+        return self.recent[bisect.bisect_right(self.recent, seq, key=lambda e: e.seq) :]
+
+    def patches_after(self, seq: int) -> dict[int, PatchRecord] | None:
+        """The patches answering events after ``seq`` (event seq -> patch, the hub's own
+        map: read it, never change it); ``None`` when some are not held."""
+        return None if seq < self.floor else self.recent_patches
+
     def _note(self, ev: Event) -> None:
         self._seen = ev.seq
         if ev.kind is EventKind.LATE_RESULT_DISCARDED and ev.task_id is not None:
@@ -181,6 +251,8 @@ class Watcher:
     client: Client
     poll_seconds: float = 1.0
     """Longest wait for a wake-up before every hub checks its run anyway."""
+    min_gap: float = MIN_GAP
+    """Shortest time between two rounds of refreshes: a busy run is read in batches."""
     max_streams: int = 64
     active: int = 0
     """Open streams (slots taken)."""
@@ -217,10 +289,13 @@ class Watcher:
 
     async def _watch(self) -> None:
         while True:
+            began = time.monotonic()
             try:
                 await self.client.wait_for_journal(self.poll_seconds)
             except Exception:  # the store is unreachable for now: poll until it is back
                 await asyncio.sleep(self.poll_seconds)
+            if (rest := began + self.min_gap - time.monotonic()) > 0:
+                await asyncio.sleep(rest)
             for run_id, hub in list(self.hubs.items()):
                 if not hub.subscribers:
                     self.hubs.pop(run_id, None)
@@ -252,6 +327,35 @@ def digest(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
+async def _journal_since(
+    client: Client, hub: Hub, sent: int, floor: int
+) -> tuple[list[Event], dict[int, float], dict[int, PatchRecord], bool]:
+    """The events after ``sent`` with their times, the patches of the events after
+    ``floor``, and whether they are the hub's (shared by every stream); a stream behind
+    the hub's window reads them from the store for itself (catching up)."""
+    held = hub.since(sent)
+    patches = hub.patches_after(floor)
+    if held is not None and patches is not None:
+        return held, hub.recent_times, patches, True
+    events = await client.events(hub.run_id, after=sent)
+    times = await client.event_times(hub.run_id, max(0, sent - 1)) if events else {}
+    found = await client.patches(hub.run_id, after=floor)
+    return events, times, {p.event_seq: p for p in found}, False
+
+
+def _row_message(
+    hub: Hub | None, render: Renderers, ev: Event, p: PatchRecord | None, times: dict[int, float]
+) -> str:
+    """The ``journal`` message of one event: rendered once per hub when ``hub`` is given."""
+    key = (ev.seq, p is not None)
+    found = None if hub is None else hub.rows.get(key)
+    if found is None:
+        found = _message("journal", {"seq": ev.seq, "html": render.row(ev, p, times)}, seq=ev.seq)
+        if hub is not None:
+            hub.rows[key] = found
+    return found
+
+
 async def stream(
     client: Client,
     watcher: Watcher,
@@ -268,6 +372,7 @@ async def stream(
     hub = watcher.hub(run_id)
     wake = asyncio.Event()
     hub.subscribers.add(wake)
+    hub.positions[wake] = after
     watcher.start()
     try:
         yield f"retry: 1000\n\n: keepalive every {keepalive_seconds:g} s\n\n"
@@ -283,10 +388,8 @@ async def stream(
             assert snap is not None
             if snap.version != seen_version:
                 seen_version = snap.version
-                events = await client.events(run_id, after=sent)
-                times = await client.event_times(run_id, max(0, sent - 1)) if events else {}
                 floor = min(pending, default=sent + 1) - 1
-                patches = {p.event_seq: p for p in await client.patches(run_id, after=floor)}
+                events, times, patches, shared = await _journal_since(client, hub, sent, floor)
                 for seq in sorted(pending):
                     if seq in patches:
                         pending.discard(seq)
@@ -296,9 +399,10 @@ async def stream(
                     p = patches.get(ev.seq)
                     if p is None and ev.kind is not EventKind.RUN_FINISHED:
                         pending.add(ev.seq)
-                    html = render.row(ev, p, times)
-                    yield _message("journal", {"seq": ev.seq, "html": html}, seq=ev.seq)
-                    sent = ev.seq
+                    yield _row_message(hub if shared else None, render, ev, p, times)
+                    sent = hub.positions[wake] = ev.seq
+                if len(pending) > PENDING_KEPT:  # the newest: a kernel plans in seq order
+                    pending = set(sorted(pending)[-PENDING_KEPT:])
                 first = not sent_parts
                 delta = render.state(snap, sent_parts)
                 if delta or first:  # the first one even if empty: the page is current
@@ -315,3 +419,4 @@ async def stream(
                 yield _message("keepalive", {"version": seen_version})
     finally:
         hub.subscribers.discard(wake)
+        hub.positions.pop(wake, None)

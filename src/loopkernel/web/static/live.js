@@ -19,6 +19,29 @@
     setTimeout(poll, 3000);
   }
 
+  // Durations that move while a run runs ("running for", "waiting for"): the server
+  // renders each with the epoch it counts from and its own clock's now; this page counts
+  // on from there (by the server's clock, whatever this machine's says).
+  function duration(s) {
+    if (s < 1) return Math.round(s * 1000) + " ms";
+    if (s < 60) return s.toFixed(1) + " s";
+    s = Math.floor(s);
+    if (s < 3600) return Math.floor(s / 60) + "m " + (s % 60) + "s";
+    return Math.floor(s / 3600) + "h " + Math.floor((s % 3600) / 60) + "m";
+  }
+  var skew = null;  // server now - this machine's now, seconds
+  function tick() {
+    var clocks = document.querySelectorAll("[data-since]");
+    for (var i = 0; i < clocks.length; i++) {
+      var el = clocks[i];
+      var now = parseFloat(el.getAttribute("data-now"));
+      if (skew === null && !isNaN(now)) skew = now - Date.now() / 1000;
+      var since = parseFloat(el.getAttribute("data-since"));
+      if (!isNaN(since)) el.textContent = duration(Math.max(0, Date.now() / 1000 + (skew || 0) - since));
+    }
+  }
+  if (document.querySelector("[data-since]")) setInterval(tick, 1000);
+
   var root = document.querySelector("[data-live]");
   if (!root || !window.EventSource) return;
   var journal = document.getElementById("journal");
@@ -29,6 +52,7 @@
   var source = null;
   var lastMessage = Date.now();
   var ended = false;
+  var JOURNAL_WINDOW = parseInt(root.getAttribute("data-window") || "500", 10);
 
   function fill(id, html) {
     var el = document.getElementById(id);
@@ -69,6 +93,10 @@
         return;
       }
       journal.insertAdjacentHTML("beforeend", msg.html);
+      // The live journal keeps a window: the oldest rows leave the DOM (the full
+      // journal is ?journal=all, and the download).
+      var over = journal.children.length - JOURNAL_WINDOW;
+      for (; over > 0; over--) journal.removeChild(journal.firstElementChild);
       var row = document.getElementById("ev-" + msg.seq);
       if (row) row.classList.add("fresh");
       // a reconnect goes on from the last row this page has

@@ -1,0 +1,202 @@
+"""The inspector's write endpoints: decide, cancel, resume, fork, sign in and out. Each is
+a module-level function over ``app.state.inspector``; every one checks CSRF and
+authority before it touches a run."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from loopkernel.client import parse_payload
+from loopkernel.errors import ApprovalRefused, LoopKernelError, RunHeld, UsageError
+from loopkernel.graph import TERMINAL_RUN, RunStatus
+from loopkernel.web._auth import CSRF_COOKIE, SESSION_COOKIE
+from loopkernel.web._state import Inspector, Refused, inspector_of, run_id_of
+
+__all__ = ["cancel", "decide", "fork", "login", "login_page", "logout", "resume"]
+
+
+async def authorized_form(
+    lk: Inspector, request: Request, run_id: str
+) -> tuple[FormData, str | None]:
+    """The posted form, once CSRF and authority are checked; with the run's approval
+    token when that is what authorized it (``None``: the operator did)."""
+    auth = lk.auth
+    form = await request.form()
+    if auth.is_bearer(request):  # a script: no browser sends this header cross-site
+        return form, None
+    csrf = form.get("csrf")
+    if not auth.csrf_ok(request, csrf if isinstance(csrf, str) else None):
+        raise Refused(403, "this form is stale or came from another site; reload the page")
+    if auth.is_operator(request):
+        return form, None
+    raw = form.get("token")
+    token = raw.strip() if isinstance(raw, str) else ""
+    if auth.is_operator_token(token):
+        return form, None
+    if token and await lk.client.check_token(run_id, token):
+        return form, token
+    raise Refused(403, "refused: that is neither the operator token nor this run's token")
+
+
+def answered_by(lk: Inspector, request: Request) -> dict[str, str]:
+    """What the inspector knows of who answers: how they came, from which address."""
+    via = "web API, Bearer" if lk.auth.is_bearer(request) else "web inspector"
+    host = request.client.host if request.client is not None else None
+    return {"via": via} if host is None else {"via": via, "address": host}
+
+
+async def decide(request: Request) -> Response:
+    lk = inspector_of(request)
+    run_id = run_id_of(request)
+    task_id = request.path_params["task_id"]
+    try:
+        form, token = await authorized_form(lk, request, run_id)
+        decision = form.get("decision")
+        if decision not in ("approve", "reject"):
+            raise Refused(400, "decision must be approve or reject")
+        raw = form.get("payload")
+        text = raw.strip() if isinstance(raw, str) else ""
+        try:  # the value door (loopkernel.graph.door): a refusal is a 400, nothing journaled
+            payload = parse_payload(text) if text else None
+        except UsageError as exc:
+            raise Refused(400, f"the payload is refused: {exc}") from None
+        snap = await lk.snapshot_of(run_id)
+        if snap.cancel_requested:
+            raise Refused(409, "refused: a cancel of this run is journaled; it stops")
+        verdict: Literal["approve", "reject"] = "approve" if decision == "approve" else "reject"
+        who = answered_by(lk, request)
+        if token is None:  # the operator: the server checked the authority
+            event = await lk.client.decide_as_operator(
+                run_id, task_id, verdict, payload=payload, by=who
+            )
+        else:
+            event = await lk.client.decide(
+                run_id, task_id, verdict, payload=payload, token=token, by=who
+            )
+    except Refused as exc:
+        return lk.render(request, "error.html", exc.status, message=exc.message, back=run_id)
+    except ApprovalRefused as exc:
+        return lk.render(request, "error.html", 409, message=str(exc), back=run_id)
+    return lk.back_to(run_id, f"{decision} journaled for {task_id} (event #{event.seq})")
+
+
+async def cancel(request: Request) -> Response:
+    lk = inspector_of(request)
+    run_id = run_id_of(request)
+    try:
+        form, token = await authorized_form(lk, request, run_id)
+        raw = form.get("reason")
+        reason = (raw.strip() if isinstance(raw, str) else "") or "cancelled from the inspector"
+        info = await lk.client.info(run_id)
+        if info.status in TERMINAL_RUN:
+            raise Refused(409, f"run {run_id} is already {info.status.value}")
+        # Like the CLI: a waiting run (nobody executes it) is finished here and now.
+        try:
+            status = await lk.client.cancel(run_id, reason, token=token, local=token is None)
+        except RunHeld:
+            status = RunStatus.RUNNING
+    except Refused as exc:
+        return lk.render(request, "error.html", exc.status, message=exc.message, back=run_id)
+    except LoopKernelError as exc:
+        return lk.render(request, "error.html", 409, message=str(exc), back=run_id)
+    if status is RunStatus.CANCELLED:
+        return lk.back_to(run_id, "cancelled")
+    return lk.back_to(run_id, "cancel journaled; the run's executor stops it")
+
+
+async def resume(request: Request) -> Response:
+    """Execute a stopped run here, as ``loopkernel resume`` does (operator only): in the
+    background, answered at once; the run page follows it live."""
+    lk = inspector_of(request)
+    run_id = run_id_of(request)
+    try:
+        _, token = await authorized_form(lk, request, run_id)
+        if token is not None:
+            raise Refused(403, "resuming a run needs the operator token")
+        info = await lk.client.info(run_id)
+        if info.status in TERMINAL_RUN:
+            raise Refused(409, f"run {run_id} is already {info.status.value}")
+        lk.background.start(run_id)
+    except Refused as exc:
+        return lk.render(request, "error.html", exc.status, message=exc.message, back=run_id)
+    except LoopKernelError as exc:
+        return lk.render(request, "error.html", 409, message=str(exc), back=run_id)
+    return lk.back_to(run_id, "resumed: the run goes on here, in the background")
+
+
+async def fork(request: Request) -> Response:
+    """A new run from this one's journal up to an event (``loopkernel fork``); with
+    ``execute`` it is executed in the background at once."""
+    lk = inspector_of(request)
+    run_id = run_id_of(request)
+    try:
+        form, token = await authorized_form(lk, request, run_id)
+        if token is not None:
+            raise Refused(403, "forking a run needs the operator token")
+        raw = form.get("at")
+        try:
+            at = int(raw) if isinstance(raw, str) else 0
+        except ValueError:
+            raise Refused(400, "at must be an event seq") from None
+        info = await lk.client.info(run_id)
+        if not 0 < at <= info.last_seq:
+            raise Refused(400, f"the run has no event #{at}")
+        started = await lk.client.fork(run_id, at=at)
+        if form.get("execute"):
+            lk.background.start(started.run_id)
+    except Refused as exc:
+        return lk.render(request, "error.html", exc.status, message=exc.message, back=run_id)
+    except LoopKernelError as exc:
+        return lk.render(request, "error.html", 409, message=str(exc), back=run_id)
+    return lk.back_to(started.run_id, f"forked from {run_id} at event #{at}")
+
+
+async def login_page(request: Request) -> Response:
+    lk = inspector_of(request)
+    return lk.render(request, "login.html", next=request.query_params.get("next", "/"))
+
+
+async def login(request: Request) -> Response:
+    lk = inspector_of(request)
+    auth = lk.auth
+    form = await request.form()
+    csrf = form.get("csrf")
+    if not auth.csrf_ok(request, csrf if isinstance(csrf, str) else None):
+        return lk.render(request, "error.html", 403, message="this form is stale; reload the page")
+    token = form.get("token")
+    if not auth.is_operator_token(token if isinstance(token, str) else None):
+        return lk.render(request, "login.html", 403, next="/", error="wrong token")
+    target = form.get("next")
+    # Only a path on this server: never "//host" or "/\\host", which browsers treat as
+    # another site.
+    ok = isinstance(target, str) and target.startswith("/") and target[1:2] not in "/\\"
+    target = target if ok and isinstance(target, str) else "/"
+    response = RedirectResponse(target, status_code=303)
+    sid, csrf = auth.new_session()
+    secure = request.url.scheme == "https"
+    for name, value in ((SESSION_COOKIE, sid), (CSRF_COOKIE, csrf)):
+        response.set_cookie(
+            name,
+            value,
+            max_age=int(auth.session_seconds),
+            httponly=True,
+            samesite="strict",
+            secure=secure,
+        )
+    return response
+
+
+async def logout(request: Request) -> Response:
+    lk = inspector_of(request)
+    form = await request.form()
+    csrf = form.get("csrf")
+    if not lk.auth.csrf_ok(request, csrf if isinstance(csrf, str) else None):
+        return lk.render(request, "error.html", 403, message="this form is stale; reload the page")
+    lk.auth.end_session(request)
+    response = RedirectResponse("/", status_code=303)
+    response.delete_cookie(SESSION_COOKIE)
+    return response

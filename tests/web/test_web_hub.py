@@ -1,0 +1,129 @@
+"""One reader per run, many viewers: twenty streams of one run cost one journal read and
+one render per change, get the same bytes, and a stream that fell behind the hub's
+window catches up from its last seq, losing and doubling nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from lk_web import make_run, run_async
+from loopkernel.client import Client
+from loopkernel.graph import EventKind
+from loopkernel.ids import RunId
+from loopkernel.store import NewEvent
+from loopkernel.web import _live
+from loopkernel.web._live import Renderers, Watcher, stream
+
+VIEWERS = 20
+
+
+def _counted(client: Client, calls: Counter[str]) -> None:
+    """Count the client's journal reads (the real ones run underneath)."""
+    for name in ("events", "event_times", "patches"):
+        real = getattr(client, name)
+
+        async def counted(*args: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
+            calls[_name] += 1
+            return await _real(*args, **kw)
+
+        setattr(client, name, counted)
+
+
+async def _append(client: Client, run_id: str, n: int) -> int:
+    news = [NewEvent(kind=EventKind.TOOL_RESTARTED, data={"n": i}) for i in range(n)]
+    return (await client.store.append_events(RunId(run_id), news))[-1].seq
+
+
+async def _follow(messages: Any, until: int) -> list[str]:
+    """The journal messages of one stream until the one of seq ``until``."""
+    got: list[str] = []
+    async for message in messages:
+        if "event: journal" in message:
+            got.append(message)
+            if message.startswith(f"id: {until}\n"):
+                return got
+    raise AssertionError("the stream ended early")
+
+
+def _renderers(renders: Counter[str]) -> Renderers:
+    def row(ev: Any, p: Any, times: Any) -> str:
+        renders["row"] += 1
+        return f"<tr id='ev-{ev.seq}'><td>{ev.kind.value}</td></tr>"
+
+    return Renderers(row=row, patch=lambda seq, p: "", state=lambda snap, sent: {})
+
+
+def test_many_viewers_of_one_run_cost_one_read_per_change(db_path: Path) -> None:
+    run_id, _ = make_run(db_path, "lk_testapps:gate")  # waiting: nobody else writes
+
+    async def go() -> None:
+        async with Client(str(db_path)) as client:
+            last = (await client.info(run_id)).last_seq
+            calls: Counter[str] = Counter()
+            renders: Counter[str] = Counter()
+            _counted(client, calls)
+            watcher = Watcher(client=client, poll_seconds=0.05, max_streams=VIEWERS)
+            streams = [
+                stream(client, watcher, run_id, last, _renderers(renders), keepalive_seconds=30)
+                for _ in range(VIEWERS)
+            ]
+            for s in streams:  # each opens: the retry line, then the state it starts from
+                assert (await anext(s)).startswith("retry:")
+                while "event: state" not in await anext(s):
+                    pass  # the patches of the events before ``after``, sent again
+            calls.clear()
+            end = await _append(client, run_id, 5)
+            try:
+                async with asyncio.timeout(30):
+                    seen = await asyncio.gather(*(_follow(s, end) for s in streams))
+            finally:
+                for s in streams:
+                    await s.aclose()
+                await watcher.stop()
+            assert all(len(one) == 5 for one in seen)
+            assert all(one == seen[0] for one in seen)  # the same bytes to every viewer
+            assert [m.split("\n", 1)[0] for m in seen[0]] == [
+                f"id: {s}" for s in range(last + 1, end + 1)
+            ]
+            assert renders["row"] == 5, renders  # each row rendered once, not once a viewer
+            # The hub's reads, however many viewers: a few rounds, never one per stream.
+            assert calls["events"] <= 3 and calls["event_times"] <= 3, calls
+
+    run_async(go())
+
+
+def test_a_viewer_behind_the_window_catches_up_from_its_last_seq(
+    db_path: Path, monkeypatch: Any
+) -> None:
+    monkeypatch.setattr(_live, "RING", 4)
+    run_id, _ = make_run(db_path, "lk_testapps:gate")
+
+    async def go() -> None:
+        async with Client(str(db_path)) as client:
+            first = (await client.info(run_id)).last_seq
+            renders: Counter[str] = Counter()
+            watcher = Watcher(client=client, poll_seconds=0.05, max_streams=2)
+            ahead = stream(client, watcher, run_id, first, _renderers(renders))
+            assert (await anext(ahead)).startswith("retry:")
+            middle = await _append(client, run_id, 12)  # past 2 * RING, but needed by one
+            behind = stream(client, watcher, run_id, first, _renderers(renders))
+            try:
+                async with asyncio.timeout(30):
+                    await _follow(ahead, middle)
+                    hub = watcher.hubs[run_id]
+                    assert hub.since(first) is not None  # kept while a stream needed them
+                    end = await _append(client, run_id, 12)  # sent by every stream: dropped
+                    await _follow(ahead, end)
+                    assert hub.floor > first  # the first events left the window
+                    got = await _follow(behind, end)
+            finally:
+                await ahead.aclose()
+                await behind.aclose()
+                await watcher.stop()
+            seqs = [int(m.split("\n", 1)[0][4:]) for m in got]
+            assert seqs == list(range(first + 1, end + 1))  # none lost, none doubled
+
+    run_async(go())
