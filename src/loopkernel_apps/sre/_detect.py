@@ -448,15 +448,10 @@ def detect(
     by_name = {_meta(p["pod"]).get("name", ""): p for p in pods}
     fresh = [e for e in events if id(e) not in stale_ids]
     findings: list[Finding] = []
+    of_pod = pod_events(fresh)
     for item in pods:
         pod = item["pod"]
-        name = _meta(pod).get("name", "")
-        mine = [
-            e
-            for e in fresh
-            if e["event"].get("involvedObject", {}).get("kind") == "Pod"
-            and e["event"].get("involvedObject", {}).get("name") == name
-        ]
+        mine = of_pod.get(_meta(pod).get("name", ""), [])
         findings += _oomkilled(item["ref"], pod)
         findings += _command_not_found(item["ref"], pod)
         findings += _image_pull(item["ref"], pod, mine)
@@ -467,7 +462,7 @@ def detect(
         findings += log_detectors(
             log, owner["pod"] if owner else None, owner["ref"] if owner else None
         )
-    findings += workload_findings(pods, fresh, logs, context or {})
+    findings += workload_findings(pods, fresh, logs, context or {}, of_pod)
     return _dedupe(findings), stale + _stale_evictions(pods, fresh)
 
 
@@ -479,15 +474,26 @@ def _stale_evictions(
     from loopkernel_apps.sre._detect_nodes import stale_evictions
 
     out = []
+    history = stale_evictions(pods, events)
     for item in pods:
         name = _meta(item["pod"]).get("name", "")
-        why = stale_evictions(pods, events).get(name)
+        why = history.get(name)
         if why is None:
             continue
         st = item["pod"].get("status", {})
         ev = {"reason": "Evicted", "message": st.get("message") or "Evicted",
               "involvedObject": {"kind": "Pod", "name": name}}  # fmt: skip
         out.append(({"ref": item["ref"], "event": ev}, why))
+    return out
+
+
+def pod_events(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The events whose involved object is a Pod, by pod name, in their order (one pass)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for e in events:
+        obj = e["event"].get("involvedObject", {})
+        if obj.get("kind") == "Pod":
+            out.setdefault(str(obj.get("name", "")), []).append(e)
     return out
 
 

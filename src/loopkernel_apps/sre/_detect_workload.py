@@ -178,8 +178,21 @@ _PVC_SCHED = re.compile(
 )
 
 
+def claim_warnings(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The ``Warning`` events of each PersistentVolumeClaim, by claim name (one pass)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for e in events:
+        obj = e["event"].get("involvedObject", {})
+        if obj.get("kind") == "PersistentVolumeClaim" and e["event"].get("type") == "Warning":
+            out.setdefault(str(obj.get("name")), []).append(e)
+    return out
+
+
 def _pvc_unbound(
-    item: dict[str, Any], mine: list[dict[str, Any]], events: list[dict[str, Any]]
+    item: dict[str, Any],
+    mine: list[dict[str, Any]],
+    events: list[dict[str, Any]],
+    of_claim: dict[str, list[dict[str, Any]]],
 ) -> Iterator[Finding]:
     pod, ref = item["pod"], item["ref"]
     if pod.get("status", {}).get("phase") != "Pending":
@@ -191,13 +204,7 @@ def _pvc_unbound(
          and _PVC_SCHED.search(str(e["event"].get("message")))), None,
     )  # fmt: skip
     for claim in claims:
-        claim_events = [
-            e
-            for e in events
-            if e["event"].get("involvedObject", {}).get("kind") == "PersistentVolumeClaim"
-            and e["event"].get("involvedObject", {}).get("name") == claim
-            and e["event"].get("type") == "Warning"
-        ]
+        claim_events = of_claim.get(claim, [])
         if not claim_events and sched is None:
             continue
         src = claim_events[-1] if claim_events else sched
@@ -484,24 +491,22 @@ def workload_findings(
     events: list[dict[str, Any]],
     logs: list[dict[str, Any]],
     context: dict[str, list[dict[str, Any]]],
+    of_pod: dict[str, list[dict[str, Any]]],
 ) -> list[Finding]:
-    """The findings of this module's detectors (``events``: the fresh ones only)."""
+    """The findings of this module's detectors (``events``: the fresh ones only;
+    ``of_pod``: the same events of each pod, by pod name)."""
     by_name = {_meta(p["pod"]).get("name", ""): p for p in pods}
     by_log = {(lg["pod"], lg["container"], bool(lg.get("previous"))): lg for lg in logs}
     nodes = _data(context, "node_capacity")
     stale = stale_evictions(pods, events)
     out: list[Finding] = []
+    with_claims = events + _claim_events(context)
+    of_claim = claim_warnings(with_claims)
     for item in pods:
-        name = _meta(item["pod"]).get("name", "")
-        mine = [
-            e
-            for e in events
-            if e["event"].get("involvedObject", {}).get("kind") == "Pod"
-            and e["event"].get("involvedObject", {}).get("name") == name
-        ]
+        mine = of_pod.get(_meta(item["pod"]).get("name", ""), [])
         out += _init_container(item, by_log)
         out += _create_config_error(item, mine)
-        out += _pvc_unbound(item, mine, events + _claim_events(context))
+        out += _pvc_unbound(item, mine, with_claims, of_claim)
         out += _taint_untolerated(item, mine, nodes)
         out += _evicted(item, nodes, stale)
         out += _node_not_ready(item, mine, nodes)

@@ -31,6 +31,7 @@ import itertools
 import json
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -571,14 +572,10 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
 
 def _pod_count(ns: Namespace, kind: str, name: str) -> int:
     """How many pods of the namespace a workload owns (a Deployment through its ReplicaSets)."""
-    owners = {name}
+    index = _owner_index(ns)
     if kind == "deployments":
-        owners = {
-            str(_meta(rs).get("name"))
-            for rs in ns.items("replicasets")
-            if _owner(rs) == ("Deployment", name)
-        }
-    return sum(1 for p in ns.items("pods") if (_owner(p) or ("", ""))[1] in owners)
+        return sum(index.pods_of.get(rs, 0) for rs in index.replicasets_of.get(name, ()))
+    return index.pods_of.get(name, 0)
 
 
 def _workload(ns: Namespace, owner: tuple[str, str] | None) -> str | None:
@@ -586,11 +583,43 @@ def _workload(ns: Namespace, owner: tuple[str, str] | None) -> str | None:
     if owner is None:
         return None
     if owner[0] == "ReplicaSet":
-        for rs in ns.items("replicasets"):
-            if _meta(rs).get("name") == owner[1]:
-                top = _owner(rs)
-                return top[1] if top else owner[1]
+        return _owner_index(ns).top.get(owner[1], owner[1])
     return owner[1]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _OwnerIndex:
+    """Who owns what in one namespace, built once (the triage stays linear in its size)."""
+
+    top: dict[str, str]
+    """A ReplicaSet's name -> its Deployment's (or itself when it has no owner)."""
+    replicasets_of: dict[str, tuple[str, ...]]
+    """A Deployment's name -> its ReplicaSets' names."""
+    pods_of: dict[str, int]
+    """An owner's name -> how many pods it owns."""
+
+
+def _owner_index(ns: Namespace) -> _OwnerIndex:
+    held = ns.derived.get("owners")
+    if isinstance(held, _OwnerIndex):
+        return held
+    top: dict[str, str] = {}
+    of_dep: dict[str, list[str]] = {}
+    for rs in ns.items("replicasets"):
+        name, up = str(_meta(rs).get("name")), _owner(rs)
+        top[name] = up[1] if up else name
+        if up and up[0] == "Deployment":
+            of_dep.setdefault(up[1], []).append(name)
+    pods_of: dict[str, int] = {}
+    for p in ns.items("pods"):
+        up = _owner(p)
+        if up:
+            pods_of[up[1]] = pods_of.get(up[1], 0) + 1
+    index = _OwnerIndex(
+        top=top, replicasets_of={k: tuple(v) for k, v in of_dep.items()}, pods_of=pods_of
+    )
+    ns.derived["owners"] = index
+    return index
 
 
 def main(argv: Sequence[str] | None = None) -> int:
