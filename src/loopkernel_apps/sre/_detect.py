@@ -28,7 +28,9 @@ from loopkernel_apps.sre._detect_logs import (
     log_detectors,
     log_request_errors,
 )
+from loopkernel_apps.sre._detect_vocab import vocab_findings
 from loopkernel_apps.sre._finding import Finding, _containers, _meta, _refs, _same, _statuses
+from loopkernel_apps.sre._sched import ClauseKind, decisive, parse
 
 __all__ = [
     "BASE_SCORE",
@@ -66,6 +68,10 @@ DETECTORS = (
     "job_deadline",
     "hpa_at_max",
     "failed_create",
+    "exit_completed",
+    "exec_format_error",
+    "failed_mount",
+    "multi_attach",
 )
 
 BASE_SCORE = {
@@ -90,6 +96,10 @@ BASE_SCORE = {
     "upstream_unavailable": 78,
     "probe_failure": 70,
     "crash_log_reason": 60,
+    "exit_completed": 90,
+    "exec_format_error": 95,
+    "failed_mount": 95,
+    "multi_attach": 95,
 }
 """How decisive each detector's observation is: a status the kubelet wrote beats a log
 line the program wrote, and a specific log line beats the generic last fatal line."""
@@ -320,18 +330,24 @@ def _image_pull(
         )
 
 
-_INSUFFICIENT = re.compile(r"Insufficient ([\w/-]+(?:\.[\w/-]+)*)")
-_PVC_MSG = re.compile(r"(?i)unbound (?:immediate )?PersistentVolumeClaims|persistentvolumeclaim \"")
-_TAINT_MSG = re.compile(r"untolerated taint")
-_AFFINITY_MSG = re.compile(
-    r"\d+ node\(s\) didn't match (?:Pod's )?node (?:affinity/selector|selector)"
-)
 
 
-def _unschedulable(
+_SCHEDULE_TEXT = {
+    ClauseKind.ANTI_AFFINITY: "its pod anti-affinity rules leave no node for it",
+    ClauseKind.POD_AFFINITY: "no node runs the pods its pod affinity asks to be next to",
+    ClauseKind.TOPOLOGY_SPREAD: "its topology spread constraints leave no node for it",
+    ClauseKind.VOLUME_NODE_AFFINITY: "its volume can only be attached in another zone",
+    ClauseKind.CORDONED: "the nodes it could run on are cordoned",
+    ClauseKind.PORTS: "no node has the host port it asks for free",
+    ClauseKind.TOO_MANY_PODS: "the nodes hold their maximum number of pods",
+    ClauseKind.VOLUME_LIMIT: "the nodes hold their maximum number of volumes",
+}
+
+
+def _scheduling_message(
     ref: str | None, pod: dict[str, Any], events: list[dict[str, Any]]
-) -> Iterator[Finding]:
-    name = _meta(pod).get("name", "")
+) -> tuple[str, str | None, int]:
+    """The latest FailedScheduling message (event, else the PodScheduled condition)."""
     message, msg_ref, count = "", ref, 1
     for cond in pod.get("status", {}).get("conditions", []) or []:
         if cond.get("type") == "PodScheduled" and cond.get("reason") == "Unschedulable":
@@ -340,11 +356,27 @@ def _unschedulable(
         if item["event"].get("reason") == "FailedScheduling":
             message = str(item["event"].get("message") or message)
             msg_ref, count = item["ref"] or ref, int(item["event"].get("count") or 1)
-    if not message or _PVC_MSG.search(message):
+    return message, msg_ref, count
+
+
+def _unschedulable(
+    ref: str | None, pod: dict[str, Any], events: list[dict[str, Any]]
+) -> Iterator[Finding]:
+    name = _meta(pod).get("name", "")
+    message, msg_ref, count = _scheduling_message(ref, pod, events)
+    if not message or pod.get("spec", {}).get("nodeName"):
         return
-    resources = sorted(set(_INSUFFICIENT.findall(message)))
-    if not resources and _TAINT_MSG.search(message):
-        return  # taint_untolerated says which taint
+    best, aside = decisive(message, pod)
+    _, clauses = parse(message)
+    if best is None or best.kind in (ClauseKind.TAINT, ClauseKind.OTHER):
+        return  # taint_untolerated says which taint; an unknown clause is not verified
+    if any(c.kind is ClauseKind.UNBOUND_CLAIM for c in clauses):
+        return  # pvc_unbound
+    resources = sorted(
+        {c.subject for c in clauses if c.kind is ClauseKind.INSUFFICIENT}
+        if best.kind is ClauseKind.INSUFFICIENT
+        else set()
+    )
     requests = {}
     for c in pod.get("spec", {}).get("containers", []):
         for r in resources:
@@ -354,14 +386,18 @@ def _unschedulable(
     asked = ", ".join(f"{k} requests {v}" for k, v in sorted(requests.items()))
     short = ", ".join(f"Insufficient {r}" for r in resources) or "no node fits"
     text = f"Pod {name} cannot be scheduled ({short}): {asked or 'no requests found'}."
-    quote = f"Insufficient {resources[0]}" if resources else message[:80]
-    affinity = _AFFINITY_MSG.search(message)
-    if affinity and not resources:
+    quote = f"Insufficient {resources[0]}" if resources else best.text
+    if best.kind is ClauseKind.NODE_SELECTOR:
         spec = pod.get("spec", {})
         sel = ",".join(f"{k}={v}" for k, v in sorted((spec.get("nodeSelector") or {}).items()))
         wants = f"node selector {sel}" if sel else "node affinity"
-        text = f"Pod {name} cannot be scheduled: no node matches its {wants} ({affinity.group(0)})."
-        quote = affinity.group(0)
+        text = f"Pod {name} cannot be scheduled: no node matches its {wants} ({best.text})."
+    elif best.kind in _SCHEDULE_TEXT:
+        text = f"Pod {name} cannot be scheduled: {_SCHEDULE_TEXT[best.kind]} ({best.text})."
+    if aside:
+        text += " Set aside: " + "; ".join(
+            f"{c.text} (nodes this pod does not belong on)" for c in aside
+        ) + "."
     yield Finding(
         detector="unschedulable",
         pod=name,
@@ -375,7 +411,9 @@ def _unschedulable(
             "message": message,
             "requests": requests,
             "resources": resources,
-            "affinity": bool(affinity and not resources),
+            "clause": str(best.kind),
+            "affinity": best.kind is ClauseKind.NODE_SELECTOR,
+            "reason": "FailedScheduling",
         },
     )
 
@@ -457,6 +495,12 @@ def detect(
         findings += _image_pull(item["ref"], pod, mine)
         findings += _unschedulable(item["ref"], pod, mine)
         findings += _probe_failure(item["ref"], pod, mine)
+    logs_of: dict[str, list[dict[str, Any]]] = {}
+    for log in logs:
+        logs_of.setdefault(str(log["pod"]), []).append(log)
+    for item in pods:
+        name = _meta(item["pod"]).get("name", "")
+        findings += vocab_findings(item, of_pod.get(name, []), logs_of.get(name, []))
     for log in logs:
         owner = by_name.get(log["pod"])
         findings += log_detectors(

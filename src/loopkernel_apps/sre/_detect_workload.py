@@ -31,6 +31,7 @@ from loopkernel_apps.sre._detect import _EXEC_NOT_FOUND
 from loopkernel_apps.sre._detect_logs import _log_lines, decisive_line
 from loopkernel_apps.sre._detect_nodes import _evicted, _node_not_ready, stale_evictions
 from loopkernel_apps.sre._finding import Finding, _meta, _refs, _same, _unhealthy
+from loopkernel_apps.sre._sched import ClauseKind, decisive
 
 __all__ = ["FAILURE", "HOST", "workload_findings"]
 
@@ -231,28 +232,22 @@ def _pvc_unbound(
         return
 
 
-_TAINT = re.compile(r"(\d+) node\(s\) had (?:untolerated taint|taint) \{([^}]+)\}")
-
-
 def _taint_untolerated(
     item: dict[str, Any], mine: list[dict[str, Any]], nodes: list[dict[str, Any]]
 ) -> Iterator[Finding]:
     pod, ref = item["pod"], item["ref"]
     name = _meta(pod).get("name", "")
-    tolerated = {t.get("key") for t in pod.get("spec", {}).get("tolerations", []) or []}
+    if pod.get("spec", {}).get("nodeName"):
+        return  # scheduled since: the FailedScheduling is history
     for e in reversed(mine):
         ev = e["event"]
         msg = str(ev.get("message") or "")
-        if ev.get("reason") != "FailedScheduling" or not _TAINT.search(msg):
+        if ev.get("reason") != "FailedScheduling":
             continue
-        taints = []
-        for count, taint in _TAINT.findall(msg):
-            key = taint.split(":", 1)[0].strip()
-            if key not in tolerated:
-                taints.append((int(count), taint.strip(), key))
-        if not taints:
+        best, _ = decisive(msg, pod)
+        if best is None or best.kind is not ClauseKind.TAINT:
             return
-        count, taint, key = taints[0]
+        count, taint, key = best.count, best.subject, best.taint_key
         on, node_refs = [], []
         for n in nodes:
             for node in n["data"].get("nodes", []):
@@ -273,8 +268,9 @@ def _taint_untolerated(
             identifiers=(key,),
             refs=_refs(e["ref"], *_same(mine, ev), ref, *node_refs),
             weight=int(ev.get("count") or 1),
-            extra={"taint": taint, "key": key, "nodes": sorted(set(on))},
-        )
+            extra={"taint": taint, "key": key, "nodes": sorted(set(on)),
+                   "reason": "FailedScheduling"},
+        )  # fmt: skip
         return
 
 

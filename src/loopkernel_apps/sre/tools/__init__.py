@@ -38,6 +38,7 @@ from typing import Any
 from loopkernel import JSON, ToolError
 from loopkernel.tools import CallInfo, ToolDefs, ToolHost, ToolSource, load_tool_defs
 from loopkernel_apps.sre._detect import detect, stale_events
+from loopkernel_apps.sre._detect_nodes import dump_now
 from loopkernel_apps.sre._dump import Dump, Namespace, load_dump
 from loopkernel_apps.sre._redact import redact, secret_values
 from loopkernel_apps.sre.tools import _workload as _wl
@@ -224,14 +225,18 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
                     continue  # an init container that completed
                 state = next(iter(s.get("state") or {"unknown": {}}))
                 reason = ((s.get("state") or {}).get(state) or {}).get("reason")
-                last = ((s.get("lastState") or {}).get("terminated") or {}).get("reason")
+                last_term = (s.get("lastState") or {}).get("terminated") or {}
                 containers.append(
                     {
                         "name": s.get("name"),
                         "restarts": s.get("restartCount", 0),
                         "state": state,
                         "reason": reason,
-                        "last_reason": last,
+                        "last_reason": last_term.get("reason"),
+                        "ready": bool(s.get("ready")),
+                        "started": ((s.get("state") or {}).get("running") or {}).get("startedAt"),
+                        "last_finished": last_term.get("finishedAt"),
+                        "last_exit": last_term.get("exitCode"),
                         **({"init": True} if s.get("name") in init_names else {}),
                     }
                 )
@@ -314,6 +319,7 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
             "findings": [f.to_json() for f in findings],
             "stale": len(stale),
             "pods": len(pods),
+            "now": dump_now(pods, events),
         }
         return scope.result(f"triage {namespace}", "\n".join(lines), data)
 

@@ -1,0 +1,214 @@
+"""The vocabulary table: a test per row, a coverage test, and the scheduler's clauses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from loopkernel_apps.sre._detect import DETECTORS, detect, rank
+from loopkernel_apps.sre._remedy import NEXT, REMEDY
+from loopkernel_apps.sre._sched import ClauseKind, decisive, parse
+from loopkernel_apps.sre._vocab import Row, Source, fill, match, slots
+from loopkernel_apps.sre._vocab_rows import ROWS, default_reason
+
+
+def _id(row: Row) -> str:
+    return f"{row.reason}-{row.detector}-{ROWS.index(row)}"
+
+
+@pytest.mark.parametrize("row", ROWS, ids=_id)
+def test_row_reads_its_documented_message(row: Row) -> None:
+    assert row.detector in DETECTORS
+    found = match(row, row.example)
+    assert found is not None, f"{row.reason}: no shape reads {row.example!r}"
+    if row.shapes:
+        assert found["quote"] in row.example
+        # every variable the fact names comes from the shape, the pod or the container
+        known = set(found) | {"container", "pod"}
+        assert set(slots(row.fact)) <= known, row.fact
+    if row.remedy:
+        assert fill(row.remedy, {**found, "container": "api", "image": "reg/api:1"}) is not None
+
+
+def test_coverage_every_detector_has_a_row_and_every_row_a_detector() -> None:
+    fed = {r.detector for r in ROWS}
+    assert fed == set(DETECTORS), set(DETECTORS) ^ fed
+    assert all(r.example for r in ROWS)
+    for d in DETECTORS:
+        assert d in NEXT and d in REMEDY, d
+    sources = {r.source for r in ROWS}
+    assert sources == set(Source)
+    events = [r for r in ROWS if r.source is Source.EVENT]
+    assert {"Normal", "Warning"} <= {r.event_type for r in events}
+
+
+def test_a_template_with_an_empty_slot_is_not_offered() -> None:
+    assert fill("Create {kind} {name}", {"kind": "Secret", "name": ""}) is None
+    assert fill("Create {kind} {name}", {"kind": "Secret", "name": "?"}) is None
+    assert fill("Create {kind} {name}", {"kind": "Secret", "name": "tls"}) == "Create Secret tls"
+
+
+def test_default_reason_comes_from_the_table() -> None:
+    assert default_reason("oomkilled") == "OOMKilled"
+    assert default_reason("failed_mount") == "ContainerCreating"
+    assert default_reason("multi_attach") == "FailedAttachVolume"
+
+
+# -- the scheduler's clauses ---------------------------------------------------------------
+
+MIXED = (
+    "0/3 nodes are available: 1 node(s) had untolerated taint "
+    "{node-role.kubernetes.io/control-plane: }, 2 node(s) didn't match pod anti-affinity rules. "
+    "preemption: 0/3 nodes are available: 1 Preemption is not helpful for scheduling, "
+    "2 No preemption victims found for incoming pod."
+)
+
+
+def test_every_clause_of_a_multi_reason_message_is_parsed() -> None:
+    total, clauses = parse(MIXED)
+    assert total == 3
+    assert [(c.count, c.kind) for c in clauses] == [
+        (1, ClauseKind.TAINT),
+        (2, ClauseKind.ANTI_AFFINITY),
+    ]
+    assert clauses[0].taint_key == "node-role.kubernetes.io/control-plane"
+    old = (
+        "0/4 nodes are available: 1 node(s) had taint {node-role.kubernetes.io/master: }, "
+        "that the pod didn't tolerate, 3 Insufficient cpu."
+    )
+    _, clauses = parse(old)
+    assert [(c.count, c.kind, c.subject) for c in clauses] == [
+        (1, ClauseKind.TAINT, "node-role.kubernetes.io/master:"),
+        (3, ClauseKind.INSUFFICIENT, "cpu"),
+    ]
+
+
+def test_a_control_plane_taint_is_never_the_cause_for_an_application() -> None:
+    app: dict[str, Any] = {"spec": {"tolerations": []}}
+    best, aside = decisive(MIXED, app)
+    assert best is not None and best.kind is ClauseKind.ANTI_AFFINITY
+    assert [c.kind for c in aside] == [ClauseKind.TAINT]
+    only_cp = (
+        "0/1 nodes are available: 1 node(s) had untolerated taint "
+        "{node-role.kubernetes.io/control-plane: }."
+    )
+    assert decisive(only_cp, app)[0] is None
+    tolerant = {"spec": {"tolerations": [{"key": "workload", "operator": "Exists"}]}}
+    batch = "0/3 nodes are available: 3 node(s) had untolerated taint {workload: batch}."
+    assert decisive(batch, tolerant)[0] is None
+    got = decisive(batch, app)[0]
+    assert got is not None and got.kind is ClauseKind.TAINT and got.taint_key == "workload"
+
+
+def _pending(name: str = "web-1", **spec: Any) -> dict[str, Any]:
+    return {
+        "ref": "E1",
+        "pod": {
+            "metadata": {"name": name, "uid": "u1", "creationTimestamp": "2026-11-30T09:00:00Z"},
+            "spec": {"containers": [{"name": "web", "image": "reg/web:1"}], **spec},
+            "status": {"phase": "Pending"},
+        },
+    }
+
+
+def _event(reason: str, message: str, *, kind: str = "Pod", name: str = "web-1") -> dict[str, Any]:
+    return {
+        "ref": "E2",
+        "event": {
+            "involvedObject": {"kind": kind, "name": name, "uid": "u1"},
+            "reason": reason,
+            "message": message,
+            "type": "Warning",
+            "count": 3,
+            "lastTimestamp": "2026-11-30T09:10:00Z",
+        },
+    }
+
+
+def _found(pods: list[Any], events: list[Any], logs: list[Any] | None = None) -> list[Any]:
+    findings, _ = detect(pods, events, logs or [])
+    return [f for f, _, _ in rank(findings, set())]
+
+
+def test_anti_affinity_is_stated_not_the_control_plane_taint() -> None:
+    found = _found([_pending()], [_event("FailedScheduling", MIXED)])
+    assert [f.detector for f in found] == ["unschedulable"]
+    assert "anti-affinity" in found[0].text
+    assert found[0].extra["clause"] == "pod_anti_affinity"
+    remedy = REMEDY["unschedulable"]
+    assert "{schedule_fix}" in remedy
+
+
+def test_failed_mount_of_a_missing_secret_is_verified_on_the_current_pod() -> None:
+    msg = 'MountVolume.SetUp failed for volume "tls" : secret "api-tls" not found'
+    pod = _pending()
+    pod["pod"]["status"]["containerStatuses"] = [
+        {"name": "web", "state": {"waiting": {"reason": "ContainerCreating"}}, "restartCount": 0}
+    ]
+    found = _found([pod], [_event("FailedMount", msg)])
+    assert [f.detector for f in found] == ["failed_mount"]
+    f = found[0]
+    assert f.extra["kind"] == "Secret" and f.extra["name"] == "api-tls"
+    assert f.extra["remedy"].startswith("Create Secret api-tls")
+    # started since: the event is history
+    pod["pod"]["status"] = {"phase": "Running", "containerStatuses": [
+        {"name": "web", "state": {"running": {}}, "ready": True}]}  # fmt: skip
+    assert not _found([pod], [_event("FailedMount", msg)])
+
+
+def test_multi_attach_names_the_volume() -> None:
+    msg = 'Multi-Attach error for volume "pvc-9f1" Volume is already used by pod(s) db-7c9-abc'
+    found = _found([_pending()], [_event("FailedAttachVolume", msg)])
+    assert [f.detector for f in found] == ["multi_attach"]
+    assert found[0].extra["volume"] == "pvc-9f1"
+    assert "ReadWriteOnce" in found[0].extra["remedy"]
+
+
+def _looping(last: dict[str, Any], owner: str = "ReplicaSet") -> dict[str, Any]:
+    return {
+        "ref": "E1",
+        "pod": {
+            "metadata": {
+                "name": "worker-1",
+                "uid": "u1",
+                "ownerReferences": [{"kind": owner, "name": "worker-5d", "controller": True}],
+            },
+            "spec": {"containers": [{"name": "worker", "image": "reg/worker:1"}]},
+            "status": {
+                "phase": "Running",
+                "containerStatuses": [
+                    {
+                        "name": "worker",
+                        "image": "reg/worker:1",
+                        "restartCount": 6,
+                        "ready": False,
+                        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                        "lastState": {"terminated": last},
+                    }
+                ],
+            },
+        },
+    }
+
+
+def test_exit_zero_in_a_restart_loop_is_a_one_shot_command() -> None:
+    done = {"reason": "Completed", "exitCode": 0}
+    found = _found([_looping(done)], [])
+    assert [f.detector for f in found] == ["exit_completed"]
+    assert "Job" in found[0].extra["remedy"]
+    assert not _found([_looping(done, owner="Job")], [])
+
+
+def test_exec_format_error_in_the_log_is_another_architecture() -> None:
+    log = {
+        "ref": "E3",
+        "pod": "worker-1",
+        "container": "worker",
+        "previous": True,
+        "text": "exec /usr/local/bin/worker: exec format error\n",
+    }
+    found = _found([_looping({"reason": "Error", "exitCode": 1})], [], [log])
+    assert found[0].detector == "exec_format_error"
+    assert "/usr/local/bin/worker" in found[0].text
+    assert "reg/worker:1" in found[0].extra["remedy"]
