@@ -212,3 +212,47 @@ def test_exec_format_error_in_the_log_is_another_architecture() -> None:
     assert found[0].detector == "exec_format_error"
     assert "/usr/local/bin/worker" in found[0].text
     assert "reg/worker:1" in found[0].extra["remedy"]
+
+
+def test_a_deployment_scaled_to_zero_explains_the_service_without_endpoints() -> None:
+    from loopkernel_apps.sre._cause import cause_entity, explains
+
+    services = {
+        "ref": "E4",
+        "data": {
+            "services": [
+                {
+                    "name": "shop",
+                    "selector": {"app": "shop"},
+                    "matching": [],
+                    "at_zero": [{"kind": "Deployment", "name": "shop"}],
+                }
+            ]
+        },
+    }
+    scaled = _event("ScalingReplicaSet", "Scaled down replica set shop-7d9f8 to 0 from 3",
+                    kind="Deployment", name="shop")  # fmt: skip
+    scaled["event"]["type"] = "Normal"
+    findings, _ = detect([], [scaled], [], {"services": [services]})
+    assert [f.detector for f in findings] == ["scaled_to_zero"]
+    f = findings[0]
+    assert f.refs == ("E4", "E2")
+    entity = cause_entity(f, {}, "prod")
+    assert entity.to_json() == {"kind": "Deployment", "namespace": "prod", "name": "shop"}
+    assert [e.name for e in explains(f, entity, [], {}, "prod")] == ["shop"]
+    # a Service whose selector matches running pods has endpoints: nothing to say
+    services["data"]["services"][0]["at_zero"] = []
+    assert not detect([], [scaled], [], {"services": [services]})[0]
+
+
+def test_a_restart_long_ago_of_a_container_ready_since_is_history() -> None:
+    from loopkernel_apps.sre._time import recovered, recovered_pod
+
+    now = "2026-11-30T12:00:00Z"
+    old = {"name": "api", "state": "running", "ready": True, "restarts": 1,
+           "started": "2026-11-27T08:00:00Z", "last_reason": "OOMKilled"}  # fmt: skip
+    fresh = {**old, "started": "2026-11-30T11:55:00Z"}
+    assert recovered(old, now) and not recovered(fresh, now)
+    assert recovered_pod({"phase": "Running", "containers": [old]}, now)
+    assert not recovered_pod({"phase": "Running", "containers": [old, fresh]}, now)
+    assert not recovered({**old, "ready": False}, now)

@@ -108,6 +108,8 @@ def cause_entity(f: Finding, known: Mapping[str, Entity], namespace: str) -> Ent
         return obj("Service", x["service"])
     if f.detector == "hpa_at_max" and x.get("hpa"):
         return obj("HorizontalPodAutoscaler", x["hpa"])
+    if f.detector == "scaled_to_zero":
+        return obj(str(x.get("kind") or "Deployment"), x.get("object") or f.pod)
     if f.detector == "job_deadline":
         return obj("Job", x.get("job") or f.pod)
     if f.detector == "failed_create":
@@ -142,6 +144,8 @@ def explains(
     out: list[Entity] = []
     if f.detector in ("pvc_unbound", "node_not_ready", "service_no_endpoints"):
         out.append(_of_pod(f.pod, known, namespace))
+    if f.detector == "scaled_to_zero" and f.extra.get("service"):
+        out.append(Entity(kind="Service", namespace=namespace, name=str(f.extra["service"])))
     if f.detector == "hpa_at_max" and f.extra.get("target"):
         target = str(f.extra["target"])
         kind, _, name = target.rpartition("/")

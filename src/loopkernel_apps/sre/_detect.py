@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from loopkernel_apps.sre._detect_logs import (
@@ -30,6 +31,7 @@ from loopkernel_apps.sre._detect_logs import (
 )
 from loopkernel_apps.sre._detect_vocab import vocab_findings
 from loopkernel_apps.sre._finding import Finding, _containers, _meta, _refs, _same, _statuses
+from loopkernel_apps.sre._logs import read_log
 from loopkernel_apps.sre._sched import ClauseKind, decisive, parse
 
 __all__ = [
@@ -72,6 +74,7 @@ DETECTORS = (
     "exec_format_error",
     "failed_mount",
     "multi_attach",
+    "scaled_to_zero",
 )
 
 BASE_SCORE = {
@@ -100,6 +103,7 @@ BASE_SCORE = {
     "exec_format_error": 95,
     "failed_mount": 95,
     "multi_attach": 95,
+    "scaled_to_zero": 96,
 }
 """How decisive each detector's observation is: a status the kubelet wrote beats a log
 line the program wrote, and a specific log line beats the generic last fatal line."""
@@ -507,7 +511,29 @@ def detect(
             log, owner["pod"] if owner else None, owner["ref"] if owner else None
         )
     findings += workload_findings(pods, fresh, logs, context or {}, of_pod)
-    return _dedupe(findings), stale + _stale_evictions(pods, fresh)
+    return _with_log_kind(_dedupe(findings), logs), stale + _stale_evictions(pods, fresh)
+
+
+_KIND_FROM_LOG = ("crash_log_reason", "init_container", "upstream_unavailable")
+"""Detectors whose reason is the error class the log reader gives the cited log."""
+
+
+def _with_log_kind(findings: list[Finding], logs: list[dict[str, Any]]) -> list[Finding]:
+    """Each log-based finding with ``reason`` = its log's error kind (each log read once)."""
+    by_ref = {str(lg["ref"]): lg for lg in logs if lg.get("ref")}
+    kinds: dict[str, str | None] = {}
+    out = []
+    for f in findings:
+        ref = next((r for r in f.refs if r in by_ref), None)
+        if f.detector not in _KIND_FROM_LOG or ref is None or f.extra.get("reason"):
+            out.append(f)
+            continue
+        if ref not in kinds:
+            reading = read_log(str(by_ref[ref].get("text") or ""))
+            kinds[ref] = reading.kind.value if reading.kind else None
+        kind = kinds[ref]
+        out.append(replace(f, extra={**f.extra, "reason": kind}) if kind else f)
+    return out
 
 
 def _stale_evictions(

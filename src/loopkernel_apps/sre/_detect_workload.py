@@ -31,9 +31,10 @@ from loopkernel_apps.sre._detect import _EXEC_NOT_FOUND
 from loopkernel_apps.sre._detect_logs import _log_lines, decisive_line
 from loopkernel_apps.sre._detect_nodes import _evicted, _node_not_ready, stale_evictions
 from loopkernel_apps.sre._finding import Finding, _meta, _refs, _same, _unhealthy
+from loopkernel_apps.sre._logs import ErrorKind, LogReading, read_log
 from loopkernel_apps.sre._sched import ClauseKind, decisive
 
-__all__ = ["FAILURE", "HOST", "workload_findings"]
+__all__ = ["AUTH", "FAILURE", "HOST", "workload_findings"]
 
 FAILURE = re.compile(
     r"(?i)(connection refused|ECONNREFUSED|no route to host|EHOSTUNREACH|connection reset"
@@ -50,6 +51,13 @@ HOST = re.compile(
     r"|(?<![\w.])(\d{1,3}(?:\.\d{1,3}){3}:\d{2,5})"
 )
 """A dependency's address: host:port, a URL's host, ``nc``'s "HOST port N"."""
+
+AUTH = re.compile(
+    r"(?i)(authentication failed|auth(?:entication)? error|invalid (?:password|credentials)"
+    r"|access denied for user|login failed|unauthori[sz]ed|\b401\b|\b403\b|forbidden"
+    r"|permission denied for|SASL authentication|wrong password|bad credentials)"
+)
+"""A dependency that answered and refused the credentials: never "upstream unavailable"."""
 
 MIN_FAILURES = 3
 """A dependency is blamed only when it failed this often in one instance's log."""
@@ -281,8 +289,8 @@ def _failing_hosts(text: str) -> dict[str, list[str]]:
     """``{address: [lines]}``: the lines where a request to that address failed."""
     out: dict[str, list[str]] = {}
     for line in _log_lines(text):
-        if not FAILURE.search(line):
-            continue
+        if not FAILURE.search(line) or AUTH.search(line):
+            continue  # a refused credential is the client's configuration, not a down upstream
         m = HOST.search(line)
         if m is None:
             continue
@@ -291,10 +299,25 @@ def _failing_hosts(text: str) -> dict[str, list[str]]:
     return out
 
 
+def _structured_failures(text: str, reading: LogReading) -> dict[str, list[str]]:
+    """``{upstream: [lines]}`` from the structured log's runs of 5xx answers."""
+    lines = text.splitlines()
+    out: dict[str, list[str]] = {}
+    for run in reading.upstream_failures:
+        if run.count >= MIN_FAILURES and 0 < run.first_line <= len(lines):
+            first = lines[run.first_line - 1].strip()
+            out[run.upstream] = [first] + [first] * (run.count - 1)
+    return out
+
+
 def _upstream(log: dict[str, Any], pod: dict[str, Any], pod_ref: str | None) -> Iterator[Finding]:
     if not _unhealthy(pod):
         return
-    hosts = _failing_hosts(str(log.get("text") or ""))
+    text = str(log.get("text") or "")
+    reading = read_log(text, container=str(log.get("container")))
+    if reading.kind in (ErrorKind.AUTHENTICATION, ErrorKind.AUTHORIZATION):
+        return  # the dependency answered and refused the credentials: not unavailable
+    hosts = _failing_hosts(text) or _structured_failures(text, reading)
     if not hosts:
         return
     host, lines = max(hosts.items(), key=lambda kv: (len(kv[1]), kv[0]))
@@ -372,6 +395,45 @@ def _service_no_endpoints(
 
 
 # -- workload-level ----------------------------------------------------------------------------
+
+_SCALED = re.compile(r"Scaled down replica set ([\w.-]+) (?:to|from \d+ to) 0\b")
+
+
+def _scaled_to_zero(
+    services: list[dict[str, Any]], events: list[dict[str, Any]]
+) -> Iterator[Finding]:
+    """A Service with no endpoints because the workload it selects is scaled to 0, with the
+    ``ScalingReplicaSet`` event that did it when the dump still holds it."""
+    for item in services:
+        for svc in item["data"].get("services", []):
+            for z in svc.get("at_zero") or []:
+                name = str(z["name"])
+                ev = next(
+                    (
+                        e
+                        for e in reversed(events)
+                        if e["event"].get("involvedObject", {}).get("name") == name
+                        and e["event"].get("reason") == "ScalingReplicaSet"
+                        and _SCALED.search(str(e["event"].get("message")))
+                    ),
+                    None,
+                )
+                said = f" ({ev['event'].get('message')})" if ev else ""
+                text = (
+                    f"{z['kind']} {name} is scaled to 0 replicas{said}, so Service "
+                    f"{svc.get('name')} has no endpoints: nothing serves its traffic."
+                )
+                yield Finding(
+                    detector="scaled_to_zero",
+                    pod=name,
+                    container=None,
+                    text=text,
+                    quote=f"{z['kind']} {name} (spec.replicas: 0)",
+                    identifiers=(name,),
+                    refs=_refs(item["ref"], ev["ref"] if ev else None),
+                    extra={"kind": z["kind"], "object": name, "service": svc.get("name"),
+                           "reason": "ScalingReplicaSet"},
+                )  # fmt: skip
 
 
 def _job_deadline(workloads: list[dict[str, Any]]) -> Iterator[Finding]:
@@ -514,6 +576,7 @@ def workload_findings(
     out += _job_deadline(_data(context, "workload_status"))
     out += _hpa_at_max(_data(context, "autoscalers"))
     out += _failed_create(events)
+    out += _scaled_to_zero(_data(context, "services"), events)
     return out
 
 

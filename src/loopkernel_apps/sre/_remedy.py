@@ -64,6 +64,8 @@ NEXT = {
     "with the nodes' (kubectl get nodes -L kubernetes.io/arch).",
     "failed_mount": "List what the pod's volumes reference (kubectl get pod {pod} -o "
     "jsonpath='{{.spec.volumes}}') against the namespace's Secrets and ConfigMaps.",
+    "scaled_to_zero": "Check who scaled {kind_lower} {object} to 0 and why (kubectl rollout "
+    "history {kind_lower}/{object}; the audit log; an autoscaler or a GitOps tool).",
     "multi_attach": "See which pod holds the volume (kubectl get volumeattachments; kubectl "
     "get pods -o wide) and the workload's update strategy.",
 }
@@ -106,6 +108,8 @@ REMEDY = {
     "exec_format_error": "{vocab_remedy}",
     "failed_mount": "{vocab_remedy}",
     "multi_attach": "{vocab_remedy}",
+    "scaled_to_zero": "Scale {kind_lower} {object} back up (kubectl scale {kind_lower}/{object} "
+    "--replicas=N, N its usual count), and fix what set it to 0",
 }
 
 

@@ -398,6 +398,14 @@ async def plan(ctx: TaskContext) -> JSON:
                         "why": f"{w['kind']} {w['name']} has no pod to show",
                     }
                 )
+    # A Deployment or StatefulSet scaled to 0: the Services that select it have no endpoints,
+    # and its events hold the ScalingReplicaSet that did it.
+    if n == 1:
+        for w in tri.get("workloads", []):
+            if w.get("kind") in ("deployment", "statefulset") and w.get("desired") == 0:
+                why = f"{w['kind']} {w['name']} is scaled to 0"
+                wanted.append({"tool": "services", "args": {}, "why": why})
+                wanted.append({"tool": "events", "args": {"object": w["name"]}, "why": why})
     # Follow-ups from what earlier rounds found: a deployment's history names its newest
     # ReplicaSet, whose events (FailedCreate: quota, admission) explain missing pods.
     for c in prior:

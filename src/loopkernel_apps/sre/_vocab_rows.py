@@ -572,6 +572,17 @@ ROWS: tuple[Row, ...] = (
         "Recreate, or a StatefulSet with a claim per replica), or use a ReadWriteMany class",
         event_type="Warning",
     ),
+    _r(
+        "ScalingReplicaSet",
+        E,
+        "deployment-controller",
+        "scaled_to_zero",
+        "Scaled down replica set web-7d9f8 to 0 from 3",
+        "the Deployment scaled ReplicaSet {replicaset} to 0: nothing serves the Service",
+        "Scaled down replica set {replicaset} to 0",
+        "Scaled down replica set {replicaset} from {before} to 0",
+        event_type="Normal",
+    ),
     # -- events: volumes -----------------------------------------------------------------
     _r(
         "FailedBinding",
