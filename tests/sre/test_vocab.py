@@ -256,3 +256,43 @@ def test_a_restart_long_ago_of_a_container_ready_since_is_history() -> None:
     assert recovered_pod({"phase": "Running", "containers": [old]}, now)
     assert not recovered_pod({"phase": "Running", "containers": [old, fresh]}, now)
     assert not recovered({**old, "ready": False}, now)
+
+
+def _rs_pod(name: str, rs: str, h: str, phase: str, uid: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "uid": uid,
+            "labels": {"pod-template-hash": h},
+            "ownerReferences": [{"kind": "ReplicaSet", "name": rs, "controller": True}],
+        },
+        "spec": {"priorityClassName": "high" if "train" in name else None},
+        "status": {"phase": phase},
+    }
+
+
+def test_preempted_events_of_gone_pods_name_the_preemptor() -> None:
+    from loopkernel_apps.sre._preempt import preempted, preemptions
+
+    pods = [
+        _rs_pod("train-7d9f8-x2k4q", "train-7d9f8", "7d9f8", "Running", "u-train"),
+        _rs_pod("web-5c6b7-aaaaa", "web-5c6b7", "5c6b7", "Pending", "u-web2"),
+    ]
+    gone = {"kind": "Pod", "name": "web-5c6b7-zzzzz", "uid": "u-web1"}
+    events = [
+        {"involvedObject": gone, "reason": "Preempted", "type": "Normal",
+         "message": "Preempted by prod/train-7d9f8-x2k4q on node n1"},
+        {"involvedObject": {**gone, "name": "web-5c6b7-yyyyy"}, "reason": "Preempted",
+         "type": "Normal", "message": "Preempted by pod u-train on node n1"},
+    ]  # fmt: skip
+    rows = preemptions(pods, events, "prod")
+    assert [(r["preemptor_workload"], r["victim_workload"], r["current"]) for r in rows] == [
+        ("train", "web", True),
+        ("train", "web", True),
+    ]
+    (f,) = preempted([{"ref": "E1", "data": {"preemptions": rows}}])
+    assert f.pod == "train" and f.weight == 2 and "priorityClassName high" in f.text
+    # the victims run again: history
+    pods[1]["status"]["phase"] = "Running"
+    rows = preemptions(pods, events, "prod")
+    assert not list(preempted([{"ref": "E1", "data": {"preemptions": rows}}]))

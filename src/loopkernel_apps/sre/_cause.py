@@ -108,7 +108,7 @@ def cause_entity(f: Finding, known: Mapping[str, Entity], namespace: str) -> Ent
         return obj("Service", x["service"])
     if f.detector == "hpa_at_max" and x.get("hpa"):
         return obj("HorizontalPodAutoscaler", x["hpa"])
-    if f.detector == "scaled_to_zero":
+    if f.detector in ("scaled_to_zero", "preempted"):
         return obj(str(x.get("kind") or "Deployment"), x.get("object") or f.pod)
     if f.detector == "job_deadline":
         return obj("Job", x.get("job") or f.pod)
@@ -144,6 +144,8 @@ def explains(
     out: list[Entity] = []
     if f.detector in ("pvc_unbound", "node_not_ready", "service_no_endpoints"):
         out.append(_of_pod(f.pod, known, namespace))
+    for v in f.extra.get("victims", []) if f.detector == "preempted" else []:
+        out.append(Entity(kind=str(v["kind"]), namespace=namespace, name=str(v["name"])))
     if f.detector == "scaled_to_zero" and f.extra.get("service"):
         out.append(Entity(kind="Service", namespace=namespace, name=str(f.extra["service"])))
     if f.detector == "hpa_at_max" and f.extra.get("target"):

@@ -75,6 +75,7 @@ DETECTORS = (
     "failed_mount",
     "multi_attach",
     "scaled_to_zero",
+    "preempted",
 )
 
 BASE_SCORE = {
@@ -104,6 +105,7 @@ BASE_SCORE = {
     "failed_mount": 95,
     "multi_attach": 95,
     "scaled_to_zero": 96,
+    "preempted": 96,
 }
 """How decisive each detector's observation is: a status the kubelet wrote beats a log
 line the program wrote, and a specific log line beats the generic last fatal line."""
@@ -584,8 +586,19 @@ def split_symptoms(findings: list[Finding]) -> tuple[list[Finding], list[tuple[F
     by_pod: dict[str, list[Finding]] = {}
     for f in findings:
         by_pod.setdefault(f.pod, []).append(f)
+    victims = [
+        (g, str(v["name"]))
+        for g in findings
+        if g.detector == "preempted"
+        for v in g.extra.get("victims", [])
+    ]
     causes, symptoms = [], []
     for f in findings:
+        by = next((g for g, w in victims if f.detector != "preempted"
+                   and (f.pod == w or f.pod.startswith(w + "-"))), None)  # fmt: skip
+        if by is not None:
+            symptoms.append((f, by))  # a preemption's victim: what it suffers follows from it
+            continue
         mine = by_pod[f.pod]
         above = [g for g in mine if g.detector not in GENERIC]
         if not above and f.detector != "upstream_unavailable":

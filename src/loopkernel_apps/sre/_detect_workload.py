@@ -32,6 +32,7 @@ from loopkernel_apps.sre._detect_logs import _log_lines, decisive_line
 from loopkernel_apps.sre._detect_nodes import _evicted, _node_not_ready, stale_evictions
 from loopkernel_apps.sre._finding import Finding, _meta, _refs, _same, _unhealthy
 from loopkernel_apps.sre._logs import ErrorKind, LogReading, read_log
+from loopkernel_apps.sre._preempt import preempted
 from loopkernel_apps.sre._sched import ClauseKind, decisive
 
 __all__ = ["AUTH", "FAILURE", "HOST", "workload_findings"]
@@ -577,6 +578,7 @@ def workload_findings(
     out += _hpa_at_max(_data(context, "autoscalers"))
     out += _failed_create(events)
     out += _scaled_to_zero(_data(context, "services"), events)
+    out += preempted(_data(context, "triage"))
     return out
 
 

@@ -66,6 +66,9 @@ NEXT = {
     "jsonpath='{{.spec.volumes}}') against the namespace's Secrets and ConfigMaps.",
     "scaled_to_zero": "Check who scaled {kind_lower} {object} to 0 and why (kubectl rollout "
     "history {kind_lower}/{object}; the audit log; an autoscaler or a GitOps tool).",
+    "preempted": "Compare the priority classes of {kind_lower} {object} and of its victims "
+    "(kubectl get pods -o custom-columns=NAME:.metadata.name,PRIO:.spec.priorityClassName) "
+    "with the nodes' free capacity.",
     "multi_attach": "See which pod holds the volume (kubectl get volumeattachments; kubectl "
     "get pods -o wide) and the workload's update strategy.",
 }
@@ -108,6 +111,9 @@ REMEDY = {
     "exec_format_error": "{vocab_remedy}",
     "failed_mount": "{vocab_remedy}",
     "multi_attach": "{vocab_remedy}",
+    "preempted": "Give {kind_lower} {object} its own capacity (a node pool, or a quota) or a "
+    "lower priority, or give its victims a PriorityClass and capacity of their own; adding "
+    "nodes lets both run",
     "scaled_to_zero": "Scale {kind_lower} {object} back up (kubectl scale {kind_lower}/{object} "
     "--replicas=N, N its usual count), and fix what set it to 0",
 }

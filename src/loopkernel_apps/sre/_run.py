@@ -488,6 +488,7 @@ async def act(ctx: TaskContext) -> JSON:
 
 
 _CONTEXT_TOOLS = (
+    "triage",
     "services",
     "node_capacity",
     "claims",

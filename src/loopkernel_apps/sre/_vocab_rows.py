@@ -583,6 +583,26 @@ ROWS: tuple[Row, ...] = (
         "Scaled down replica set {replicaset} from {before} to 0",
         event_type="Normal",
     ),
+    _r(
+        "Preempted",
+        E,
+        "default-scheduler",
+        "preempted",
+        "Preempted by prod/train-7d9f8-x2k4q on node gke-pool-1-abcd",
+        "the scheduler evicted the pod for {preemptor}, of a higher priority, on node {node}",
+        "Preempted by pod {preemptor} on node {node}",
+        "Preempted by {preemptor} on node {node}",
+        event_type="Normal",
+    ),
+    _r(
+        "PreemptionByScheduler",
+        C,
+        "default-scheduler",
+        "preempted",
+        "default-scheduler: preempting to accommodate a higher priority pod",
+        "DisruptionTarget: {scheduler} preempted the pod for a higher-priority pod",
+        "{scheduler}: preempting to accommodate a higher priority pod",
+    ),
     # -- events: volumes -----------------------------------------------------------------
     _r(
         "FailedBinding",

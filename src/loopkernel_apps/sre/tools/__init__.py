@@ -40,6 +40,7 @@ from loopkernel.tools import CallInfo, ToolDefs, ToolHost, ToolSource, load_tool
 from loopkernel_apps.sre._detect import detect, stale_events
 from loopkernel_apps.sre._detect_nodes import dump_now
 from loopkernel_apps.sre._dump import Dump, Namespace, load_dump
+from loopkernel_apps.sre._preempt import preemptions
 from loopkernel_apps.sre._redact import redact, secret_values
 from loopkernel_apps.sre.tools import _workload as _wl
 from loopkernel_apps.sre.tools._render import (
@@ -307,6 +308,12 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
                     + (f", failed {failed}" if failed else "")
                     + (f" ({', '.join(bad)})" if bad else "")
                 )
+        preempts = preemptions(ns.items("pods"), ns.items("events"), namespace)
+        for pr in preempts:
+            lines.append(
+                f"preempted: pod {pr['victim']} ({pr['victim_kind']} {pr['victim_workload']}"
+                f"{'' if pr['victim_exists'] else ', gone since'}): {pr['message']}"
+            )
         lines.append("findings:")
         lines += [f"- {f.detector}: {f.text}" for f in findings] or [
             "- none from status and events"
@@ -320,6 +327,7 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
             "stale": len(stale),
             "pods": len(pods),
             "now": dump_now(pods, events),
+            "preemptions": preempts,
         }
         return scope.result(f"triage {namespace}", "\n".join(lines), data)
 
