@@ -171,7 +171,11 @@ def _history_facts(c: Collected, d: Diagnosis) -> list[Claim]:
 
 
 def _entities(c: Collected, namespace: str) -> dict[str, Entity]:
-    pods = [{"pod": i["data"]["pod"]} for i in c.items if i["tool"] == "describe_pod"]
+    pods = [
+        {"pod": i["data"]["pod"]}
+        for i in c.items
+        if i["tool"] == "describe_pod" and isinstance(i["data"].get("pod"), dict)
+    ]
     known = owners(c.triage.get("unhealthy", []), pods, namespace)
     for i in c.items:
         if i["tool"] == "rollout_history":
