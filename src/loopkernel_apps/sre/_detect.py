@@ -523,7 +523,7 @@ _KIND_FROM_LOG = ("crash_log_reason", "init_container", "upstream_unavailable")
 def _with_log_kind(findings: list[Finding], logs: list[dict[str, Any]]) -> list[Finding]:
     """Each log-based finding with ``reason`` = its log's error kind (each log read once)."""
     by_ref = {str(lg["ref"]): lg for lg in logs if lg.get("ref")}
-    kinds: dict[str, str | None] = {}
+    kinds: dict[str, tuple[str | None, str | None]] = {}
     out = []
     for f in findings:
         ref = next((r for r in f.refs if r in by_ref), None)
@@ -532,9 +532,14 @@ def _with_log_kind(findings: list[Finding], logs: list[dict[str, Any]]) -> list[
             continue
         if ref not in kinds:
             reading = read_log(str(by_ref[ref].get("text") or ""))
-            kinds[ref] = reading.kind.value if reading.kind else None
-        kind = kinds[ref]
-        out.append(replace(f, extra={**f.extra, "reason": kind}) if kind else f)
+            exc = reading.decisive.entities.exception_type if reading.decisive else None
+            kinds[ref] = (reading.kind.value if reading.kind else None, exc)
+        kind, exc = kinds[ref]
+        if kind is None:
+            out.append(f)
+            continue
+        reason = f"{kind} ({exc})" if exc else kind
+        out.append(replace(f, extra={**f.extra, "reason": reason, "exception": exc}))
     return out
 
 

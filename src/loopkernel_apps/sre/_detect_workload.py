@@ -541,7 +541,8 @@ def _failed_create(events: list[dict[str, Any]]) -> Iterator[Finding]:
             identifiers=(name,),
             refs=_refs(e["ref"], *_same(events, ev)),
             weight=int(ev.get("count") or 1),
-            extra={"kind": obj.get("kind"), "why": why, "object": name},
+            extra={"kind": obj.get("kind"), "why": why, "object": name,
+                   "when": ev.get("lastTimestamp") or ev.get("eventTime")},
         )
 
 

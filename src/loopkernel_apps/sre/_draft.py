@@ -189,9 +189,19 @@ def _entities(c: Collected, namespace: str) -> dict[str, Entity]:
 
 def _verified(c: Collected, d: Diagnosis, namespace: str) -> list[Claim]:
     known = _entities(c, namespace)
+    failed_jobs = {
+        str(w.get("name")): str(cond).split("=", 1)[1]
+        for w in c.triage.get("workloads", [])
+        if w.get("kind") == "job"
+        for cond in w.get("conditions", [])
+        if str(cond).startswith("Failed=")
+    }
     out = []
     for i, (f, score, why) in enumerate(d.ranked, 1):
         entity = cause_entity(f, known, namespace)
+        reason = reason_of(f)
+        if entity.kind == "Job" and entity.name in failed_jobs and f.detector != "job_deadline":
+            reason = f"{failed_jobs[entity.name]}: {reason}"  # the Job's own reason first
         out.append(
             {
                 "detector": f.detector,
@@ -205,7 +215,7 @@ def _verified(c: Collected, d: Diagnosis, namespace: str) -> list[Claim]:
                 "score": score,
                 "ranking": why,
                 "entity": entity.to_json(),
-                "reason": reason_of(f),
+                "reason": reason,
                 "explains": [
                     e.to_json() for e in explains(f, entity, d.symptoms, known, namespace)
                 ],
@@ -216,6 +226,9 @@ def _verified(c: Collected, d: Diagnosis, namespace: str) -> list[Claim]:
 
 def _suspected(c: Collected, d: Diagnosis, namespace: str) -> list[Claim]:
     known = _entities(c, namespace)
+    explained_objects = {
+        (e["kind"], e["name"]) for v in _verified(c, d, namespace) for e in v["explains"]
+    }
     triage_ref = _ref(c, "triage")
     explained = {(f.pod, f.container) for f, _, _ in d.ranked}
     pod_refs = {i["args"].get("pod"): i["ref"] for i in c.items if i["tool"] == "describe_pod"}
@@ -233,6 +246,8 @@ def _suspected(c: Collected, d: Diagnosis, namespace: str) -> list[Claim]:
         entity = (
             known.get(u["pod"]) or Entity(kind="Pod", namespace=namespace, name=u["pod"])
         ).to_json()
+        if (entity["kind"], entity["name"]) in explained_objects:
+            continue  # a verified cause explains it: a symptom, not a suspect
         pod_explained = any(p == u["pod"] for p, _ in explained)
         if not u.get("containers") and not pod_explained:
             out.append(

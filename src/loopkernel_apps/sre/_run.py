@@ -34,7 +34,7 @@ from loopkernel_apps.sre._detect import Finding, detect, rank, split_symptoms
 from loopkernel_apps.sre._draft import Collected, Diagnosis, build_draft
 from loopkernel_apps.sre._report import evidence_items, finalize
 from loopkernel_apps.sre._scope import other_namespaces
-from loopkernel_apps.sre._time import recovered, recovered_pod
+from loopkernel_apps.sre._time import RECENT_S, ago, recovered, recovered_pod
 
 __all__ = [
     "WORKERS",
@@ -533,15 +533,27 @@ def split_history(
     findings: list[Finding], triage: dict[str, Any]
 ) -> tuple[list[Finding], list[Finding]]:
     """``(current, history)``: a finding about a container that has been running and Ready
-    for longer than ``RECENT_S`` (its lastState, its previous log) is history."""
+    for longer than ``RECENT_S`` (its lastState, its previous log), or an event of a
+    controller older than ``RECENT_S`` or of a Job that no longer exists, is history."""
+    now = triage.get("now")
     done = {
         (u["pod"], c["name"])
         for u in triage.get("unhealthy", [])
         for c in u.get("containers", [])
-        if recovered(c, triage.get("now"))
+        if recovered(c, now)
     }
-    current = [f for f in findings if (f.pod, f.container) not in done]
-    return current, [f for f in findings if (f.pod, f.container) in done]
+    jobs = {w.get("name") for w in triage.get("workloads", []) if w.get("kind") == "job"}
+
+    def old(f: Finding) -> bool:
+        if (f.pod, f.container) in done:
+            return True
+        if f.detector != "failed_create":
+            return False
+        age = ago(f.extra.get("when"), now)
+        gone = f.extra.get("kind") == "Job" and f.extra.get("object") not in jobs
+        return gone or (age is not None and age > RECENT_S)
+
+    return [f for f in findings if not old(f)], [f for f in findings if old(f)]
 
 
 async def correlate(ctx: TaskContext) -> JSON:
