@@ -108,6 +108,10 @@ def cause_entity(f: Finding, known: Mapping[str, Entity], namespace: str) -> Ent
         return obj("Service", x["service"])
     if f.detector == "hpa_at_max" and x.get("hpa"):
         return obj("HorizontalPodAutoscaler", x["hpa"])
+    if f.detector == "upstream_unavailable" and x.get("host"):
+        upstream = _service_of(str(x["host"]), known, namespace)
+        if upstream is not None:
+            return upstream
     if f.detector in ("scaled_to_zero", "preempted"):
         return obj(str(x.get("kind") or "Deployment"), x.get("object") or f.pod)
     if f.detector == "job_deadline":
@@ -122,6 +126,17 @@ def cause_entity(f: Finding, known: Mapping[str, Entity], namespace: str) -> Ent
             return known.get(f"rs:{name}") or obj("ReplicaSet", name)
         return obj(kind, name)
     return _of_pod(f.pod, known, namespace)
+
+
+def _service_of(host: str, known: Mapping[str, Entity], namespace: str) -> Entity | None:
+    """The namespace's Service a failing address names (its DNS name or its ClusterIP)."""
+    name = host.rsplit(":", 1)[0].strip("[]")
+    if f"ip:{name}" in known:
+        return known[f"ip:{name}"]
+    labels = name.split(".")
+    if len(labels) > 1 and labels[1] not in (namespace, "svc"):
+        return None  # another namespace's, or an outside host
+    return known.get(f"svc:{labels[0]}")
 
 
 def reason_of(f: Finding) -> str:
@@ -142,7 +157,9 @@ def explains(
 ) -> list[Entity]:
     """The objects whose trouble this cause explains (its symptoms' and its victims')."""
     out: list[Entity] = []
-    if f.detector in ("pvc_unbound", "node_not_ready", "service_no_endpoints"):
+    if f.detector in ("pvc_unbound", "node_not_ready") or (
+        f.detector in ("service_no_endpoints", "upstream_unavailable") and f.extra.get("client")
+    ):
         out.append(_of_pod(f.pod, known, namespace))
     for v in f.extra.get("victims", []) if f.detector == "preempted" else []:
         out.append(Entity(kind=str(v["kind"]), namespace=namespace, name=str(v["name"])))

@@ -343,8 +343,45 @@ def _upstream(log: dict[str, Any], pod: dict[str, Any], pod_ref: str | None) -> 
         identifiers=(host,),
         refs=_refs(log["ref"]),
         weight=len(lines),
-        extra={"host": host, "count": len(lines), "init": init, "log": which},
+        extra={"host": host, "count": len(lines), "init": init, "log": which, "client": name},
     )
+
+
+def _intended(svc: dict[str, Any], near: dict[str, Any]) -> bool:
+    """A pod that shares part of a Service's selector and is plainly meant for it: named
+    after the Service, or carrying all of a selector of two labels or more but one."""
+    if str(near.get("pod", "")).startswith(f"{svc.get('name')}-"):
+        return True
+    sel = svc.get("selector") or {}
+    have = set(str(near.get("labels", "")).split(","))
+    shared = sum(1 for k, v in sel.items() if f"{k}={v}" in have)
+    return len(sel) >= 2 and shared >= len(sel) - 1
+
+
+def _selector_mismatch(
+    item: dict[str, Any], svc: dict[str, Any], near: list[dict[str, Any]]
+) -> Finding:
+    """A Service whose selector matches no pod while pods carry part of it: the selector (or
+    the pods' labels) changed, and the Service has no endpoints, client or not."""
+    name = str(svc.get("name"))
+    sel = ",".join(f"{k}={v}" for k, v in sorted(svc["selector"].items()))
+    pods = ", ".join(str(p["pod"]) for p in near[:3])
+    text = (
+        f"Service {name} selects {sel}, but no pod in the namespace carries these labels, so it "
+        f"has no endpoints; pods {pods} carry part of it ({near[0]['labels']}): the selector "
+        "and the pods' labels disagree."
+    )
+    return Finding(
+        detector="service_no_endpoints",
+        pod=name,
+        container=None,
+        text=text,
+        quote="matches NO pod in the namespace (no endpoints)",
+        identifiers=(name,),
+        refs=_refs(item["ref"]),
+        extra={"service": name, "selector": sel, "clusterIP": svc.get("clusterIP"),
+               "client": None, "reason": "selector"},
+    )  # fmt: skip
 
 
 def _service_no_endpoints(
@@ -360,6 +397,8 @@ def _service_no_endpoints(
                 rf"(?::\d+|\s+port\s+\d+)"
                 + (rf"|(?<![\d.]){re.escape(ip)}(?![\d])" if ip and ip != "None" else "")
             )
+            near = svc.get("nearest") or []
+            found = False
             for log in logs:
                 owner = by_name.get(log["pod"])
                 if owner is None or not _unhealthy(owner["pod"]):
@@ -391,8 +430,13 @@ def _service_no_endpoints(
                     quote=hit,
                     identifiers=(ident,),
                     refs=_refs(log["ref"], item["ref"]),
-                    extra={"service": name, "selector": sel, "clusterIP": ip},
-                )
+                    extra={"service": name, "selector": sel, "clusterIP": ip,
+                           "client": log["pod"]},
+                )  # fmt: skip
+                found = True
+            intended = [p for p in near if _intended(svc, p)]
+            if not found and intended:
+                yield _selector_mismatch(item, svc, intended)
 
 
 # -- workload-level ----------------------------------------------------------------------------

@@ -178,6 +178,12 @@ def _entities(c: Collected, namespace: str) -> dict[str, Entity]:
     ]
     known = owners(c.triage.get("unhealthy", []), pods, namespace)
     for i in c.items:
+        if i["tool"] == "services":
+            for svc in i["data"].get("services", []):
+                e = Entity(kind="Service", namespace=namespace, name=str(svc.get("name")))
+                known[f"svc:{svc.get('name')}"] = e
+                if svc.get("clusterIP") and svc["clusterIP"] != "None":
+                    known[f"ip:{svc['clusterIP']}"] = e
         if i["tool"] == "rollout_history":
             dep = str(i["args"].get("deployment"))
             for rev in i["data"].get("revisions", []):

@@ -382,7 +382,8 @@ async def plan(ctx: TaskContext) -> JSON:
             if w.get("kind") not in ("deployment", "statefulset", "daemonset", "job"):
                 continue
             short = w.get("desired") is not None and int(w.get("ready") or 0) < int(w["desired"])
-            if short and not w.get("pods") and w["name"] not in with_pods:
+            fewer = int(w.get("pods") or 0) < int(w.get("desired") or 0)
+            if short and fewer and w["name"] not in with_pods:
                 if w["kind"] == "deployment":
                     wanted.append(
                         {
