@@ -152,8 +152,10 @@ def test_failed_mount_of_a_missing_secret_is_verified_on_the_current_pod() -> No
     assert f.extra["kind"] == "Secret" and f.extra["name"] == "api-tls"
     assert f.extra["remedy"].startswith("Create Secret api-tls")
     # started since: the event is history
-    pod["pod"]["status"] = {"phase": "Running", "containerStatuses": [
-        {"name": "web", "state": {"running": {}}, "ready": True}]}  # fmt: skip
+    pod["pod"]["status"] = {
+        "phase": "Running",
+        "containerStatuses": [{"name": "web", "state": {"running": {}}, "ready": True}],
+    }
     assert not _found([pod], [_event("FailedMount", msg)])
 
 
@@ -230,8 +232,12 @@ def test_a_deployment_scaled_to_zero_explains_the_service_without_endpoints() ->
             ]
         },
     }
-    scaled = _event("ScalingReplicaSet", "Scaled down replica set shop-7d9f8 to 0 from 3",
-                    kind="Deployment", name="shop")  # fmt: skip
+    scaled = _event(
+        "ScalingReplicaSet",
+        "Scaled down replica set shop-7d9f8 to 0 from 3",
+        kind="Deployment",
+        name="shop",
+    )
     scaled["event"]["type"] = "Normal"
     findings, _ = detect([], [scaled], [], {"services": [services]})
     assert [f.detector for f in findings] == ["scaled_to_zero"]
@@ -249,8 +255,14 @@ def test_a_restart_long_ago_of_a_container_ready_since_is_history() -> None:
     from loopkernel_apps.sre._time import recovered, recovered_pod
 
     now = "2026-11-30T12:00:00Z"
-    old = {"name": "api", "state": "running", "ready": True, "restarts": 1,
-           "started": "2026-11-27T08:00:00Z", "last_reason": "OOMKilled"}  # fmt: skip
+    old = {
+        "name": "api",
+        "state": "running",
+        "ready": True,
+        "restarts": 1,
+        "started": "2026-11-27T08:00:00Z",
+        "last_reason": "OOMKilled",
+    }
     fresh = {**old, "started": "2026-11-30T11:55:00Z"}
     assert recovered(old, now) and not recovered(fresh, now)
     assert recovered_pod({"phase": "Running", "containers": [old]}, now)
@@ -280,11 +292,19 @@ def test_preempted_events_of_gone_pods_name_the_preemptor() -> None:
     ]
     gone = {"kind": "Pod", "name": "web-5c6b7-zzzzz", "uid": "u-web1"}
     events = [
-        {"involvedObject": gone, "reason": "Preempted", "type": "Normal",
-         "message": "Preempted by prod/train-7d9f8-x2k4q on node n1"},
-        {"involvedObject": {**gone, "name": "web-5c6b7-yyyyy"}, "reason": "Preempted",
-         "type": "Normal", "message": "Preempted by pod u-train on node n1"},
-    ]  # fmt: skip
+        {
+            "involvedObject": gone,
+            "reason": "Preempted",
+            "type": "Normal",
+            "message": "Preempted by prod/train-7d9f8-x2k4q on node n1",
+        },
+        {
+            "involvedObject": {**gone, "name": "web-5c6b7-yyyyy"},
+            "reason": "Preempted",
+            "type": "Normal",
+            "message": "Preempted by pod u-train on node n1",
+        },
+    ]
     rows = preemptions(pods, events, "prod")
     assert [(r["preemptor_workload"], r["victim_workload"], r["current"]) for r in rows] == [
         ("train", "web", True),
@@ -296,3 +316,34 @@ def test_preempted_events_of_gone_pods_name_the_preemptor() -> None:
     pods[1]["status"]["phase"] = "Running"
     rows = preemptions(pods, events, "prod")
     assert not list(preempted([{"ref": "E1", "data": {"preemptions": rows}}]))
+
+
+def test_run_as_non_root_gets_its_own_remedy_never_create_configmap() -> None:
+    from loopkernel_apps.sre._remedy import fmt
+
+    pod = _looping({"reason": "Error", "exitCode": 1})
+    st = pod["pod"]["status"]["containerStatuses"][0]
+    st["state"] = {
+        "waiting": {
+            "reason": "CreateContainerConfigError",
+            "message": "container has runAsNonRoot and image will run as root",
+        }
+    }
+    (f,) = [x for x in _found([pod], []) if x.detector == "create_config_error"]
+    assert fmt(REMEDY[f.detector], f.to_json(), "worker") is None  # no ConfigMap to name
+    assert f.extra["remedy"].startswith("Run container worker as a non-root user")
+
+
+def test_a_normal_failed_binding_on_the_claim_is_read() -> None:
+    pod = _pending()
+    pod["pod"]["spec"]["volumes"] = [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]
+    ev = _event(
+        "FailedBinding",
+        "no persistent volumes available for this claim and no storage class is set",
+        kind="PersistentVolumeClaim",
+        name="data",
+    )
+    ev["event"]["type"] = "Normal"
+    found = _found([pod], [ev])
+    assert [f.detector for f in found] == ["pvc_unbound"]
+    assert "no storage class is set" in found[0].text

@@ -34,6 +34,8 @@ from loopkernel_apps.sre._finding import Finding, _meta, _refs, _same, _unhealth
 from loopkernel_apps.sre._logs import ErrorKind, LogReading, read_log
 from loopkernel_apps.sre._preempt import preempted
 from loopkernel_apps.sre._sched import ClauseKind, decisive
+from loopkernel_apps.sre._vocab import fill, match
+from loopkernel_apps.sre._vocab_rows import rows_for
 
 __all__ = ["AUTH", "FAILURE", "HOST", "workload_findings"]
 
@@ -128,6 +130,14 @@ _CONFIG_REF = [
 ]
 
 
+def _config_remedy(message: str, container: str) -> str | None:
+    """The vocabulary row's own remedy for a CreateContainerConfigError message, if any."""
+    for row in rows_for("create_config_error"):
+        if row.remedy and match(row, message) is not None:
+            return fill(row.remedy, {"container": container})
+    return None
+
+
 def _create_config_error(item: dict[str, Any], events: list[dict[str, Any]]) -> Iterator[Finding]:
     pod, ref = item["pod"], item["ref"]
     name = _meta(pod).get("name", "")
@@ -170,8 +180,9 @@ def _create_config_error(item: dict[str, Any], events: list[dict[str, Any]]) -> 
                 for e in events
                 if message and message in str(e["event"].get("message"))
             ),
-            extra={"kind": kind, "object": obj, "key": key},
-        )
+            extra={"kind": kind, "object": obj, "key": key, "reason": "CreateContainerConfigError",
+                   "remedy": _config_remedy(message, c)},
+        )  # fmt: skip
 
 
 def _claims(pod: dict[str, Any]) -> list[str]:
@@ -188,12 +199,17 @@ _PVC_SCHED = re.compile(
 )
 
 
+_CLAIM_REASONS = ("FailedBinding", "ProvisioningFailed")
+"""Claim events that say it does not bind whatever their type (``FailedBinding`` is Normal)."""
+
+
 def claim_warnings(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """The ``Warning`` events of each PersistentVolumeClaim, by claim name (one pass)."""
     out: dict[str, list[dict[str, Any]]] = {}
     for e in events:
         obj = e["event"].get("involvedObject", {})
-        if obj.get("kind") == "PersistentVolumeClaim" and e["event"].get("type") == "Warning":
+        failing = e["event"].get("type") == "Warning" or e["event"].get("reason") in _CLAIM_REASONS
+        if obj.get("kind") == "PersistentVolumeClaim" and failing:
             out.setdefault(str(obj.get("name")), []).append(e)
     return out
 
