@@ -29,8 +29,18 @@ from loopkernel_apps.sre._detect_logs import (
     log_detectors,
     log_request_errors,
 )
+from loopkernel_apps.sre._detect_nodes import stale_evictions
 from loopkernel_apps.sre._detect_vocab import vocab_findings
-from loopkernel_apps.sre._finding import Finding, _containers, _meta, _refs, _same, _statuses
+from loopkernel_apps.sre._detect_workload import workload_findings
+from loopkernel_apps.sre._finding import (
+    EXEC_NOT_FOUND,
+    Finding,
+    _containers,
+    _meta,
+    _refs,
+    _same,
+    _statuses,
+)
 from loopkernel_apps.sre._logs import read_log
 from loopkernel_apps.sre._sched import ClauseKind, decisive, parse
 
@@ -246,9 +256,6 @@ def _oomkilled(ref: str | None, pod: dict[str, Any]) -> Iterator[Finding]:
             break
 
 
-_EXEC_NOT_FOUND = re.compile(
-    r"exec:? \\?\"?([^\"\\\s:]+)\\?\"?: (?:executable file not found|no such file or directory)"
-)
 
 
 def _command_not_found(ref: str | None, pod: dict[str, Any]) -> Iterator[Finding]:
@@ -258,7 +265,7 @@ def _command_not_found(ref: str | None, pod: dict[str, Any]) -> Iterator[Finding
             state = cs.get(where) or {}
             detail = state.get("waiting") or state.get("terminated") or {}
             message = str(detail.get("message") or "")
-            m = _EXEC_NOT_FOUND.search(message)
+            m = EXEC_NOT_FOUND.search(message)
             if m is None:
                 continue
             binary = m.group(1)
@@ -485,8 +492,6 @@ def detect(
     workload tools returned (``{tool: [{"ref", "data"}]}``: services, node_capacity, claims,
     autoscalers, workload_status, rollout_history), for the detectors that need one object
     more than the pod (``_detect_workload``)."""
-    from loopkernel_apps.sre._detect_workload import workload_findings
-
     stale = stale_events(events, pods)
     stale_ids = {id(item) for item, _ in stale}
     by_name = {_meta(p["pod"]).get("name", ""): p for p in pods}
@@ -548,8 +553,6 @@ def _stale_evictions(
 ) -> list[tuple[dict[str, Any], str]]:
     """An evicted pod that is history, as a stale ``Evicted`` item citing the pod's own
     status (where the kubelet's message is), or its event when the dump still holds it."""
-    from loopkernel_apps.sre._detect_nodes import stale_evictions
-
     out = []
     history = stale_evictions(pods, events)
     for item in pods:

@@ -27,10 +27,9 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from loopkernel_apps.sre._detect import _EXEC_NOT_FOUND
 from loopkernel_apps.sre._detect_logs import _log_lines, decisive_line
 from loopkernel_apps.sre._detect_nodes import _evicted, _node_not_ready, stale_evictions
-from loopkernel_apps.sre._finding import Finding, _meta, _refs, _same, _unhealthy
+from loopkernel_apps.sre._finding import EXEC_NOT_FOUND, Finding, _meta, _refs, _same, _unhealthy
 from loopkernel_apps.sre._logs import ErrorKind, LogReading, read_log
 from loopkernel_apps.sre._preempt import preempted
 from loopkernel_apps.sre._sched import ClauseKind, decisive
@@ -95,7 +94,7 @@ def _init_container(
             term = last.get("terminated") or {}
         if not term or int(term.get("exitCode", 0)) == 0:
             continue
-        if term.get("reason") == "OOMKilled" or _EXEC_NOT_FOUND.search(str(term.get("message"))):
+        if term.get("reason") == "OOMKilled" or EXEC_NOT_FOUND.search(str(term.get("message"))):
             continue  # oomkilled / command_not_found state these
         code = int(term.get("exitCode", 0))
         restarts = int(cs.get("restartCount", 0))
