@@ -88,7 +88,9 @@ def services(ns: Namespace) -> tuple[str, dict[str, Any]]:
             pname = str(_meta(p).get("name"))
             if sel and _matches(sel, labels):
                 matching.append(pname)
-            elif sel and any(labels.get(k) == v for k, v in sel.items()):
+            elif sel and (
+                any(labels.get(k) == v for k, v in sel.items()) or pname.startswith(f"{name}-")
+            ):
                 nearest.append({"pod": pname, "labels": _labels(labels)})
         sel_text = _labels(sel) if sel else "<none>"
         eps = endpoints.get(str(name))
