@@ -193,15 +193,20 @@ def _entities(c: Collected, namespace: str) -> dict[str, Entity]:
     return known
 
 
-def _verified(c: Collected, d: Diagnosis, namespace: str) -> list[Claim]:
-    known = _entities(c, namespace)
-    failed_jobs = {
+def _failed_jobs(c: Collected) -> dict[str, str]:
+    """A failed Job's name -> its Failed condition's reason (BackoffLimitExceeded …)."""
+    return {
         str(w.get("name")): str(cond).split("=", 1)[1]
         for w in c.triage.get("workloads", [])
         if w.get("kind") == "job"
         for cond in w.get("conditions", [])
         if str(cond).startswith("Failed=")
     }
+
+
+def _verified(c: Collected, d: Diagnosis, namespace: str) -> list[Claim]:
+    known = _entities(c, namespace)
+    failed_jobs = _failed_jobs(c)
     out = []
     for i, (f, score, why) in enumerate(d.ranked, 1):
         entity = cause_entity(f, known, namespace)
@@ -244,6 +249,7 @@ def _suspected(c: Collected, d: Diagnosis, namespace: str) -> list[Claim]:
         if item["event"].get("reason") == "Evicted"
     }
     now = c.triage.get("now")
+    failed_jobs = _failed_jobs(c)
     out: list[Claim] = []
     for u in c.triage.get("unhealthy", []):
         if u["pod"] in history:
@@ -277,6 +283,8 @@ def _suspected(c: Collected, d: Diagnosis, namespace: str) -> list[Claim]:
                 continue  # history: stated with its date among the facts
             if x.get("restarts") or x.get("last_reason") or x.get("reason"):
                 why = x.get("reason") or x.get("last_reason") or "restarts"
+                if entity["kind"] == "Job" and entity["name"] in failed_jobs:
+                    why = f"{failed_jobs[entity['name']]}: {why}"
                 out.append(
                     {
                         "text": f"Container {x['name']} of pod {u['pod']} is failing ({why}) but "
