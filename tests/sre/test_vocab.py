@@ -347,3 +347,13 @@ def test_a_normal_failed_binding_on_the_claim_is_read() -> None:
     found = _found([pod], [ev])
     assert [f.detector for f in found] == ["pvc_unbound"]
     assert "no storage class is set" in found[0].text
+
+
+def test_the_taint_on_the_selected_pool_beats_the_nodes_the_selector_excludes() -> None:
+    msg = (
+        "0/3 nodes are available: 1 node(s) had untolerated taint {dedicated: render}, "
+        "2 node(s) didn't match Pod's node affinity/selector."
+    )
+    best, aside = decisive(msg, {"spec": {}})
+    assert best is not None and best.kind is ClauseKind.TAINT and best.taint_key == "dedicated"
+    assert [c.kind for c in aside] == [ClauseKind.NODE_SELECTOR]

@@ -118,8 +118,9 @@ def decisive(message: str, pod: dict[str, Any]) -> tuple[Clause | None, tuple[Cl
     """``(the clause that keeps the pod off the nodes it belongs on, the clauses set aside)``.
 
     A control-plane taint the pod does not tolerate is set aside (an application pod never
-    belongs on those nodes), and so is a taint the pod tolerates; of what is left, the
-    clause about the most nodes decides (ties: the order the scheduler wrote them)."""
+    belongs on those nodes), and so is a taint the pod tolerates; so are the nodes its own
+    node selector/affinity excludes when another clause is about the nodes it selects; of
+    what is left, the clause about the most nodes decides (ties: the scheduler's order)."""
     _, clauses = parse(message)
     aside, kept = [], []
     for c in clauses:
@@ -131,5 +132,11 @@ def decisive(message: str, pod: dict[str, Any]) -> tuple[Clause | None, tuple[Cl
             kept.append(c)
     if not kept:
         return None, tuple(aside)
+    wanted = [c for c in kept if c.kind is not ClauseKind.NODE_SELECTOR]
+    if wanted and len(wanted) < len(kept):
+        # the pod's own selector says where it belongs: the nodes it excludes are not the
+        # question, what keeps it off the nodes it selects is
+        aside += [c for c in kept if c.kind is ClauseKind.NODE_SELECTOR]
+        kept = wanted
     best = max(kept, key=lambda c: c.count)
     return best, tuple(aside)
