@@ -170,11 +170,6 @@ def test_generated_dumps_are_read_by_the_investigator(tmp_path: Path, fault: str
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 35 section 5: the investigator on main is quadratic and answers this dump "
-    "'No failure found'; SRE-CORE's rebuild makes it pass (then drop this marker)",
-)
 def test_scale_smoke_is_fast_and_right(tmp_path: Path) -> None:
     """``bench/sre_gen.py --scale --smoke``: 400 pods, 5,000 events, ten 2,000-line logs, one
     OOMKilled Deployment: the right cause, nothing false verified, CPU under the bound."""
