@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from loopkernel_apps.sre._detect_logs import (
@@ -28,7 +29,20 @@ from loopkernel_apps.sre._detect_logs import (
     log_detectors,
     log_request_errors,
 )
-from loopkernel_apps.sre._finding import Finding, _containers, _meta, _refs, _same, _statuses
+from loopkernel_apps.sre._detect_nodes import stale_evictions
+from loopkernel_apps.sre._detect_vocab import vocab_findings
+from loopkernel_apps.sre._detect_workload import workload_findings
+from loopkernel_apps.sre._finding import (
+    EXEC_NOT_FOUND,
+    Finding,
+    _containers,
+    _meta,
+    _refs,
+    _same,
+    _statuses,
+)
+from loopkernel_apps.sre._logs import read_log
+from loopkernel_apps.sre._sched import ClauseKind, decisive, parse
 
 __all__ = [
     "BASE_SCORE",
@@ -66,6 +80,12 @@ DETECTORS = (
     "job_deadline",
     "hpa_at_max",
     "failed_create",
+    "exit_completed",
+    "exec_format_error",
+    "failed_mount",
+    "multi_attach",
+    "scaled_to_zero",
+    "preempted",
 )
 
 BASE_SCORE = {
@@ -90,6 +110,12 @@ BASE_SCORE = {
     "upstream_unavailable": 78,
     "probe_failure": 70,
     "crash_log_reason": 60,
+    "exit_completed": 90,
+    "exec_format_error": 95,
+    "failed_mount": 95,
+    "multi_attach": 95,
+    "scaled_to_zero": 96,
+    "preempted": 96,
 }
 """How decisive each detector's observation is: a status the kubelet wrote beats a log
 line the program wrote, and a specific log line beats the generic last fatal line."""
@@ -230,9 +256,6 @@ def _oomkilled(ref: str | None, pod: dict[str, Any]) -> Iterator[Finding]:
             break
 
 
-_EXEC_NOT_FOUND = re.compile(
-    r"exec:? \\?\"?([^\"\\\s:]+)\\?\"?: (?:executable file not found|no such file or directory)"
-)
 
 
 def _command_not_found(ref: str | None, pod: dict[str, Any]) -> Iterator[Finding]:
@@ -242,7 +265,7 @@ def _command_not_found(ref: str | None, pod: dict[str, Any]) -> Iterator[Finding
             state = cs.get(where) or {}
             detail = state.get("waiting") or state.get("terminated") or {}
             message = str(detail.get("message") or "")
-            m = _EXEC_NOT_FOUND.search(message)
+            m = EXEC_NOT_FOUND.search(message)
             if m is None:
                 continue
             binary = m.group(1)
@@ -320,18 +343,24 @@ def _image_pull(
         )
 
 
-_INSUFFICIENT = re.compile(r"Insufficient ([\w/-]+(?:\.[\w/-]+)*)")
-_PVC_MSG = re.compile(r"(?i)unbound (?:immediate )?PersistentVolumeClaims|persistentvolumeclaim \"")
-_TAINT_MSG = re.compile(r"untolerated taint")
-_AFFINITY_MSG = re.compile(
-    r"\d+ node\(s\) didn't match (?:Pod's )?node (?:affinity/selector|selector)"
-)
 
 
-def _unschedulable(
+_SCHEDULE_TEXT = {
+    ClauseKind.ANTI_AFFINITY: "its pod anti-affinity rules leave no node for it",
+    ClauseKind.POD_AFFINITY: "no node runs the pods its pod affinity asks to be next to",
+    ClauseKind.TOPOLOGY_SPREAD: "its topology spread constraints leave no node for it",
+    ClauseKind.VOLUME_NODE_AFFINITY: "its volume can only be attached in another zone",
+    ClauseKind.CORDONED: "the nodes it could run on are cordoned",
+    ClauseKind.PORTS: "no node has the host port it asks for free",
+    ClauseKind.TOO_MANY_PODS: "the nodes hold their maximum number of pods",
+    ClauseKind.VOLUME_LIMIT: "the nodes hold their maximum number of volumes",
+}
+
+
+def _scheduling_message(
     ref: str | None, pod: dict[str, Any], events: list[dict[str, Any]]
-) -> Iterator[Finding]:
-    name = _meta(pod).get("name", "")
+) -> tuple[str, str | None, int]:
+    """The latest FailedScheduling message (event, else the PodScheduled condition)."""
     message, msg_ref, count = "", ref, 1
     for cond in pod.get("status", {}).get("conditions", []) or []:
         if cond.get("type") == "PodScheduled" and cond.get("reason") == "Unschedulable":
@@ -340,11 +369,27 @@ def _unschedulable(
         if item["event"].get("reason") == "FailedScheduling":
             message = str(item["event"].get("message") or message)
             msg_ref, count = item["ref"] or ref, int(item["event"].get("count") or 1)
-    if not message or _PVC_MSG.search(message):
+    return message, msg_ref, count
+
+
+def _unschedulable(
+    ref: str | None, pod: dict[str, Any], events: list[dict[str, Any]]
+) -> Iterator[Finding]:
+    name = _meta(pod).get("name", "")
+    message, msg_ref, count = _scheduling_message(ref, pod, events)
+    if not message or pod.get("spec", {}).get("nodeName"):
         return
-    resources = sorted(set(_INSUFFICIENT.findall(message)))
-    if not resources and _TAINT_MSG.search(message):
-        return  # taint_untolerated says which taint
+    best, aside = decisive(message, pod)
+    _, clauses = parse(message)
+    if best is None or best.kind in (ClauseKind.TAINT, ClauseKind.OTHER):
+        return  # taint_untolerated says which taint; an unknown clause is not verified
+    if any(c.kind is ClauseKind.UNBOUND_CLAIM for c in clauses):
+        return  # pvc_unbound
+    resources = sorted(
+        {c.subject for c in clauses if c.kind is ClauseKind.INSUFFICIENT}
+        if best.kind is ClauseKind.INSUFFICIENT
+        else set()
+    )
     requests = {}
     for c in pod.get("spec", {}).get("containers", []):
         for r in resources:
@@ -354,14 +399,18 @@ def _unschedulable(
     asked = ", ".join(f"{k} requests {v}" for k, v in sorted(requests.items()))
     short = ", ".join(f"Insufficient {r}" for r in resources) or "no node fits"
     text = f"Pod {name} cannot be scheduled ({short}): {asked or 'no requests found'}."
-    quote = f"Insufficient {resources[0]}" if resources else message[:80]
-    affinity = _AFFINITY_MSG.search(message)
-    if affinity and not resources:
+    quote = f"Insufficient {resources[0]}" if resources else best.text
+    if best.kind is ClauseKind.NODE_SELECTOR:
         spec = pod.get("spec", {})
         sel = ",".join(f"{k}={v}" for k, v in sorted((spec.get("nodeSelector") or {}).items()))
         wants = f"node selector {sel}" if sel else "node affinity"
-        text = f"Pod {name} cannot be scheduled: no node matches its {wants} ({affinity.group(0)})."
-        quote = affinity.group(0)
+        text = f"Pod {name} cannot be scheduled: no node matches its {wants} ({best.text})."
+    elif best.kind in _SCHEDULE_TEXT:
+        text = f"Pod {name} cannot be scheduled: {_SCHEDULE_TEXT[best.kind]} ({best.text})."
+    if aside:
+        text += " Set aside: " + "; ".join(
+            f"{c.text} (nodes this pod does not belong on)" for c in aside
+        ) + "."
     yield Finding(
         detector="unschedulable",
         pod=name,
@@ -375,7 +424,9 @@ def _unschedulable(
             "message": message,
             "requests": requests,
             "resources": resources,
-            "affinity": bool(affinity and not resources),
+            "clause": str(best.kind),
+            "affinity": best.kind is ClauseKind.NODE_SELECTOR,
+            "reason": "FailedScheduling",
         },
     )
 
@@ -441,34 +492,60 @@ def detect(
     workload tools returned (``{tool: [{"ref", "data"}]}``: services, node_capacity, claims,
     autoscalers, workload_status, rollout_history), for the detectors that need one object
     more than the pod (``_detect_workload``)."""
-    from loopkernel_apps.sre._detect_workload import workload_findings
-
     stale = stale_events(events, pods)
     stale_ids = {id(item) for item, _ in stale}
     by_name = {_meta(p["pod"]).get("name", ""): p for p in pods}
     fresh = [e for e in events if id(e) not in stale_ids]
     findings: list[Finding] = []
+    of_pod = pod_events(fresh)
     for item in pods:
         pod = item["pod"]
-        name = _meta(pod).get("name", "")
-        mine = [
-            e
-            for e in fresh
-            if e["event"].get("involvedObject", {}).get("kind") == "Pod"
-            and e["event"].get("involvedObject", {}).get("name") == name
-        ]
+        mine = of_pod.get(_meta(pod).get("name", ""), [])
         findings += _oomkilled(item["ref"], pod)
         findings += _command_not_found(item["ref"], pod)
         findings += _image_pull(item["ref"], pod, mine)
         findings += _unschedulable(item["ref"], pod, mine)
         findings += _probe_failure(item["ref"], pod, mine)
+    logs_of: dict[str, list[dict[str, Any]]] = {}
+    for log in logs:
+        logs_of.setdefault(str(log["pod"]), []).append(log)
+    for item in pods:
+        name = _meta(item["pod"]).get("name", "")
+        findings += vocab_findings(item, of_pod.get(name, []), logs_of.get(name, []))
     for log in logs:
         owner = by_name.get(log["pod"])
         findings += log_detectors(
             log, owner["pod"] if owner else None, owner["ref"] if owner else None
         )
-    findings += workload_findings(pods, fresh, logs, context or {})
-    return _dedupe(findings), stale + _stale_evictions(pods, fresh)
+    findings += workload_findings(pods, fresh, logs, context or {}, of_pod)
+    return _with_log_kind(_dedupe(findings), logs), stale + _stale_evictions(pods, fresh)
+
+
+_KIND_FROM_LOG = ("crash_log_reason", "init_container", "upstream_unavailable")
+"""Detectors whose reason is the error class the log reader gives the cited log."""
+
+
+def _with_log_kind(findings: list[Finding], logs: list[dict[str, Any]]) -> list[Finding]:
+    """Each log-based finding with ``reason`` = its log's error kind (each log read once)."""
+    by_ref = {str(lg["ref"]): lg for lg in logs if lg.get("ref")}
+    kinds: dict[str, tuple[str | None, str | None]] = {}
+    out = []
+    for f in findings:
+        ref = next((r for r in f.refs if r in by_ref), None)
+        if f.detector not in _KIND_FROM_LOG or ref is None or f.extra.get("reason"):
+            out.append(f)
+            continue
+        if ref not in kinds:
+            reading = read_log(str(by_ref[ref].get("text") or ""))
+            exc = reading.decisive.entities.exception_type if reading.decisive else None
+            kinds[ref] = (reading.kind.value if reading.kind else None, exc)
+        kind, exc = kinds[ref]
+        if kind is None:
+            out.append(f)
+            continue
+        reason = f"{kind} ({exc})" if exc else kind
+        out.append(replace(f, extra={**f.extra, "reason": reason, "exception": exc}))
+    return out
 
 
 def _stale_evictions(
@@ -476,18 +553,27 @@ def _stale_evictions(
 ) -> list[tuple[dict[str, Any], str]]:
     """An evicted pod that is history, as a stale ``Evicted`` item citing the pod's own
     status (where the kubelet's message is), or its event when the dump still holds it."""
-    from loopkernel_apps.sre._detect_nodes import stale_evictions
-
     out = []
+    history = stale_evictions(pods, events)
     for item in pods:
         name = _meta(item["pod"]).get("name", "")
-        why = stale_evictions(pods, events).get(name)
+        why = history.get(name)
         if why is None:
             continue
         st = item["pod"].get("status", {})
         ev = {"reason": "Evicted", "message": st.get("message") or "Evicted",
               "involvedObject": {"kind": "Pod", "name": name}}  # fmt: skip
         out.append(({"ref": item["ref"], "event": ev}, why))
+    return out
+
+
+def pod_events(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The events whose involved object is a Pod, by pod name, in their order (one pass)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for e in events:
+        obj = e["event"].get("involvedObject", {})
+        if obj.get("kind") == "Pod":
+            out.setdefault(str(obj.get("name", "")), []).append(e)
     return out
 
 
@@ -508,8 +594,19 @@ def split_symptoms(findings: list[Finding]) -> tuple[list[Finding], list[tuple[F
     by_pod: dict[str, list[Finding]] = {}
     for f in findings:
         by_pod.setdefault(f.pod, []).append(f)
+    victims = [
+        (g, str(v["name"]))
+        for g in findings
+        if g.detector == "preempted"
+        for v in g.extra.get("victims", [])
+    ]
     causes, symptoms = [], []
     for f in findings:
+        by = next((g for g, w in victims if f.detector != "preempted"
+                   and (f.pod == w or f.pod.startswith(w + "-"))), None)  # fmt: skip
+        if by is not None:
+            symptoms.append((f, by))  # a preemption's victim: what it suffers follows from it
+            continue
         mine = by_pod[f.pod]
         above = [g for g in mine if g.detector not in GENERIC]
         if not above and f.detector != "upstream_unavailable":

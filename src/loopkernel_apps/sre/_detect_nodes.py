@@ -16,7 +16,7 @@ from typing import Any
 
 from loopkernel_apps.sre._finding import Finding, _meta, _refs, _unhealthy
 
-__all__ = ["stale_evictions"]
+__all__ = ["dump_now", "stale_evictions"]
 
 
 def _node_rows(nodes: list[dict[str, Any]]) -> dict[str, tuple[dict[str, Any], str | None]]:
@@ -62,36 +62,49 @@ def _seconds(t: str) -> float:
         return 0.0
 
 
-def stale_evictions(pods: list[dict[str, Any]], events: list[dict[str, Any]]) -> dict[str, str]:
-    """``{pod: why}`` for the evicted pods whose eviction is not the current failure: a
-    newer pod of the same controller exists and is itself unhealthy (it fails on its own,
-    after the eviction), or the eviction is a day older than the newest time the dump
-    shows. Such a pod is history, stated as a stale fact, never a verified cause."""
+def dump_now(pods: list[dict[str, Any]], events: list[dict[str, Any]]) -> str:
+    """The dump's own "now": the newest RFC 3339 time in the pods' status and the events."""
     now = max((t for p in pods for t in _times(p["pod"].get("status", {}))), default="")
     for e in events:
         t = str(e["event"].get("lastTimestamp") or e["event"].get("eventTime") or "")
         if _RFC3339.match(t) and t > now:
             now = t
+    return now
+
+
+def _controller_uid(pod: dict[str, Any]) -> str | None:
+    refs = _meta(pod).get("ownerReferences", []) or []
+    return next((o.get("uid") for o in refs if o.get("controller")), None)
+
+
+def stale_evictions(pods: list[dict[str, Any]], events: list[dict[str, Any]]) -> dict[str, str]:
+    """``{pod: why}`` for the evicted pods whose eviction is not the current failure: a
+    newer pod of the same controller exists and is itself unhealthy (it fails on its own,
+    after the eviction), or the eviction is a day older than the newest time the dump
+    shows. Such a pod is history, stated as a stale fact, never a verified cause.
+
+    Linear in pods + events: the events are indexed by object name and the pods by
+    controller uid once."""
+    now = dump_now(pods, events)
+    evicted = [p for p in pods if p["pod"].get("status", {}).get("reason") == "Evicted"]
+    if not evicted:
+        return {}
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for e in events:
+        by_name.setdefault(str(e["event"].get("involvedObject", {}).get("name")), []).append(e)
+    failing: dict[str, list[tuple[str, str]]] = {}
+    for p in pods:
+        uid = _controller_uid(p["pod"])
+        if uid and p["pod"].get("status", {}).get("reason") != "Evicted" and _unhealthy(p["pod"]):
+            created = str(_meta(p["pod"]).get("creationTimestamp", ""))
+            failing.setdefault(uid, []).append((created, _meta(p["pod"]).get("name", "")))
     out: dict[str, str] = {}
-    for item in pods:
+    for item in evicted:
         pod = item["pod"]
-        if pod.get("status", {}).get("reason") != "Evicted":
-            continue
         name = _meta(pod).get("name", "")
-        mine = [e for e in events if e["event"].get("involvedObject", {}).get("name") == name]
-        when = _evicted_at(pod, mine)
-        owner = next((o.get("uid") for o in _meta(pod).get("ownerReferences", []) or []
-                      if o.get("controller")), None)  # fmt: skip
-        newer = [
-            _meta(p["pod"]).get("name", "")
-            for p in pods
-            if p is not item
-            and owner
-            and any(o.get("uid") == owner for o in _meta(p["pod"]).get("ownerReferences", []) or [])
-            and str(_meta(p["pod"]).get("creationTimestamp", "")) > when
-            and p["pod"].get("status", {}).get("reason") != "Evicted"
-            and _unhealthy(p["pod"])
-        ]
+        when = _evicted_at(pod, by_name.get(name, []))
+        uid = _controller_uid(pod)
+        newer = [n for created, n in failing.get(uid or "", []) if n != name and created > when]
         if newer:
             out[name] = (
                 f"it was evicted at {when}, before pod {newer[0]} of the same controller was "

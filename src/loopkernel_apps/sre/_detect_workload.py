@@ -27,12 +27,16 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from loopkernel_apps.sre._detect import _EXEC_NOT_FOUND
 from loopkernel_apps.sre._detect_logs import _log_lines, decisive_line
 from loopkernel_apps.sre._detect_nodes import _evicted, _node_not_ready, stale_evictions
-from loopkernel_apps.sre._finding import Finding, _meta, _refs, _same, _unhealthy
+from loopkernel_apps.sre._finding import EXEC_NOT_FOUND, Finding, _meta, _refs, _same, _unhealthy
+from loopkernel_apps.sre._logs import ErrorKind, LogReading, read_log
+from loopkernel_apps.sre._preempt import preempted
+from loopkernel_apps.sre._sched import ClauseKind, decisive
+from loopkernel_apps.sre._vocab import fill, match
+from loopkernel_apps.sre._vocab_rows import rows_for
 
-__all__ = ["FAILURE", "HOST", "workload_findings"]
+__all__ = ["AUTH", "FAILURE", "HOST", "workload_findings"]
 
 FAILURE = re.compile(
     r"(?i)(connection refused|ECONNREFUSED|no route to host|EHOSTUNREACH|connection reset"
@@ -49,6 +53,13 @@ HOST = re.compile(
     r"|(?<![\w.])(\d{1,3}(?:\.\d{1,3}){3}:\d{2,5})"
 )
 """A dependency's address: host:port, a URL's host, ``nc``'s "HOST port N"."""
+
+AUTH = re.compile(
+    r"(?i)(authentication failed|auth(?:entication)? error|invalid (?:password|credentials)"
+    r"|access denied for user|login failed|unauthori[sz]ed|\b401\b|\b403\b|forbidden"
+    r"|permission denied for|SASL authentication|wrong password|bad credentials)"
+)
+"""A dependency that answered and refused the credentials: never "upstream unavailable"."""
 
 MIN_FAILURES = 3
 """A dependency is blamed only when it failed this often in one instance's log."""
@@ -83,7 +94,7 @@ def _init_container(
             term = last.get("terminated") or {}
         if not term or int(term.get("exitCode", 0)) == 0:
             continue
-        if term.get("reason") == "OOMKilled" or _EXEC_NOT_FOUND.search(str(term.get("message"))):
+        if term.get("reason") == "OOMKilled" or EXEC_NOT_FOUND.search(str(term.get("message"))):
             continue  # oomkilled / command_not_found state these
         code = int(term.get("exitCode", 0))
         restarts = int(cs.get("restartCount", 0))
@@ -116,6 +127,14 @@ _CONFIG_REF = [
     re.compile(r"couldn't find key (\S+) in (ConfigMap|Secret) ([\w.-]+)/([\w.-]+)"),
     re.compile(r"(configmap|secret) \"([\w.-]+)\" not found", re.IGNORECASE),
 ]
+
+
+def _config_remedy(message: str, container: str) -> str | None:
+    """The vocabulary row's own remedy for a CreateContainerConfigError message, if any."""
+    for row in rows_for("create_config_error"):
+        if row.remedy and match(row, message) is not None:
+            return fill(row.remedy, {"container": container})
+    return None
 
 
 def _create_config_error(item: dict[str, Any], events: list[dict[str, Any]]) -> Iterator[Finding]:
@@ -160,8 +179,9 @@ def _create_config_error(item: dict[str, Any], events: list[dict[str, Any]]) -> 
                 for e in events
                 if message and message in str(e["event"].get("message"))
             ),
-            extra={"kind": kind, "object": obj, "key": key},
-        )
+            extra={"kind": kind, "object": obj, "key": key, "reason": "CreateContainerConfigError",
+                   "remedy": _config_remedy(message, c)},
+        )  # fmt: skip
 
 
 def _claims(pod: dict[str, Any]) -> list[str]:
@@ -178,8 +198,26 @@ _PVC_SCHED = re.compile(
 )
 
 
+_CLAIM_REASONS = ("FailedBinding", "ProvisioningFailed")
+"""Claim events that say it does not bind whatever their type (``FailedBinding`` is Normal)."""
+
+
+def claim_warnings(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The ``Warning`` events of each PersistentVolumeClaim, by claim name (one pass)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for e in events:
+        obj = e["event"].get("involvedObject", {})
+        failing = e["event"].get("type") == "Warning" or e["event"].get("reason") in _CLAIM_REASONS
+        if obj.get("kind") == "PersistentVolumeClaim" and failing:
+            out.setdefault(str(obj.get("name")), []).append(e)
+    return out
+
+
 def _pvc_unbound(
-    item: dict[str, Any], mine: list[dict[str, Any]], events: list[dict[str, Any]]
+    item: dict[str, Any],
+    mine: list[dict[str, Any]],
+    events: list[dict[str, Any]],
+    of_claim: dict[str, list[dict[str, Any]]],
 ) -> Iterator[Finding]:
     pod, ref = item["pod"], item["ref"]
     if pod.get("status", {}).get("phase") != "Pending":
@@ -191,13 +229,7 @@ def _pvc_unbound(
          and _PVC_SCHED.search(str(e["event"].get("message")))), None,
     )  # fmt: skip
     for claim in claims:
-        claim_events = [
-            e
-            for e in events
-            if e["event"].get("involvedObject", {}).get("kind") == "PersistentVolumeClaim"
-            and e["event"].get("involvedObject", {}).get("name") == claim
-            and e["event"].get("type") == "Warning"
-        ]
+        claim_events = of_claim.get(claim, [])
         if not claim_events and sched is None:
             continue
         src = claim_events[-1] if claim_events else sched
@@ -224,28 +256,22 @@ def _pvc_unbound(
         return
 
 
-_TAINT = re.compile(r"(\d+) node\(s\) had (?:untolerated taint|taint) \{([^}]+)\}")
-
-
 def _taint_untolerated(
     item: dict[str, Any], mine: list[dict[str, Any]], nodes: list[dict[str, Any]]
 ) -> Iterator[Finding]:
     pod, ref = item["pod"], item["ref"]
     name = _meta(pod).get("name", "")
-    tolerated = {t.get("key") for t in pod.get("spec", {}).get("tolerations", []) or []}
+    if pod.get("spec", {}).get("nodeName"):
+        return  # scheduled since: the FailedScheduling is history
     for e in reversed(mine):
         ev = e["event"]
         msg = str(ev.get("message") or "")
-        if ev.get("reason") != "FailedScheduling" or not _TAINT.search(msg):
+        if ev.get("reason") != "FailedScheduling":
             continue
-        taints = []
-        for count, taint in _TAINT.findall(msg):
-            key = taint.split(":", 1)[0].strip()
-            if key not in tolerated:
-                taints.append((int(count), taint.strip(), key))
-        if not taints:
+        best, _ = decisive(msg, pod)
+        if best is None or best.kind is not ClauseKind.TAINT:
             return
-        count, taint, key = taints[0]
+        count, taint, key = best.count, best.subject, best.taint_key
         on, node_refs = [], []
         for n in nodes:
             for node in n["data"].get("nodes", []):
@@ -266,8 +292,9 @@ def _taint_untolerated(
             identifiers=(key,),
             refs=_refs(e["ref"], *_same(mine, ev), ref, *node_refs),
             weight=int(ev.get("count") or 1),
-            extra={"taint": taint, "key": key, "nodes": sorted(set(on))},
-        )
+            extra={"taint": taint, "key": key, "nodes": sorted(set(on)),
+                   "reason": "FailedScheduling"},
+        )  # fmt: skip
         return
 
 
@@ -278,8 +305,8 @@ def _failing_hosts(text: str) -> dict[str, list[str]]:
     """``{address: [lines]}``: the lines where a request to that address failed."""
     out: dict[str, list[str]] = {}
     for line in _log_lines(text):
-        if not FAILURE.search(line):
-            continue
+        if not FAILURE.search(line) or AUTH.search(line):
+            continue  # a refused credential is the client's configuration, not a down upstream
         m = HOST.search(line)
         if m is None:
             continue
@@ -288,10 +315,25 @@ def _failing_hosts(text: str) -> dict[str, list[str]]:
     return out
 
 
+def _structured_failures(text: str, reading: LogReading) -> dict[str, list[str]]:
+    """``{upstream: [lines]}`` from the structured log's runs of 5xx answers."""
+    lines = text.splitlines()
+    out: dict[str, list[str]] = {}
+    for run in reading.upstream_failures:
+        if run.count >= MIN_FAILURES and 0 < run.first_line <= len(lines):
+            first = lines[run.first_line - 1].strip()
+            out[run.upstream] = [first] + [first] * (run.count - 1)
+    return out
+
+
 def _upstream(log: dict[str, Any], pod: dict[str, Any], pod_ref: str | None) -> Iterator[Finding]:
     if not _unhealthy(pod):
         return
-    hosts = _failing_hosts(str(log.get("text") or ""))
+    text = str(log.get("text") or "")
+    reading = read_log(text, container=str(log.get("container")))
+    if reading.kind in (ErrorKind.AUTHENTICATION, ErrorKind.AUTHORIZATION):
+        return  # the dependency answered and refused the credentials: not unavailable
+    hosts = _failing_hosts(text) or _structured_failures(text, reading)
     if not hosts:
         return
     host, lines = max(hosts.items(), key=lambda kv: (len(kv[1]), kv[0]))
@@ -316,8 +358,45 @@ def _upstream(log: dict[str, Any], pod: dict[str, Any], pod_ref: str | None) -> 
         identifiers=(host,),
         refs=_refs(log["ref"]),
         weight=len(lines),
-        extra={"host": host, "count": len(lines), "init": init, "log": which},
+        extra={"host": host, "count": len(lines), "init": init, "log": which, "client": name},
     )
+
+
+def _intended(svc: dict[str, Any], near: dict[str, Any]) -> bool:
+    """A pod that shares part of a Service's selector and is plainly meant for it: named
+    after the Service, or carrying all of a selector of two labels or more but one."""
+    if str(near.get("pod", "")).startswith(f"{svc.get('name')}-"):
+        return True
+    sel = svc.get("selector") or {}
+    have = set(str(near.get("labels", "")).split(","))
+    shared = sum(1 for k, v in sel.items() if f"{k}={v}" in have)
+    return len(sel) >= 2 and shared >= len(sel) - 1
+
+
+def _selector_mismatch(
+    item: dict[str, Any], svc: dict[str, Any], near: list[dict[str, Any]]
+) -> Finding:
+    """A Service whose selector matches no pod while pods carry part of it: the selector (or
+    the pods' labels) changed, and the Service has no endpoints, client or not."""
+    name = str(svc.get("name"))
+    sel = ",".join(f"{k}={v}" for k, v in sorted(svc["selector"].items()))
+    pods = ", ".join(str(p["pod"]) for p in near[:3])
+    text = (
+        f"Service {name} selects {sel}, but no pod in the namespace carries these labels, so it "
+        f"has no endpoints; pods {pods} carry part of it ({near[0]['labels']}): the selector "
+        "and the pods' labels disagree."
+    )
+    return Finding(
+        detector="service_no_endpoints",
+        pod=name,
+        container=None,
+        text=text,
+        quote="matches NO pod in the namespace (no endpoints)",
+        identifiers=(name,),
+        refs=_refs(item["ref"]),
+        extra={"service": name, "selector": sel, "clusterIP": svc.get("clusterIP"),
+               "client": None, "reason": "selector"},
+    )  # fmt: skip
 
 
 def _service_no_endpoints(
@@ -333,6 +412,8 @@ def _service_no_endpoints(
                 rf"(?::\d+|\s+port\s+\d+)"
                 + (rf"|(?<![\d.]){re.escape(ip)}(?![\d])" if ip and ip != "None" else "")
             )
+            near = svc.get("nearest") or []
+            found = False
             for log in logs:
                 owner = by_name.get(log["pod"])
                 if owner is None or not _unhealthy(owner["pod"]):
@@ -364,11 +445,55 @@ def _service_no_endpoints(
                     quote=hit,
                     identifiers=(ident,),
                     refs=_refs(log["ref"], item["ref"]),
-                    extra={"service": name, "selector": sel, "clusterIP": ip},
-                )
+                    extra={"service": name, "selector": sel, "clusterIP": ip,
+                           "client": log["pod"]},
+                )  # fmt: skip
+                found = True
+            intended = [p for p in near if _intended(svc, p)]
+            if not found and intended:
+                yield _selector_mismatch(item, svc, intended)
 
 
 # -- workload-level ----------------------------------------------------------------------------
+
+_SCALED = re.compile(r"Scaled down replica set ([\w.-]+) (?:to|from \d+ to) 0\b")
+
+
+def _scaled_to_zero(
+    services: list[dict[str, Any]], events: list[dict[str, Any]]
+) -> Iterator[Finding]:
+    """A Service with no endpoints because the workload it selects is scaled to 0, with the
+    ``ScalingReplicaSet`` event that did it when the dump still holds it."""
+    for item in services:
+        for svc in item["data"].get("services", []):
+            for z in svc.get("at_zero") or []:
+                name = str(z["name"])
+                ev = next(
+                    (
+                        e
+                        for e in reversed(events)
+                        if e["event"].get("involvedObject", {}).get("name") == name
+                        and e["event"].get("reason") == "ScalingReplicaSet"
+                        and _SCALED.search(str(e["event"].get("message")))
+                    ),
+                    None,
+                )
+                said = f" ({ev['event'].get('message')})" if ev else ""
+                text = (
+                    f"{z['kind']} {name} is scaled to 0 replicas{said}, so Service "
+                    f"{svc.get('name')} has no endpoints: nothing serves its traffic."
+                )
+                yield Finding(
+                    detector="scaled_to_zero",
+                    pod=name,
+                    container=None,
+                    text=text,
+                    quote=f"{z['kind']} {name} (spec.replicas: 0)",
+                    identifiers=(name,),
+                    refs=_refs(item["ref"], ev["ref"] if ev else None),
+                    extra={"kind": z["kind"], "object": name, "service": svc.get("name"),
+                           "reason": "ScalingReplicaSet"},
+                )  # fmt: skip
 
 
 def _job_deadline(workloads: list[dict[str, Any]]) -> Iterator[Finding]:
@@ -475,7 +600,8 @@ def _failed_create(events: list[dict[str, Any]]) -> Iterator[Finding]:
             identifiers=(name,),
             refs=_refs(e["ref"], *_same(events, ev)),
             weight=int(ev.get("count") or 1),
-            extra={"kind": obj.get("kind"), "why": why, "object": name},
+            extra={"kind": obj.get("kind"), "why": why, "object": name,
+                   "when": ev.get("lastTimestamp") or ev.get("eventTime")},
         )
 
 
@@ -484,24 +610,22 @@ def workload_findings(
     events: list[dict[str, Any]],
     logs: list[dict[str, Any]],
     context: dict[str, list[dict[str, Any]]],
+    of_pod: dict[str, list[dict[str, Any]]],
 ) -> list[Finding]:
-    """The findings of this module's detectors (``events``: the fresh ones only)."""
+    """The findings of this module's detectors (``events``: the fresh ones only;
+    ``of_pod``: the same events of each pod, by pod name)."""
     by_name = {_meta(p["pod"]).get("name", ""): p for p in pods}
     by_log = {(lg["pod"], lg["container"], bool(lg.get("previous"))): lg for lg in logs}
     nodes = _data(context, "node_capacity")
     stale = stale_evictions(pods, events)
     out: list[Finding] = []
+    with_claims = events + _claim_events(context)
+    of_claim = claim_warnings(with_claims)
     for item in pods:
-        name = _meta(item["pod"]).get("name", "")
-        mine = [
-            e
-            for e in events
-            if e["event"].get("involvedObject", {}).get("kind") == "Pod"
-            and e["event"].get("involvedObject", {}).get("name") == name
-        ]
+        mine = of_pod.get(_meta(item["pod"]).get("name", ""), [])
         out += _init_container(item, by_log)
         out += _create_config_error(item, mine)
-        out += _pvc_unbound(item, mine, events + _claim_events(context))
+        out += _pvc_unbound(item, mine, with_claims, of_claim)
         out += _taint_untolerated(item, mine, nodes)
         out += _evicted(item, nodes, stale)
         out += _node_not_ready(item, mine, nodes)
@@ -513,6 +637,8 @@ def workload_findings(
     out += _job_deadline(_data(context, "workload_status"))
     out += _hpa_at_max(_data(context, "autoscalers"))
     out += _failed_create(events)
+    out += _scaled_to_zero(_data(context, "services"), events)
+    out += preempted(_data(context, "triage"))
     return out
 
 

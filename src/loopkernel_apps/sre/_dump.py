@@ -70,6 +70,8 @@ class Namespace:
     name: str
     lists: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     logs: dict[LogKey, str] = field(default_factory=dict)
+    derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """Indexes built once from the lists (the dump does not change once read)."""
 
     def items(self, kind: str) -> list[dict[str, Any]]:
         return self.lists.get(kind, [])

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Finding"]
+__all__ = ["EXEC_NOT_FOUND", "Finding"]
+
+EXEC_NOT_FOUND = re.compile(
+    r"exec:? \\?\"?([^\"\\\s:]+)\\?\"?: (?:executable file not found|no such file or directory)"
+)
+"""The runtime's message when a container's command is not in the image (every detector that
+reads a terminated or waiting message sets it apart)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from loopkernel_apps.sre._vocab import slots
+
 __all__ = ["NEXT", "REMEDY", "fmt"]
 
 NEXT = {
@@ -56,6 +58,19 @@ NEXT = {
     "the namespace's quotas and admission policies (kubectl describe resourcequota).",
     "hpa_at_max": "Check the workload's load against maxReplicas {max} (kubectl describe hpa "
     "{hpa}) and whether the nodes can hold more replicas.",
+    "exit_completed": "Read the container's command and args (kubectl get pod {pod} -o "
+    "jsonpath='{{.spec.containers[*].command}}'): what should keep running after it ends?",
+    "exec_format_error": "Compare the image's architecture (docker manifest inspect {image}) "
+    "with the nodes' (kubectl get nodes -L kubernetes.io/arch).",
+    "failed_mount": "List what the pod's volumes reference (kubectl get pod {pod} -o "
+    "jsonpath='{{.spec.volumes}}') against the namespace's Secrets and ConfigMaps.",
+    "scaled_to_zero": "Check who scaled {kind_lower} {object} to 0 and why (kubectl rollout "
+    "history {kind_lower}/{object}; the audit log; an autoscaler or a GitOps tool).",
+    "preempted": "Compare the priority classes of {kind_lower} {object} and of its victims "
+    "(kubectl get pods -o custom-columns=NAME:.metadata.name,PRIO:.spec.priorityClassName) "
+    "with the nodes' free capacity.",
+    "multi_attach": "See which pod holds the volume (kubectl get volumeattachments; kubectl "
+    "get pods -o wide) and the workload's update strategy.",
 }
 REMEDY = {
     "oomkilled": "Raise the memory limit of container {container} above {limit}, "
@@ -92,6 +107,15 @@ REMEDY = {
     "failed_create": "{create_fix}",
     "hpa_at_max": "Raise maxReplicas of {hpa} (the nodes permitting), or make each replica "
     "handle more; it is capped at {max}",
+    "exit_completed": "{vocab_remedy}",
+    "exec_format_error": "{vocab_remedy}",
+    "failed_mount": "{vocab_remedy}",
+    "multi_attach": "{vocab_remedy}",
+    "preempted": "Give {kind_lower} {object} its own capacity (a node pool, or a quota) or a "
+    "lower priority, or give its victims a PriorityClass and capacity of their own; adding "
+    "nodes lets both run",
+    "scaled_to_zero": "Scale {kind_lower} {object} back up (kubectl scale {kind_lower}/{object} "
+    "--replicas=N, N its usual count), and fix what set it to 0",
 }
 
 
@@ -103,6 +127,25 @@ _CREATE_FIX = {
     "(securityContext: runAsNonRoot, no privilege escalation, dropped capabilities)",
     "service_account": "Create the ServiceAccount the pod template names, or fix the name",
     "other": "Fix what the controller's FailedCreate message names",
+}
+
+
+_SCHEDULE_FIX = {
+    "insufficient": "Lower the pod's requests or add a node with enough allocatable capacity",
+    "node_selector": "Fix the pod's nodeSelector/affinity, or label the node(s) it should run "
+    "on; no node carries the labels it asks for",
+    "pod_anti_affinity": "Relax the pod anti-affinity (preferredDuringScheduling, or fewer "
+    "replicas than topology domains), or add nodes in another topology domain",
+    "pod_affinity": "Fix the pod affinity's selector, or run the pods it must be next to",
+    "topology_spread": "Relax the topology spread constraint (maxSkew, whenUnsatisfiable: "
+    "ScheduleAnyway) or add nodes in the missing domains",
+    "volume_node_affinity": "Schedule the pod in the zone of its volume (or move the volume); "
+    "its PersistentVolume's node affinity excludes the free nodes",
+    "cordoned": "Uncordon the nodes (kubectl uncordon) once their maintenance is done, or add "
+    "schedulable capacity",
+    "ports": "Drop the hostPort or run fewer replicas than nodes",
+    "too_many_pods": "Add nodes or raise the nodes' max pods",
+    "volume_limit": "Add nodes or attach fewer volumes per node",
 }
 
 
@@ -131,7 +174,9 @@ def fmt(
     workload: str | None,
     owner_kind: str | None = None,
     changed: str | None = None,
-) -> str:
+) -> str | None:
+    """The template filled from the finding, or ``None`` when a slot it needs has no value
+    from the evidence (such a template is not offered)."""
     extra = f.get("extra", {})
     kind = {"ReplicaSet": "deployment", None: "pod"}.get(owner_kind, str(owner_kind).lower())
     rollback = (
@@ -174,15 +219,12 @@ def fmt(
             r"(?i)unauthorized|authentication required|access denied|denied:|403", f.get("text", "")
         )
         else f"Push {extra.get('image', '')} or point the {kind} at an existing tag",
-        "schedule_fix": "Fix the pod's nodeSelector/affinity, or label the node(s) it should run "
-        "on; no node carries the labels it asks for"
-        if extra.get("affinity")
-        else "Lower the pod's requests or add a node with enough allocatable capacity",
+        "schedule_fix": _SCHEDULE_FIX.get(str(extra.get("clause")), _SCHEDULE_FIX["insufficient"]),
         "create_fix": _CREATE_FIX.get(str(extra.get("why")), _CREATE_FIX["other"]),
         "kind_lower": str(extra.get("kind") or "").lower(),
         "object_kind": obj_kind,
         "object_kind_lower": obj_kind.lower(),
-        "object": extra.get("object") or "?",
+        "object": extra.get("object"),
         "key_text": f" with key {extra['key']}" if extra.get("key") else "",
         "claim": extra.get("claim", ""),
         "taint_key": extra.get("key", ""),
@@ -194,8 +236,18 @@ def fmt(
         "job": extra.get("job", ""),
         "hpa": extra.get("hpa", ""),
         "max": extra.get("max"),
+        "vocab_remedy": extra.get("remedy"),
         "probe_hint": "the probe failures and restarts follow from it, so do not tune the probe"
         if extra.get("symptom_probe")
         else "retries and timeouts in the client only hide it",
     }
+    needed = [n for n in slots(template) if n not in _DECORATION]
+    if any(values.get(n) in (None, "", "?") for n in needed):
+        return None
     return template.format(**values)
+
+
+_DECORATION = frozenset(
+    {"suggestion_text", "rollback", "rerun", "after", "key_text", "probe_hint", "limit"}
+)
+"""Slots that add to a sentence that stands without them (may be empty)."""

@@ -24,19 +24,19 @@ import json
 import re
 from typing import Any
 
-from loopkernel_apps.sre._detect import DETECTORS, Finding
+from loopkernel_apps.sre._detect import DETECTORS
 from loopkernel_apps.sre._markdown import render_markdown
-from loopkernel_apps.sre._remedy import NEXT, REMEDY, fmt
-from loopkernel_apps.sre._story import (
-    answer,
-    chain,
-    context_facts,
-    missing,
-    out_of_scope,
-    rollout_changes,
-)
 
-__all__ = ["REPORT_FIELDS", "build_draft", "evidence_items", "finalize", "render_markdown"]
+__all__ = [
+    "EXIT_REASON",
+    "REPORT_FIELDS",
+    "evidence_items",
+    "finalize",
+    "merge_facts",
+    "model_note",
+    "render_markdown",
+    "supports",
+]
 
 REPORT_FIELDS = (
     "summary",
@@ -85,213 +85,7 @@ def evidence_items(calls: list[dict[str, Any]], *, max_chars: int | None) -> lis
     return items
 
 
-# -- the rules path's draft ------------------------------------------------------------------
-
-
-def build_draft(
-    *,
-    params: dict[str, Any],
-    triage: dict[str, Any],
-    calls: list[dict[str, Any]],
-    items: list[dict[str, Any]],
-    ranked: list[tuple[Finding, int, str]],
-    stale: list[tuple[dict[str, Any], str]],
-    skills: list[dict[str, Any]],
-    stop: str | None,
-    planning: list[dict[str, Any]] | None = None,
-    symptoms: list[tuple[Finding, Finding]] | None = None,
-) -> dict[str, Any]:
-    """The report before validation (the rules path's; ``planning``: the model rounds)."""
-    triage_ref = next((i["ref"] for i in items if i["tool"] == "triage"), None)
-    workloads = {u["pod"]: u.get("workload") for u in triage.get("unhealthy", [])}
-    owner_kinds = {u["pod"]: u.get("owner_kind") for u in triage.get("unhealthy", [])}
-    changes = rollout_changes(items)
-    facts: list[dict[str, Any]] = []
-    for u in triage.get("unhealthy", []):
-        desc = "; ".join(
-            f"container {c['name']} {c['state']}"
-            + (f" ({c['reason']})" if c.get("reason") else "")
-            + f", {c['restarts']} restarts"
-            + (f", last terminated {c['last_reason']}" if c.get("last_reason") else "")
-            for c in u.get("containers", [])
-        )
-        facts.append(
-            {
-                "text": f"Pod {u['pod']} is {u['phase']}" + (f": {desc}" if desc else "") + ".",
-                "evidence": [triage_ref] if triage_ref else [],
-                "quote": None,
-                "identifiers": [u["pod"]],
-            }
-        )
-    if triage_ref and not triage.get("unhealthy"):
-        facts.append(
-            {
-                "text": f"{triage.get('pods', 0)} pods in namespace "
-                f"{params['namespace']}, none unhealthy.",
-                "evidence": [triage_ref],
-                "quote": f"{triage.get('pods', 0)} pods",
-                "identifiers": [],
-            }
-        )
-    for f, _, _ in ranked:
-        kind = "" if f.detector in ("failed_create", "job_deadline", "hpa_at_max") else "pod "
-        where = f"{kind}{f.pod}" + (f", container {f.container}" if f.container else "")
-        facts.append(
-            {
-                "text": f"{where}: `{f.quote}`",
-                "evidence": list(f.refs),
-                "quote": f.quote,
-                "identifiers": [],
-            }
-        )
-    for item, why in stale:
-        ev = item["event"]
-        msg = str(ev.get("message", ""))
-        facts.append(
-            {
-                "text": f"Stale event set aside: {ev.get('reason')} ({msg[:120]}) — {why}; "
-                "it is not the stated cause.",
-                "evidence": [item["ref"]] if item["ref"] else [],
-                "quote": msg[:80],
-                "identifiers": [],
-                "stale": True,
-            }
-        )
-    facts += context_facts(items, ranked)
-    steps = chain(ranked, symptoms or [], items, workloads)
-    facts = _merge(facts)
-    verified = []
-    for i, (f, score, why) in enumerate(ranked, 1):
-        verified.append(
-            {
-                "detector": f.detector,
-                "text": f.text,
-                "evidence": list(f.refs),
-                "quote": f.quote,
-                "identifiers": list(f.identifiers),
-                "pod": f.pod,
-                "container": f.container,
-                "rank": i,
-                "score": score,
-                "ranking": why,
-            }
-        )
-    suspected = []
-    explained = {(f.pod, f.container) for f, _, _ in ranked}
-    pod_refs = {i["args"].get("pod"): i["ref"] for i in items if i["tool"] == "describe_pod"}
-    history = {
-        item["event"]["involvedObject"].get("name")
-        for item, _ in stale
-        if item["event"].get("reason") == "Evicted"
-    }
-    for u in triage.get("unhealthy", []):
-        if u["pod"] in history:
-            continue  # evicted long ago or replaced since: stated as stale, not as failing
-        pod_explained = any(p == u["pod"] for p, _ in explained)
-        if not u.get("containers") and not pod_explained:
-            ref = pod_refs.get(u["pod"]) or triage_ref
-            suspected.append(
-                {
-                    "text": f"Pod {u['pod']} is {u['phase']} with no container started, but no "
-                    "event or condition collected says why.",
-                    "confidence": "low",
-                    "evidence": [ref] if ref else [],
-                    "quote": None,
-                    "identifiers": [u["pod"]],
-                }
-            )
-        for c in u.get("containers", []):
-            if (u["pod"], c["name"]) in explained or (u["pod"], None) in explained:
-                continue
-            if pod_explained and c.get("reason") in ("PodInitializing", "ContainerCreating"):
-                continue  # waits for what the pod's verified cause explains
-            if c.get("restarts") or c.get("last_reason") or c.get("reason"):
-                ref = pod_refs.get(u["pod"]) or triage_ref
-                suspected.append(
-                    {
-                        "text": f"Container {c['name']} of pod {u['pod']} is failing "
-                        f"({c.get('reason') or c.get('last_reason') or 'restarts'}) but no "
-                        "detector observed why.",
-                        "confidence": "low",
-                        "evidence": [ref] if ref else [],
-                        "quote": None,
-                        "identifiers": [u["pod"], c["name"]],
-                    }
-                )
-    gaps = missing(items, calls, ranked, triage)
-    next_steps, remediation, seen = [], [], set()
-    for f, _, _ in ranked:
-        fj = f.to_json()
-        if f.detector in seen:
-            continue
-        seen.add(f.detector)
-        if any(s.pod == f.pod and s.detector == "probe_failure" for s, _ in symptoms or []):
-            fj["extra"] = {**fj["extra"], "symptom_probe": True}
-        wl = workloads.get(f.pod)
-        changed = "; ".join(changes.get(wl or "", [])[:3]) or None
-        next_steps.append(fmt(NEXT[f.detector], fj, wl, owner_kinds.get(f.pod), changed))
-        remediation.append(
-            {
-                "action": fmt(REMEDY[f.detector], fj, wl, owner_kinds.get(f.pod), changed),
-                "detector": f.detector,
-            }
-        )
-    refused = [
-        {"tool": c["tool"], "args": c["args"], "reason": c["result"]["refused"]}
-        for c in calls
-        if c["status"] == "refused"
-    ] + [
-        {**r, "reason": f"proposed by the model and refused: {r['reason']}"}
-        for p in planning or []
-        for r in p.get("refused", [])
-    ]
-    failed = [
-        {"tool": c["tool"], "args": c["args"], "error": c["error"]}
-        for c in calls
-        if c["status"] == "failed"
-    ]
-    made = [c for c in calls if c["status"] in ("ok", "refused", "failed")]
-    coverage = {
-        "sources": [i["source"] for i in items],
-        "failed_tools": failed,
-        "refused_requests": refused,
-        "budget_exhausted": stop if stop and stop.startswith("max_") else None,
-        "exit": stop or "complete",
-        "exit_reason": _EXIT_REASON[stop or "complete"].format(**params),
-        "tool_calls": len(made),
-        "already_collected": sum(1 for c in calls if c["status"] == "duplicate"),
-        "skills": [{"name": s["name"], "why": s["why"]} for s in skills],
-        "planner": "model" if any(p["by"] == "model" for p in planning or []) else "rules",
-        "model": _model_note(params, planning or []),
-        "planning": planning or [],
-        "out_of_scope": [
-            n
-            for n in out_of_scope(str(params["question"]), str(params["namespace"]), items)
-            if not any(n == r["args"].get("namespace") for r in refused)
-        ],
-    }
-    # The rules path cites only what holds its claim, so validation has nothing to drop here.
-    by_ref = {i["ref"]: i for i in items}
-    for claim in [*facts, *steps]:
-        claim["evidence"] = [
-            r for r in claim["evidence"] if r in by_ref and _supports(by_ref[r], claim)
-        ]
-    return {
-        "question": params["question"],
-        "namespace": params["namespace"],
-        "observed_facts": facts,
-        "verified_causes": verified,
-        "suspected_causes": suspected,
-        "missing_evidence": gaps,
-        "chain": steps,
-        "answer": answer(str(params["question"]), ranked, symptoms or [], items),
-        "next_steps": next_steps,
-        "proposed_remediation": remediation,
-        "coverage": coverage,
-    }
-
-
-def _merge(facts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def merge_facts(facts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One fact per text, citing every item it was seen in."""
     out: dict[str, dict[str, Any]] = {}
     for fact in facts:
@@ -303,7 +97,7 @@ def _merge(facts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(out.values())
 
 
-_EXIT_REASON = {
+EXIT_REASON = {
     "complete": "the playbooks had nothing more to ask",
     "max_rounds": "stopped after {max_rounds} plan/act rounds (max_rounds)",
     "max_tool_calls": "stopped at {max_tool_calls} tool calls (max_tool_calls)",
@@ -313,7 +107,7 @@ _EXIT_REASON = {
 }
 
 
-def _model_note(params: dict[str, Any], planning: list[dict[str, Any]]) -> str | None:
+def model_note(params: dict[str, Any], planning: list[dict[str, Any]]) -> str | None:
     """One line: which rounds the model planned, which fell back to the rules and why."""
     if not params.get("model"):
         return None
@@ -332,7 +126,7 @@ def _model_note(params: dict[str, Any], planning: list[dict[str, Any]]) -> str |
 # -- validation --------------------------------------------------------------------------------
 
 
-def _supports(item: dict[str, Any], claim: dict[str, Any]) -> bool:
+def supports(item: dict[str, Any], claim: dict[str, Any]) -> bool:
     content = item["content"]
     quote = claim.get("quote")
     if quote and str(quote) in content:
@@ -360,7 +154,7 @@ def finalize(draft: dict[str, Any], evidence: list[dict[str, Any]]) -> dict[str,
         for ref in claim.get("evidence") or []:
             if ref not in by_ref:
                 dropped.append(f"{what}: citation {ref} names no evidence item")
-            elif not _supports(by_ref[ref], claim):
+            elif not supports(by_ref[ref], claim):
                 dropped.append(f"{what}: {ref} does not contain what the claim states")
             else:
                 kept.append(ref)
@@ -393,6 +187,7 @@ def finalize(draft: dict[str, Any], evidence: list[dict[str, Any]]) -> dict[str,
                     "container": cause.get("container"),
                     "score": cause.get("score"),
                     "ranking": str(cause.get("ranking") or "as drafted"),
+                    **_cause_fields(cause),
                 }
             )
         else:
@@ -402,6 +197,7 @@ def finalize(draft: dict[str, Any], evidence: list[dict[str, Any]]) -> dict[str,
                     "text": f"{cause['text']} {UNVERIFIED_NOTE}",
                     "confidence": "low",
                     "evidence": refs,
+                    **_cause_fields(cause),
                 }
             )
     for n, cause in enumerate(draft.get("suspected_causes", []), 1):
@@ -412,7 +208,9 @@ def finalize(draft: dict[str, Any], evidence: list[dict[str, Any]]) -> dict[str,
         text = str(cause["text"])
         if _CONFIRMED.search(text) and UNVERIFIED_NOTE not in text:
             text = f"{text} {UNVERIFIED_NOTE}"
-        suspected.append({"text": text, "confidence": confidence, "evidence": refs})
+        suspected.append(
+            {"text": text, "confidence": confidence, "evidence": refs, **_cause_fields(cause)}
+        )
     for i, v in enumerate(verified, 1):
         v["rank"] = i
     remediation = [
@@ -452,11 +250,51 @@ def finalize(draft: dict[str, Any], evidence: list[dict[str, Any]]) -> dict[str,
     return {"report": report, "markdown": render_markdown(report), "digest": digest}
 
 
+def _cause_fields(cause: dict[str, Any]) -> dict[str, Any]:
+    """The root-cause object, the reason and what it explains, when the draft has them."""
+    out: dict[str, Any] = {}
+    entity = cause.get("entity")
+    if isinstance(entity, dict) and all(isinstance(entity.get(k), str) for k in _ENTITY_KEYS):
+        out["entity"] = {k: entity[k] for k in _ENTITY_KEYS}
+    if isinstance(cause.get("reason"), str):
+        out["reason"] = cause["reason"]
+    if isinstance(cause.get("explains"), list):
+        out["explains"] = [
+            {k: str(e.get(k, "")) for k in _ENTITY_KEYS}
+            for e in cause["explains"]
+            if isinstance(e, dict)
+        ]
+    return out
+
+
+_ENTITY_KEYS = ("kind", "namespace", "name")
+
+
 def _opt(d: dict[str, Any], key: str) -> dict[str, Any]:
     return {key: d[key]} if key in d else {}
 
 
+def _incomplete(cov: dict[str, Any]) -> str | None:
+    """"Incomplete: …" when a planned read failed or a bound cut the collection short."""
+    failed = cov.get("failed_tools") or []
+    parts = []
+    for f in failed[:3]:
+        err = str(f.get("error") or "failed")
+        if "Timeout" in err or "timed out" in err:
+            parts.append(f"{f.get('tool')} timed out ({err[:120]})")
+        else:
+            parts.append(f"{f.get('tool')} failed ({err[:120]})")
+    if len(failed) > 3:
+        parts.append(f"{len(failed) - 3} more read(s) failed")
+    if cov.get("budget_exhausted"):
+        parts.append(f"collection stopped early: {cov.get('exit_reason')}")
+    if not parts:
+        return None
+    return "Incomplete: " + "; ".join(parts) + ". What follows covers only what was read."
+
+
 def _summary(draft: dict[str, Any], verified: list[dict[str, Any]], cov: dict[str, Any]) -> str:
+    incomplete = _incomplete(cov)
     if verified:
         top = verified[0]
         more = (
@@ -467,8 +305,14 @@ def _summary(draft: dict[str, Any], verified: list[dict[str, Any]], cov: dict[st
         head = f"Verified ({top['detector']}): {top['text']}{more}"
     elif draft.get("suspected_causes"):
         head = "No cause verified; suspected: " + str(draft["suspected_causes"][0]["text"])
+    elif incomplete:
+        head = f"No cause found in what was read of namespace {draft.get('namespace')}."
     else:
-        head = f"No failure found in namespace {draft.get('namespace')}: no detector fired."
+        history = draft.get("history") or []
+        head = f"No current fault in namespace {draft.get('namespace')}." + (
+            " " + " ".join(history[:2]) if history else " No detector fired."
+        )
+    head = f"{incomplete} {head}" if incomplete else head
     return head + (f" {draft['answer']}" if draft.get("answer") else "")
 
 

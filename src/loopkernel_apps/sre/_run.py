@@ -30,9 +30,11 @@ from typing import Any
 
 from loopkernel import JSON, TaskContext, ToolError, ToolTimeout, ToolUnavailable
 from loopkernel.planner import At, Flow, Step, repeat
-from loopkernel_apps.sre._detect import detect, rank, split_symptoms
-from loopkernel_apps.sre._report import build_draft, evidence_items, finalize
+from loopkernel_apps.sre._detect import Finding, detect, rank, split_symptoms
+from loopkernel_apps.sre._draft import Collected, Diagnosis, build_draft
+from loopkernel_apps.sre._report import evidence_items, finalize
 from loopkernel_apps.sre._scope import other_namespaces
+from loopkernel_apps.sre._time import RECENT_S, ago, recovered, recovered_pod
 
 __all__ = [
     "WORKERS",
@@ -179,9 +181,12 @@ def _triage(ctx: TaskContext) -> dict[str, Any]:
     return result
 
 
-def focus_pods(triage: dict[str, Any], question: str) -> list[dict[str, Any]]:
-    """The unhealthy pods the question is about (by workload or pod name), else all of them."""
-    unhealthy = triage.get("unhealthy", [])
+def focus_pods(triage: dict[str, Any], question: str) -> tuple[list[dict[str, Any]], bool]:
+    """The unhealthy pods the question is about (by workload or pod name), else all of them;
+    pods failing now before pods that restarted long ago and are Ready since (history)."""
+    listed = triage.get("unhealthy", [])
+    current = [u for u in listed if not recovered_pod(u, triage.get("now"))]
+    unhealthy = current + [u for u in listed if u not in current]
     named = [
         u
         for u in unhealthy
@@ -197,7 +202,7 @@ def focus_pods(triage: dict[str, Any], question: str) -> list[dict[str, Any]]:
             if _word_in(str(w["name"]), question)
         }
         named = [u for u in unhealthy if u.get("workload") in names]
-    return (named or unhealthy)[:MAX_FOCUS_PODS]
+    return (named or unhealthy)[:MAX_FOCUS_PODS], bool(named)
 
 
 # -- workers -----------------------------------------------------------------------------------
@@ -210,12 +215,14 @@ async def triage(ctx: TaskContext) -> JSON:
     col = _Collector(ctx)
     result = await col.call("triage", {})
     data = (result or {}).get("data", {})
-    focus = focus_pods(data, str(ctx.params["question"]))
+    focus, named = focus_pods(data, str(ctx.params["question"]))
     return col.done(
+        named=named,
         unhealthy=data.get("unhealthy", []),
         workloads=data.get("workloads", []),
         findings=data.get("findings", []),
         pods=data.get("pods", 0),
+        now=data.get("now"),
         focus=[u["pod"] for u in focus],
     )
 
@@ -375,7 +382,8 @@ async def plan(ctx: TaskContext) -> JSON:
             if w.get("kind") not in ("deployment", "statefulset", "daemonset", "job"):
                 continue
             short = w.get("desired") is not None and int(w.get("ready") or 0) < int(w["desired"])
-            if short and not w.get("pods") and w["name"] not in with_pods:
+            fewer = int(w.get("pods") or 0) < int(w.get("desired") or 0)
+            if short and fewer and w["name"] not in with_pods:
                 if w["kind"] == "deployment":
                     wanted.append(
                         {
@@ -391,6 +399,14 @@ async def plan(ctx: TaskContext) -> JSON:
                         "why": f"{w['kind']} {w['name']} has no pod to show",
                     }
                 )
+    # A Deployment or StatefulSet scaled to 0: the Services that select it have no endpoints,
+    # and its events hold the ScalingReplicaSet that did it.
+    if n == 1:
+        for w in tri.get("workloads", []):
+            if w.get("kind") in ("deployment", "statefulset") and w.get("desired") == 0:
+                why = f"{w['kind']} {w['name']} is scaled to 0"
+                wanted.append({"tool": "services", "args": {}, "why": why})
+                wanted.append({"tool": "events", "args": {"object": w["name"]}, "why": why})
     # Follow-ups from what earlier rounds found: a deployment's history names its newest
     # ReplicaSet, whose events (FailedCreate: quota, admission) explain missing pods.
     for c in prior:
@@ -473,6 +489,7 @@ async def act(ctx: TaskContext) -> JSON:
 
 
 _CONTEXT_TOOLS = (
+    "triage",
     "services",
     "node_capacity",
     "claims",
@@ -513,6 +530,33 @@ def _detector_inputs(
     return pods, events, logs_, context
 
 
+def split_history(
+    findings: list[Finding], triage: dict[str, Any]
+) -> tuple[list[Finding], list[Finding]]:
+    """``(current, history)``: a finding about a container that has been running and Ready
+    for longer than ``RECENT_S`` (its lastState, its previous log), or an event of a
+    controller older than ``RECENT_S`` or of a Job that no longer exists, is history."""
+    now = triage.get("now")
+    done = {
+        (u["pod"], c["name"])
+        for u in triage.get("unhealthy", [])
+        for c in u.get("containers", [])
+        if recovered(c, now)
+    }
+    jobs = {w.get("name") for w in triage.get("workloads", []) if w.get("kind") == "job"}
+
+    def old(f: Finding) -> bool:
+        if (f.pod, f.container) in done:
+            return True
+        if f.detector != "failed_create":
+            return False
+        age = ago(f.extra.get("when"), now)
+        gone = f.extra.get("kind") == "Job" and f.extra.get("object") not in jobs
+        return gone or (age is not None and age > RECENT_S)
+
+    return [f for f in findings if not old(f)], [f for f in findings if old(f)]
+
+
 async def correlate(ctx: TaskContext) -> JSON:
     params = _params(ctx)
     calls = collected_calls(_ev(ctx))
@@ -520,8 +564,7 @@ async def correlate(ctx: TaskContext) -> JSON:
     findings, stale = detect(*_detector_inputs(items))
     tri = _triage(ctx)
     focus = set(tri.get("focus", []))
-    ranked = rank(findings, focus)
-    _, symptoms = split_symptoms(findings)
+    named = bool(tri.get("named"))
     stops = [
         r.get("stop") or r.get("exhausted")
         for tid, r in sorted(_ev(ctx).items())
@@ -536,18 +579,22 @@ async def correlate(ctx: TaskContext) -> JSON:
         )
         if isinstance(r, dict) and r.get("planning")
     ]
-    draft = build_draft(
-        params=params,
-        triage=tri,
+    collected = Collected(
         calls=calls,
         items=items,
-        ranked=ranked,
-        stale=stale,
+        triage=tri,
         skills=skills_result["skills"],
-        stop=stops[0] if stops else None,
         planning=planning,
-        symptoms=symptoms,
+        stop=stops[0] if stops else None,
     )
+    current, history = split_history(findings, tri)
+    diagnosis = Diagnosis(
+        ranked=rank(current, focus if named else set()),
+        symptoms=split_symptoms(current)[1],
+        stale=stale,
+        history=history,
+    )
+    draft = build_draft(params, collected, diagnosis)
     return {"draft": draft, "evidence": items}
 
 

@@ -376,8 +376,17 @@ _HYPOTHESES: list[tuple[str, re.Pattern[str], tuple[str, ...]]] = [
     ("image pull errors", re.compile(r"(?i)\bimage\b|\bpull"), ("image_pull",)),
     ("the probe", re.compile(r"(?i)\bprobes?\b|health ?check"), ("probe_failure",)),
     ("a certificate", re.compile(r"(?i)\bcert|\btls\b|\bssl\b|x509"), ("cert_expired",)),
+    ("the Service's selector", re.compile(r"(?i)\bselector|\bendpoints?\b"),
+     ("service_no_endpoints",)),
+    ("a node crash", re.compile(r"(?i)\bnodes? (?:crash|die|fail|went down|down|lost)"),
+     ("node_not_ready",)),
+    ("the configuration", re.compile(r"(?i)\bconfig(?:map|uration)?\b|\bsecret\b"),
+     ("create_config_error", "config_invalid", "missing_env", "failed_mount")),
+    ("scheduling", re.compile(r"(?i)\bschedul|\bpending\b|capacity"),
+     ("unschedulable", "taint_untolerated", "pvc_unbound")),
     ("the last deploy", re.compile(r"(?i)\bdeploy\b|\brollout\b|\brelease\b|last deploy"), ()),
 ]  # fmt: skip
+_YES_NO = re.compile(r"(?i)^\s*(?:is|are|did|does|do|was|were|could|can|has|have|should)\b.*\?")
 
 
 def answer(
@@ -388,7 +397,7 @@ def answer(
 ) -> str | None:
     """One sentence per hypothesis the question names ("is it CPU throttling?"): whether the
     evidence shows it. ``None`` when the question names none."""
-    if not _CUE.search(question):
+    if not _CUE.search(question) and not _YES_NO.search(question):
         return None
     causes = {f.detector: f for f, _, _ in ranked}
     top = ranked[0][0] if ranked else None
@@ -427,5 +436,7 @@ def answer(
             if stale:
                 why = "the events that mention it are stale (an earlier pod) and were set aside"
             rest = f"; the verified cause is {top.detector}" if top else ""
-            said.append(f"You asked about {label}: nothing collected shows it ({why}){rest}.")
+            said.append(
+                f"You asked about {label}: nothing collected shows it, so no ({why}){rest}."
+            )
     return " ".join(said) or None

@@ -31,13 +31,16 @@ import itertools
 import json
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from loopkernel import JSON, ToolError
 from loopkernel.tools import CallInfo, ToolDefs, ToolHost, ToolSource, load_tool_defs
 from loopkernel_apps.sre._detect import detect, stale_events
+from loopkernel_apps.sre._detect_nodes import dump_now
 from loopkernel_apps.sre._dump import Dump, Namespace, load_dump
+from loopkernel_apps.sre._preempt import preemptions
 from loopkernel_apps.sre._redact import redact, secret_values
 from loopkernel_apps.sre.tools import _workload as _wl
 from loopkernel_apps.sre.tools._render import (
@@ -223,14 +226,18 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
                     continue  # an init container that completed
                 state = next(iter(s.get("state") or {"unknown": {}}))
                 reason = ((s.get("state") or {}).get(state) or {}).get("reason")
-                last = ((s.get("lastState") or {}).get("terminated") or {}).get("reason")
+                last_term = (s.get("lastState") or {}).get("terminated") or {}
                 containers.append(
                     {
                         "name": s.get("name"),
                         "restarts": s.get("restartCount", 0),
                         "state": state,
                         "reason": reason,
-                        "last_reason": last,
+                        "last_reason": last_term.get("reason"),
+                        "ready": bool(s.get("ready")),
+                        "started": ((s.get("state") or {}).get("running") or {}).get("startedAt"),
+                        "last_finished": last_term.get("finishedAt"),
+                        "last_exit": last_term.get("exitCode"),
                         **({"init": True} if s.get("name") in init_names else {}),
                     }
                 )
@@ -301,6 +308,12 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
                     + (f", failed {failed}" if failed else "")
                     + (f" ({', '.join(bad)})" if bad else "")
                 )
+        preempts = preemptions(ns.items("pods"), ns.items("events"), namespace)
+        for pr in preempts:
+            lines.append(
+                f"preempted: pod {pr['victim']} ({pr['victim_kind']} {pr['victim_workload']}"
+                f"{'' if pr['victim_exists'] else ', gone since'}): {pr['message']}"
+            )
         lines.append("findings:")
         lines += [f"- {f.detector}: {f.text}" for f in findings] or [
             "- none from status and events"
@@ -313,6 +326,8 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
             "findings": [f.to_json() for f in findings],
             "stale": len(stale),
             "pods": len(pods),
+            "now": dump_now(pods, events),
+            "preemptions": preempts,
         }
         return scope.result(f"triage {namespace}", "\n".join(lines), data)
 
@@ -571,14 +586,10 @@ def build_host(dump: Dump, namespace: str, *, audit: str | None = None) -> ToolH
 
 def _pod_count(ns: Namespace, kind: str, name: str) -> int:
     """How many pods of the namespace a workload owns (a Deployment through its ReplicaSets)."""
-    owners = {name}
+    index = _owner_index(ns)
     if kind == "deployments":
-        owners = {
-            str(_meta(rs).get("name"))
-            for rs in ns.items("replicasets")
-            if _owner(rs) == ("Deployment", name)
-        }
-    return sum(1 for p in ns.items("pods") if (_owner(p) or ("", ""))[1] in owners)
+        return sum(index.pods_of.get(rs, 0) for rs in index.replicasets_of.get(name, ()))
+    return index.pods_of.get(name, 0)
 
 
 def _workload(ns: Namespace, owner: tuple[str, str] | None) -> str | None:
@@ -586,11 +597,43 @@ def _workload(ns: Namespace, owner: tuple[str, str] | None) -> str | None:
     if owner is None:
         return None
     if owner[0] == "ReplicaSet":
-        for rs in ns.items("replicasets"):
-            if _meta(rs).get("name") == owner[1]:
-                top = _owner(rs)
-                return top[1] if top else owner[1]
+        return _owner_index(ns).top.get(owner[1], owner[1])
     return owner[1]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _OwnerIndex:
+    """Who owns what in one namespace, built once (the triage stays linear in its size)."""
+
+    top: dict[str, str]
+    """A ReplicaSet's name -> its Deployment's (or itself when it has no owner)."""
+    replicasets_of: dict[str, tuple[str, ...]]
+    """A Deployment's name -> its ReplicaSets' names."""
+    pods_of: dict[str, int]
+    """An owner's name -> how many pods it owns."""
+
+
+def _owner_index(ns: Namespace) -> _OwnerIndex:
+    held = ns.derived.get("owners")
+    if isinstance(held, _OwnerIndex):
+        return held
+    top: dict[str, str] = {}
+    of_dep: dict[str, list[str]] = {}
+    for rs in ns.items("replicasets"):
+        name, up = str(_meta(rs).get("name")), _owner(rs)
+        top[name] = up[1] if up else name
+        if up and up[0] == "Deployment":
+            of_dep.setdefault(up[1], []).append(name)
+    pods_of: dict[str, int] = {}
+    for p in ns.items("pods"):
+        up = _owner(p)
+        if up:
+            pods_of[up[1]] = pods_of.get(up[1], 0) + 1
+    index = _OwnerIndex(
+        top=top, replicasets_of={k: tuple(v) for k, v in of_dep.items()}, pods_of=pods_of
+    )
+    ns.derived["owners"] = index
+    return index
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -52,6 +52,18 @@ def _matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
+def _workloads_at_zero(ns: Namespace, sel: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Deployments and StatefulSets scaled to 0 whose pod template the selector matches."""
+    out = []
+    for kind, plural in (("Deployment", "deployments"), ("StatefulSet", "statefulsets")):
+        for w in ns.items(plural):
+            spec = w.get("spec", {})
+            labels = (spec.get("template", {}).get("metadata", {}) or {}).get("labels") or {}
+            if spec.get("replicas") == 0 and labels and _matches(sel, labels):
+                out.append({"kind": kind, "name": str(_meta(w).get("name"))})
+    return out
+
+
 def services(ns: Namespace) -> tuple[str, dict[str, Any]]:
     """Every Service: type, ClusterIP, ports, selector, and the pods the selector matches."""
     pods = ns.items("pods")
@@ -76,7 +88,9 @@ def services(ns: Namespace) -> tuple[str, dict[str, Any]]:
             pname = str(_meta(p).get("name"))
             if sel and _matches(sel, labels):
                 matching.append(pname)
-            elif sel and any(labels.get(k) == v for k, v in sel.items()):
+            elif sel and (
+                any(labels.get(k) == v for k, v in sel.items()) or pname.startswith(f"{name}-")
+            ):
                 nearest.append({"pod": pname, "labels": _labels(labels)})
         sel_text = _labels(sel) if sel else "<none>"
         eps = endpoints.get(str(name))
@@ -92,6 +106,11 @@ def services(ns: Namespace) -> tuple[str, dict[str, Any]]:
             line += f"matches {len(matching)} pod(s): {', '.join(matching)}"
         else:
             line += "matches NO pod in the namespace (no endpoints)"
+            zero = _workloads_at_zero(ns, sel)
+            if zero:
+                line += "; it selects the pods of " + ", ".join(
+                    f"{z['kind']} {z['name']} (spec.replicas: 0)" for z in zero
+                )
             if nearest:
                 line += "; pods sharing part of the selector: " + "; ".join(
                     f"{n['pod']} ({n['labels']})" for n in nearest[:4]
@@ -104,6 +123,7 @@ def services(ns: Namespace) -> tuple[str, dict[str, Any]]:
                 "selector": sel,
                 "matching": matching,
                 "nearest": nearest[:4],
+                "at_zero": [] if matching or not sel else _workloads_at_zero(ns, sel),
             }
         )
     absent = [] if "endpoints" in ns.lists else ["endpoints"]
