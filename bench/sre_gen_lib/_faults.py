@@ -196,6 +196,57 @@ def tls_expired(ctx: Ctx) -> Fault:
     return _dependency(ctx, failure, ("certificate", "x509", "expired", "NotTimeValid", "CERTIFICATE_VERIFY_FAILED"))
 
 
+def start_error(ctx: Ctx) -> Fault:
+    """The command is not in the image: the runtime cannot start the process (exit 128)."""
+    binary = ctx.k.rng.choice(["gunicron", "/app/bin/serve", "node_modules/.bin/next"])
+    msg = ("failed to create containerd task: failed to create shim task: OCI runtime create failed: "
+           "runc create failed: unable to start container process: exec: \"" + binary + "\": "
+           "executable file not found in $PATH: unknown")  # fmt: skip
+    w, pods = crashloop(ctx, reason="StartError", code=128, previous=[], message=msg, command=[binary])
+    for pod in pods:
+        ctx.k.event(pod, "Failed", f"Error: {msg}", count=ctx.k.rng.randint(5, 14), first=40 * MINUTE,
+                    last=ctx.k.rng.randint(20, 90), field_path=f"spec.containers{{{w.name}}}")  # fmt: skip
+    return Fault(roots=(root(ctx, "Deployment", w.name),),
+                 reasons=("executable file not found", "StartError", "not found in $PATH"),
+                 symptoms=_symptoms(ctx, w, pods), subject=w.name, symptom=Symptom.RESTARTING)  # fmt: skip
+
+
+def init_crash(ctx: Ctx) -> Fault:
+    """An init container (the schema migration) fails on every start: Init:CrashLoopBackOff."""
+    k = ctx.k
+    app = ctx.name()
+    c = container(ctx, app)
+    init = {"name": "migrate", "image": c["image"], "command": ["/app/migrate", "up"],
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}  # fmt: skip
+    rollout = k.rng.randint(20, 80) * MINUTE
+    w = k.deployment(app, [c], replicas=1, ready=0, rollout=rollout, initContainers=[init])
+    node = ctx.node()
+    pod = k.pod(w, [waiting(ctx, c, "PodInitializing", pulled=False)], phase="Pending", node=node,
+                age=rollout - 3, initContainers=[init])  # fmt: skip
+    restarts = k.rng.randint(4, 12)
+    last = terminated(ctx, "Error", 1, finished=95, ran=4)
+    pod["status"]["initContainerStatuses"] = [waiting(
+        ctx, init, "CrashLoopBackOff",
+        f"back-off 5m0s restarting failed container=migrate pod={pod_ref(pod, ctx.ns)}", restarts=restarts, last=last)]  # fmt: skip
+    for cond in pod["status"]["conditions"]:
+        if cond["type"] == "Initialized":
+            cond.update(status="False", reason="ContainersNotInitialized",
+                        message="containers with incomplete status: [migrate]")  # fmt: skip
+    scheduled_event(ctx, pod, node, ago=rollout - 3)
+    started_events(ctx, pod, init, count=restarts + 1, first=rollout - 5, last=110)
+    k.event(pod, "BackOff", f"Back-off restarting failed container migrate in pod {pod_ref(pod, ctx.ns)}",
+            count=restarts * 4, first=rollout - 60, last=k.rng.randint(5, 40), field_path="spec.initContainers{migrate}")  # fmt: skip
+    table = k.rng.choice(["orders", "users", "invoices"])
+    cls, msg = "psycopg2.errors.DuplicateTable", f'relation "{table}" already exists'
+    k.log(pod, "migrate", [ctx.style.line(k, 100, "INFO", "running migrations", target="head"),
+                           ctx.style.line(k, 99, "INFO", "applying 0042_add_orders_index"),
+                           *crash_lines(ctx.style, k, 98, Failure(forms={rt: (cls, msg) for rt in Runtime}))],
+          previous=True)  # fmt: skip
+    k.service(app, {"app": app})
+    return Fault(roots=(root(ctx, "Deployment", app),), reasons=("DuplicateTable", "already exists"),
+                 symptoms=_symptoms(ctx, w, [pod]), subject=app, symptom=Symptom.STUCK)  # fmt: skip
+
+
 # -- image pulls ---------------------------------------------------------------------------
 
 
@@ -412,5 +463,6 @@ CONTAINER_FAULTS: dict[str, FaultFn] = {
     "image_not_found": image_not_found, "image_401": image_401, "image_403": image_403,
     "configmap_missing": configmap_missing, "secret_missing": secret_missing,
     "configmap_key_missing": configmap_key_missing, "run_as_non_root": run_as_non_root,
+    "start_error": start_error, "init_crash": init_crash,
     "failed_mount_secret": failed_mount_secret, "multi_attach": multi_attach, "pvc_unbound": pvc_unbound,
 }  # fmt: skip

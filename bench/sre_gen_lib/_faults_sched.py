@@ -201,7 +201,7 @@ def evicted_storage(ctx: Ctx) -> Fault:
 def node_notready(ctx: Ctx) -> Fault:
     k = ctx.k
     bad = ctx.nodes.workers[0]
-    since = k.rng.randint(6, 40) * MINUTE
+    since = k.rng.randint(70, 280)  # inside the pods' 300 s unreachable toleration: not evicted yet
     node = next(n for n in k.nodes if n["metadata"]["name"] == bad)
     for cond in node["status"]["conditions"]:
         cond.update(status="Unknown", reason="NodeStatusUnknown", message="Kubelet stopped posting node status.",
