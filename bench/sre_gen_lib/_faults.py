@@ -34,13 +34,13 @@ def _symptoms(ctx: Ctx, w: Workload, pods: list[Obj]) -> tuple[Entity, ...]:
 
 
 def crashloop(ctx: Ctx, *, reason: str, code: int, previous: list[str], message: str | None = None,
-              app: str | None = None, replicas: int | None = None, **cargs: Any) -> tuple[Workload, list[Obj]]:  # fmt: skip
+              **cargs: Any) -> tuple[Workload, list[Obj]]:  # fmt: skip
     """A Deployment whose every pod is in CrashLoopBackOff, the last instance terminated
     with ``reason``/``code`` and ``previous`` as its log; a Service in front of it."""
     k = ctx.k
-    app = app or ctx.name()
+    app = ctx.name()
     c = container(ctx, app, **cargs)
-    n = replicas or k.rng.randint(1, 3)
+    n = k.rng.randint(1, 3)
     rollout = k.rng.randint(25, 90) * MINUTE
     w = k.deployment(app, [c], replicas=n, ready=0, rollout=rollout)
     pods = []
@@ -59,9 +59,9 @@ def crashloop(ctx: Ctx, *, reason: str, code: int, previous: list[str], message:
                 cond.update(status="False", reason="ContainersNotReady",
                             message=f"containers with unready status: [{app}]")  # fmt: skip
         scheduled_event(ctx, pod, node, ago=rollout - 5)
-        started_events(ctx, pod, c, count=restarts + 1, first=rollout - 8, last=finished + 20)
+        started_events(ctx, pod, c, count=restarts + 1, seen=(rollout - 8, finished + 20))
         k.event(pod, "BackOff", f"Back-off restarting failed container {app} in pod {pod_ref(pod, ctx.ns)}",
-                count=restarts * 5, first=rollout - 60, last=k.rng.randint(2, 40),
+                count=restarts * 5, seen=(rollout - 60, k.rng.randint(2, 40)),
                 field_path=f"spec.containers{{{app}}}")  # fmt: skip
         k.log(pod, app, previous, previous=True)
         k.log(pod, app, previous[: max(1, len(previous) // 3)])
@@ -204,8 +204,7 @@ def start_error(ctx: Ctx) -> Fault:
            "executable file not found in $PATH: unknown")  # fmt: skip
     w, pods = crashloop(ctx, reason="StartError", code=128, previous=[], message=msg, command=[binary])
     for pod in pods:
-        ctx.k.event(pod, "Failed", f"Error: {msg}", count=ctx.k.rng.randint(5, 14), first=40 * MINUTE,
-                    last=ctx.k.rng.randint(20, 90), field_path=f"spec.containers{{{w.name}}}")  # fmt: skip
+        ctx.k.event(pod, "Failed", f"Error: {msg}", count=ctx.k.rng.randint(5, 14), seen=(40 * MINUTE, ctx.k.rng.randint(20, 90)), field_path=f"spec.containers{{{w.name}}}")  # fmt: skip
     return Fault(roots=(root(ctx, "Deployment", w.name),),
                  reasons=("executable file not found", "StartError", "not found in $PATH"),
                  symptoms=_symptoms(ctx, w, pods), subject=w.name, symptom=Symptom.RESTARTING)  # fmt: skip
@@ -221,7 +220,7 @@ def init_crash(ctx: Ctx) -> Fault:
     rollout = k.rng.randint(20, 80) * MINUTE
     w = k.deployment(app, [c], replicas=1, ready=0, rollout=rollout, initContainers=[init])
     node = ctx.node()
-    pod = k.pod(w, [waiting(ctx, c, "PodInitializing", pulled=False)], phase="Pending", node=node,
+    pod = k.pod(w, [waiting(ctx, c, "PodInitializing")], phase="Pending", node=node,
                 age=rollout - 3, initContainers=[init])  # fmt: skip
     restarts = k.rng.randint(4, 12)
     last = terminated(ctx, "Error", 1, finished=95, ran=4)
@@ -233,9 +232,9 @@ def init_crash(ctx: Ctx) -> Fault:
             cond.update(status="False", reason="ContainersNotInitialized",
                         message="containers with incomplete status: [migrate]")  # fmt: skip
     scheduled_event(ctx, pod, node, ago=rollout - 3)
-    started_events(ctx, pod, init, count=restarts + 1, first=rollout - 5, last=110)
+    started_events(ctx, pod, init, count=restarts + 1, seen=(rollout - 5, 110))
     k.event(pod, "BackOff", f"Back-off restarting failed container migrate in pod {pod_ref(pod, ctx.ns)}",
-            count=restarts * 4, first=rollout - 60, last=k.rng.randint(5, 40), field_path="spec.initContainers{migrate}")  # fmt: skip
+            count=restarts * 4, seen=(rollout - 60, k.rng.randint(5, 40)), field_path="spec.initContainers{migrate}")  # fmt: skip
     table = k.rng.choice(["orders", "users", "invoices"])
     cls, msg = "psycopg2.errors.DuplicateTable", f'relation "{table}" already exists'
     k.log(pod, "migrate", [ctx.style.line(k, 100, "INFO", "running migrations", target="head"),
@@ -261,19 +260,19 @@ def _pull(ctx: Ctx, detail: str, reasons: tuple[str, ...]) -> Fault:
     pods = []
     for _ in range(n):
         node = ctx.node()
-        pod = k.pod(w, [waiting(ctx, c, "ImagePullBackOff", f'Back-off pulling image "{img}"', pulled=False)],
+        pod = k.pod(w, [waiting(ctx, c, "ImagePullBackOff", f'Back-off pulling image "{img}"')],
                     phase="Pending", node=node, age=rollout - 3)  # fmt: skip
         fp = f"spec.containers{{{app}}}"
         scheduled_event(ctx, pod, node, ago=rollout - 3)
         tries = k.rng.randint(4, 9)
         k.event(pod, "Pulling", f'Pulling image "{img}"', type_="Normal", count=tries,
-                first=rollout - 4, last=k.rng.randint(30, 200), field_path=fp)  # fmt: skip
+                seen=(rollout - 4, k.rng.randint(30, 200)), field_path=fp)  # fmt: skip
         k.event(pod, "Failed", f'Failed to pull image "{img}": {detail.format(img=img)}', count=tries,
-                first=rollout - 5, last=k.rng.randint(30, 200), field_path=fp)  # fmt: skip
-        k.event(pod, "Failed", "Error: ErrImagePull", count=tries, first=rollout - 5, last=60, field_path=fp)
+                seen=(rollout - 5, k.rng.randint(30, 200)), field_path=fp)  # fmt: skip
+        k.event(pod, "Failed", "Error: ErrImagePull", count=tries, seen=(rollout - 5, 60), field_path=fp)
         k.event(pod, "BackOff", f'Back-off pulling image "{img}"', type_="Normal", count=tries * 6,
-                first=rollout - 6, last=k.rng.randint(3, 30), field_path=fp)  # fmt: skip
-        k.event(pod, "Failed", "Error: ImagePullBackOff", count=tries * 6, first=rollout - 6, last=20,
+                seen=(rollout - 6, k.rng.randint(3, 30)), field_path=fp)  # fmt: skip
+        k.event(pod, "Failed", "Error: ImagePullBackOff", count=tries * 6, seen=(rollout - 6, 20),
                 field_path=fp)  # fmt: skip
         pods.append(pod)
     k.service(app, {"app": app})
@@ -323,8 +322,8 @@ def _config_error(ctx: Ctx, message: str, reasons: tuple[str, ...], *, event: st
         fp = f"spec.containers{{{app}}}"
         tries = k.rng.randint(10, 60)
         k.event(pod, "Pulled", f'Container image "{c["image"]}" already present on machine', type_="Normal",
-                count=tries, first=rollout - 4, last=k.rng.randint(5, 60), field_path=fp)  # fmt: skip
-        k.event(pod, "Failed", f"Error: {msg}", count=tries, first=rollout - 4, last=k.rng.randint(5, 60),
+                count=tries, seen=(rollout - 4, k.rng.randint(5, 60)), field_path=fp)  # fmt: skip
+        k.event(pod, "Failed", f"Error: {msg}", count=tries, seen=(rollout - 4, k.rng.randint(5, 60)),
                 field_path=fp)  # fmt: skip
         pods.append(pod)
     k.service(app, {"app": app})
@@ -372,10 +371,10 @@ def failed_mount_secret(ctx: Ctx) -> Fault:
     w = k.deployment(app, [c], replicas=1, ready=0, rollout=rollout,
                      volumes=[{"name": "secrets", "secret": {"secretName": sec, "defaultMode": 420}}])  # fmt: skip
     node = ctx.node()
-    pod = k.pod(w, [waiting(ctx, c, "ContainerCreating", pulled=False)], phase="Pending", node=node, age=rollout - 3)
+    pod = k.pod(w, [waiting(ctx, c, "ContainerCreating")], phase="Pending", node=node, age=rollout - 3)
     scheduled_event(ctx, pod, node, ago=rollout - 3)
     k.event(pod, "FailedMount", f'MountVolume.SetUp failed for volume "secrets" : secret "{sec}" not found',
-            count=k.rng.randint(8, 30), first=rollout - 4, last=k.rng.randint(10, 120))  # fmt: skip
+            count=k.rng.randint(8, 30), seen=(rollout - 4, k.rng.randint(10, 120)))  # fmt: skip
     k.service(app, {"app": app})
     return Fault(roots=(root(ctx, "Deployment", app),), reasons=("FailedMount", "not found", sec),
                  symptoms=_symptoms(ctx, w, [pod]), subject=app, symptom=Symptom.STUCK)  # fmt: skip
@@ -416,14 +415,14 @@ def multi_attach(ctx: Ctx) -> Fault:
                                          uid=old_rs["metadata"]["uid"], api_version="apps/v1"))  # fmt: skip
     old = k.pod(old_w, [running(ctx, c, since=6 * 86400, ready=False)], node=old_node, age=6 * 86400)
     old["metadata"]["deletionTimestamp"] = k.ago(rollout - 10)
-    new = k.pod(w, [waiting(ctx, c, "ContainerCreating", pulled=False)], phase="Pending", node=new_node, age=rollout - 3)
+    new = k.pod(w, [waiting(ctx, c, "ContainerCreating")], phase="Pending", node=new_node, age=rollout - 3)
     scheduled_event(ctx, new, new_node, ago=rollout - 3)
     k.event(new, "FailedAttachVolume",
             f'Multi-Attach error for volume "{vol}" Volume is already used by pod(s) {old["metadata"]["name"]}',
-            first=rollout - 4, last=rollout - 4, source=("attachdetach-controller", ""))  # fmt: skip
+            seen=(rollout - 4, rollout - 4), source=("attachdetach-controller", ""))  # fmt: skip
     k.event(new, "FailedMount", "Unable to attach or mount volumes: unmounted volumes=[data], unattached "
             "volumes=[data], failed to process volumes=[]: timed out waiting for the condition",
-            count=k.rng.randint(5, 20), first=rollout - 120, last=k.rng.randint(20, 120))  # fmt: skip
+            count=k.rng.randint(5, 20), seen=(rollout - 120, k.rng.randint(20, 120)))  # fmt: skip
     k.service(app, {"app": app})
     return Fault(roots=(root(ctx, "Deployment", app, ("PersistentVolumeClaim", claim)),),
                  reasons=("Multi-Attach", "FailedAttachVolume", "ReadWriteOnce", "already used"),
@@ -446,9 +445,9 @@ def pvc_unbound(ctx: Ctx) -> Fault:
          "message": f"0/{n} nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: "
                     f"0/{n} nodes are available: {n} Preemption is not helpful for scheduling."}])  # fmt: skip
     k.event(pod, "FailedScheduling", pod["status"]["conditions"][0]["message"], count=k.rng.randint(3, 12),
-            first=rollout - 3, last=k.rng.randint(30, 300), source=("default-scheduler", ""))  # fmt: skip
+            seen=(rollout - 3, k.rng.randint(30, 300)), source=("default-scheduler", ""))  # fmt: skip
     k.event(pvc, "FailedBinding", "no persistent volumes available for this claim and no storage class is set",
-            type_="Normal", count=k.rng.randint(40, 200), first=rollout, last=k.rng.randint(5, 30),
+            type_="Normal", count=k.rng.randint(40, 200), seen=(rollout, k.rng.randint(5, 30)),
             source=("persistentvolume-controller", ""))  # fmt: skip
     k.service(app, {"app": app})
     return Fault(roots=(root(ctx, "PersistentVolumeClaim", claim, ("Deployment", app)),),

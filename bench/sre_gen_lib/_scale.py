@@ -68,7 +68,7 @@ def big_incident(size: Size, seed: int) -> Incident:
             status = running(ctx, c, since=3 * DAY if restarted else 10 * DAY, restarts=1 if restarted else 0,
                              last=terminated(ctx, "Error", 1, finished=3 * DAY) if restarted else None)  # fmt: skip
             pod = k.pod(w, [status], node=ctx.node(), age=10 * DAY)
-            started_events(ctx, pod, c, first=10 * DAY, last=10 * DAY)
+            started_events(ctx, pod, c, seen=(10 * DAY, 10 * DAY))
             if long_left > 0:
                 long_left -= 1
                 k.log(pod, app, style.noise(k, size.log_lines, start=60, span=6 * 3600))
@@ -80,7 +80,7 @@ def big_incident(size: Size, seed: int) -> Incident:
     while len(events) < size.events:
         rs = rng.choice(rs_list)
         k.event(rs, "SuccessfulCreate", f"Created pod: {rs['metadata']['name']}-{k.suffix(5)}", type_="Normal",
-                first=rng.randint(1, 9) * DAY, last=rng.randint(1, 9) * DAY, source=("replicaset-controller", ""))  # fmt: skip
+                seen=(rng.randint(1, 9) * DAY, rng.randint(1, 9) * DAY), source=("replicaset-controller", ""))  # fmt: skip
     truth = Truth(fault="oomkilled", root_causes=fault.roots, reasons=fault.reasons, symptoms=fault.symptoms,
                   flavour=Flavour.EKS, runtime=style.runtime, log_format=style.fmt)  # fmt: skip
     return Incident(name="scale", namespace="prod", question=f"Why is the {fault.subject} deployment restarting?",
