@@ -10,6 +10,9 @@ named), reason accuracy, right entity and reason, precision, score and false ver
 causes; then totals. Writes ``bench/results/sre_gen.json`` (a full run of the default
 classes only). ``--fresh`` draws a random seed and prints it.
 
+``--rescore DIR`` scores the reports kept by ``--out DIR`` (or ``--keep``) again, without
+running anything.
+
 ``--write DIR`` only writes the incidents (dump/, question.txt, namespace.txt, truth.json,
 the layout of ``examples/incidents/``) for people to read.
 
@@ -22,6 +25,7 @@ and peak memory (goal: under 15 s of CPU); ``--scale --smoke`` a smaller dump (4
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import shutil
 import sys
@@ -33,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench._results import write_results  # noqa: E402
 from bench.sre_gen_lib._compose import FAULTS, generate  # noqa: E402
-from bench.sre_gen_lib._run import run_all, table  # noqa: E402
+from bench.sre_gen_lib._run import judge, run_all, table  # noqa: E402
 from bench.sre_gen_lib._scale import scale_main  # noqa: E402
 
 
@@ -51,11 +55,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--classes", default="", help="only these fault classes, comma-separated")
     parser.add_argument("--write", type=Path, metavar="DIR", help="only write the incidents to DIR")
+    parser.add_argument(
+        "--rescore", type=Path, metavar="DIR", help="score the kept reports in DIR again"
+    )
     parser.add_argument("--scale", action="store_true", help="the 2,000-pod dump's CPU and memory")
     parser.add_argument("--smoke", action="store_true", help="with --scale: the smaller dump")
     args = parser.parse_args(argv)
     if args.scale:
         return scale_main(smoke=args.smoke, seed=args.seed)
+    if args.rescore:
+        kept = sorted(p for p in args.rescore.iterdir() if (p / "report.json").is_file())
+        outcomes = [judge(p, json.loads((p / "report.json").read_text())) for p in kept]
+        text, _ = table(outcomes)
+        print(f"{len(outcomes)} kept reports in {args.rescore} scored again\n{text}")
+        return 0
     seed = random.SystemRandom().randrange(1, 2**31) if args.fresh else args.seed
     classes = [c for c in args.classes.split(",") if c] or None
     unknown = sorted(set(classes or []) - set(FAULTS))
