@@ -10,6 +10,17 @@ named), reason accuracy, right entity and reason, precision, score and false ver
 causes; then totals. Writes ``bench/results/sre_gen.json`` (a full run of the default
 classes only). ``--fresh`` draws a random seed and prints it.
 
+Each incident's ``truth.json``: ``fault`` (the class), ``healthy``, ``root_causes`` (each
+``{"kind", "namespace", "name"}``, workload-level where a pod has an owner, with
+``aliases``: other objects naming the same cause, e.g. the Deployment that mounts an unbound
+claim), ``reasons`` (accepted tokens, any one suffices, matched case-insensitively in a
+cause's ``reason``, detector, text or quote), ``symptoms`` (affected objects, allowed in
+an ``explains`` chain), ``flavour``, ``runtime``, ``log_format``, ``distractors``. A report
+cause names its entity with ``"entity": {"kind", "namespace", "name"}``; without it the
+scorer reads names from the cause's fields and text and counts the incident as
+``fallback``. Entities match through the dump's owner references (a Pod of the truth's
+Deployment is that Deployment).
+
 ``--rescore DIR`` scores the reports kept by ``--out DIR`` (or ``--keep``) again, without
 running anything.
 

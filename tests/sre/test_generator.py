@@ -120,6 +120,13 @@ def test_the_scorer_resolves_owners_and_counts_false_verified_causes(tmp_path: P
     assert noisy.score == 0.5
     assert len(noisy.false_verified) == 1
 
+    via_symptom = [
+        _cause("Deployment", ns, dep, "OOMKilled"),
+        _cause("Service", ns, dep, "no endpoints"),
+    ]
+    symptomatic = score({"suspected_causes": via_symptom}, truth, world)
+    assert symptomatic.symptom_causes == 1 and symptomatic.score == 0.5
+
     missed = score({"suspected_causes": [_cause("Pod", ns, other, "OOMKilled")]}, truth, world)
     assert missed.score == 0.0 and not missed.recall and not missed.false_verified
 
