@@ -208,8 +208,9 @@ class Cluster:
                      "tolerations": [
                          {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
                          {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}]}  # fmt: skip
-        if "volumes" in w.obj["spec"]["template"]["spec"]:
-            spec["volumes"] = w.obj["spec"]["template"]["spec"]["volumes"]
+        for field_, value in w.obj["spec"]["template"]["spec"].items():
+            if field_ not in ("containers", "restartPolicy"):  # affinity, nodeSelector, volumes …
+                spec[field_] = value
         status: Obj = {"phase": phase, "conditions": conds, "qosClass": "Burstable"}
         if node:
             spec["nodeName"] = node
