@@ -85,14 +85,16 @@ def _dependency(ctx: Ctx, failure: Failure, reasons: tuple[str, ...]) -> Fault:
 
 
 _APP_ERRORS: dict[Runtime, tuple[str, str, tuple[str, ...]]] = {
-    R.PYTHON: ("KeyError", "'PAYMENT_PROVIDER_URL'", ("KeyError",)),
-    R.GO: ("runtime error", "invalid memory address or nil pointer dereference", ("nil pointer", "panic")),
+    # (exception class, message, accepted reasons: the class or the message's own words)
+    R.PYTHON: ("KeyError", "'PAYMENT_PROVIDER_URL'", ("KeyError", "PAYMENT_PROVIDER_URL")),
+    R.GO: ("runtime error", "invalid memory address or nil pointer dereference", ("nil pointer", "panic", "invalid memory address")),
     R.JAVA: ("java.lang.NullPointerException", 'Cannot invoke "String.length()" because "value" is null',
-             ("NullPointerException",)),
-    R.NODE: ("TypeError", "Cannot read properties of undefined (reading 'split')", ("TypeError",)),
+             ("NullPointerException", '"value" is null')),
+    R.NODE: ("TypeError", "Cannot read properties of undefined (reading 'split')",
+             ("TypeError", "Cannot read properties of undefined")),
     R.DOTNET: ("System.NullReferenceException", "Object reference not set to an instance of an object.",
-               ("NullReferenceException",)),
-    R.RUST: ("ParseIntError", "invalid digit found in string", ("panicked", "ParseIntError", "panic")),
+               ("NullReferenceException", "Object reference not set")),
+    R.RUST: ("ParseIntError", "invalid digit found in string", ("panicked", "ParseIntError", "panic", "invalid digit")),
 }  # fmt: skip
 
 
