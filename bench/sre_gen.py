@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import sys
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     if classes is None:
         payload = {"seed": seed, "count": len(outcomes), "fresh": args.fresh, "classes": rows}
         payload["incidents"] = [o.as_json() for o in outcomes]
-        write_results("sre_gen", payload)
+        write_results("sre_gen", payload, load_average=os.getloadavg())
     return 0
 
 

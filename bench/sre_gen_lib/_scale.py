@@ -8,6 +8,7 @@ detector pass took seconds), with a generous bound."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import resource
 import subprocess
@@ -140,8 +141,8 @@ def scale_main(*, smoke: bool, seed: int) -> int:
     print(f"{r['pods']:>6} {r['events']:>7} {r['long_logs']:>4}x{r['log_lines']:<5} {r['cpu_s']:>7.2f} "
           f"{r['cpu_bound_s']:>6.0f} {r['peak_rss_mib']:>9.1f} {r['wall_s']:>7.2f} "
           f"{'yes' if r['right_cause'] else 'NO':>6} {r['false_verified']:>6}")  # fmt: skip
-    print(f"summary: {r['summary']}")
+    print(f"coverage exit: {r['coverage_exit']}; summary: {r['summary']}")
     if not smoke:
-        write_results("sre_gen_scale", r)
+        write_results("sre_gen_scale", r, load_average=os.getloadavg())
     ok = r["cpu_s"] <= size.cpu_bound_s and r["right_cause"]
     return 0 if ok else 1
