@@ -180,7 +180,8 @@ def conn_refused(ctx: Ctx) -> Fault:
         R.DOTNET: ("System.Net.Sockets.SocketException (111)", f"Connection refused ({addr})"),
         R.RUST: ("Io", f"Connection refused (os error 111) connecting to {addr}"),
     })  # fmt: skip
-    return _dependency(ctx, failure, ("connection refused", "ECONNREFUSED", "refused"))
+    return _dependency(ctx, failure, ("connection refused", "ECONNREFUSED", "refused", "ConnectionRefusedError",
+                                      "Errno 111", "error 111", "(111)"))  # fmt: skip
 
 
 def tls_expired(ctx: Ctx) -> Fault:
