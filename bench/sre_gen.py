@@ -22,7 +22,8 @@ scorer reads names from the cause's fields and text and counts the incident as
 Deployment is that Deployment).
 
 ``--rescore DIR`` scores the reports kept by ``--out DIR`` (or ``--keep``) again, without
-running anything.
+running anything (a whole set is recorded in ``bench/results/sre_gen.json``, under the
+``--seed`` given).
 
 ``--write DIR`` only writes the incidents (dump/, question.txt, namespace.txt, truth.json,
 the layout of ``examples/incidents/``) for people to read.
@@ -78,8 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.rescore:
         kept = sorted(p for p in args.rescore.iterdir() if (p / "report.json").is_file())
         outcomes = [judge(p, json.loads((p / "report.json").read_text())) for p in kept]
-        text, _ = table(outcomes)
+        text, rows = table(outcomes)
         print(f"{len(outcomes)} kept reports in {args.rescore} scored again\n{text}")
+        if {o.truth.fault for o in outcomes} == set(FAULTS):  # a whole set: record it
+            payload = {"seed": args.seed, "count": len(outcomes), "rescored": True, "classes": rows}
+            payload["incidents"] = [o.as_json() for o in outcomes]
+            write_results("sre_gen", payload, load_average=os.getloadavg())
         return 0
     seed = random.SystemRandom().randrange(1, 2**31) if args.fresh else args.seed
     classes = [c for c in args.classes.split(",") if c] or None
