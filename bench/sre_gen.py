@@ -10,6 +10,21 @@ named), reason accuracy, right entity and reason, precision, score and false ver
 causes; then totals. Writes ``bench/results/sre_gen.json`` (a full run of the default
 classes only). ``--fresh`` draws a random seed and prints it.
 
+Each incident's ``truth.json``: ``fault`` (the class), ``healthy``, ``root_causes`` (each
+``{"kind", "namespace", "name"}``, workload-level where a pod has an owner, with
+``aliases``: other objects naming the same cause, e.g. the Deployment that mounts an unbound
+claim), ``reasons`` (accepted tokens, any one suffices, matched case-insensitively in a
+cause's ``reason``, detector, text or quote), ``symptoms`` (affected objects, allowed in
+an ``explains`` chain), ``flavour``, ``runtime``, ``log_format``, ``distractors``. A report
+cause names its entity with ``"entity": {"kind", "namespace", "name"}``; without it the
+scorer reads names from the cause's fields and text and counts the incident as
+``fallback``. Entities match through the dump's owner references (a Pod of the truth's
+Deployment is that Deployment).
+
+``--rescore DIR`` scores the reports kept by ``--out DIR`` (or ``--keep``) again, without
+running anything (a whole set is recorded in ``bench/results/sre_gen.json``, under the
+``--seed`` given).
+
 ``--write DIR`` only writes the incidents (dump/, question.txt, namespace.txt, truth.json,
 the layout of ``examples/incidents/``) for people to read.
 
@@ -22,6 +37,8 @@ and peak memory (goal: under 15 s of CPU); ``--scale --smoke`` a smaller dump (4
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import random
 import shutil
 import sys
@@ -33,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench._results import write_results  # noqa: E402
 from bench.sre_gen_lib._compose import FAULTS, generate  # noqa: E402
-from bench.sre_gen_lib._run import run_all, table  # noqa: E402
+from bench.sre_gen_lib._run import judge, run_all, table  # noqa: E402
 from bench.sre_gen_lib._scale import scale_main  # noqa: E402
 
 
@@ -51,11 +68,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--classes", default="", help="only these fault classes, comma-separated")
     parser.add_argument("--write", type=Path, metavar="DIR", help="only write the incidents to DIR")
+    parser.add_argument(
+        "--rescore", type=Path, metavar="DIR", help="score the kept reports in DIR again"
+    )
     parser.add_argument("--scale", action="store_true", help="the 2,000-pod dump's CPU and memory")
     parser.add_argument("--smoke", action="store_true", help="with --scale: the smaller dump")
     args = parser.parse_args(argv)
     if args.scale:
         return scale_main(smoke=args.smoke, seed=args.seed)
+    if args.rescore:
+        kept = sorted(p for p in args.rescore.iterdir() if (p / "report.json").is_file())
+        outcomes = [judge(p, json.loads((p / "report.json").read_text())) for p in kept]
+        text, rows = table(outcomes)
+        print(f"{len(outcomes)} kept reports in {args.rescore} scored again\n{text}")
+        if {o.truth.fault for o in outcomes} == set(FAULTS):  # a whole set: record it
+            payload = {"seed": args.seed, "count": len(outcomes), "rescored": True, "classes": rows}
+            payload["incidents"] = [o.as_json() for o in outcomes]
+            write_results("sre_gen", payload, load_average=os.getloadavg())
+        return 0
     seed = random.SystemRandom().randrange(1, 2**31) if args.fresh else args.seed
     classes = [c for c in args.classes.split(",") if c] or None
     unknown = sorted(set(classes or []) - set(FAULTS))
@@ -86,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     if classes is None:
         payload = {"seed": seed, "count": len(outcomes), "fresh": args.fresh, "classes": rows}
         payload["incidents"] = [o.as_json() for o in outcomes]
-        write_results("sre_gen", payload)
+        write_results("sre_gen", payload, load_average=os.getloadavg())
     return 0
 
 

@@ -178,20 +178,15 @@ class Cluster:
         ref = Ref(kind="Job", name=name, uid=uid, api_version="batch/v1")
         return Workload(kind="Job", name=name, labels=labels, owner=ref, top=ref, obj=obj)
 
-    def pod(self, w: Workload | None, statuses: list[Obj], *, containers: list[Obj] | None = None,
-            phase: str = "Running", node: str | None, age: float = 2 * DAY,
-            name: str | None = None, **extra: Any) -> Obj:  # fmt: skip
+    def pod(self, w: Workload, statuses: list[Obj], *, phase: str = "Running", node: str | None,
+            age: float = 2 * DAY, **extra: Any) -> Obj:  # fmt: skip
         """A pod of ``w`` (its name from the owner's), ready when every container is.
 
         ``extra``: ``ready_since`` (seconds ago the Ready condition last changed), status
         fields (``reason``, ``message``, ``nominatedNodeName``, ``conditions``), spec fields.
         """
-        if name is None:
-            assert w is not None
-            name = f"{w.owner.name}-{self.suffix(5)}"
-        if containers is None:
-            assert w is not None
-            containers = w.obj["spec"]["template"]["spec"]["containers"]
+        name = f"{w.owner.name}-{self.suffix(5)}"
+        containers = w.obj["spec"]["template"]["spec"]["containers"]
         ready = phase == "Running" and bool(statuses) and all(s.get("ready") for s in statuses)
         unready = [s["name"] for s in statuses if not s.get("ready")]
         since = self.ago(min(age, extra.pop("ready_since", age)))
@@ -204,18 +199,18 @@ class Cluster:
              **({} if ready else {"reason": "ContainersNotReady", "message": f"containers with unready status: [{' '.join(unready)}]"})},
             {"type": "PodScheduled", "status": "True", "lastTransitionTime": self.ago(age)},
         ]  # fmt: skip
-        meta = self.meta(name, created=age, labels=w.labels if w else {"app": name},
-                         owner=w.owner if w else None)  # fmt: skip
+        meta = self.meta(name, created=age, labels=w.labels, owner=w.owner)
         spec: Obj = {"containers": containers,
-                     "restartPolicy": "Never" if w is not None and w.kind == "Job" else "Always",
+                     "restartPolicy": "Never" if w.kind == "Job" else "Always",
                      "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
                      "serviceAccountName": "default", "schedulerName": "default-scheduler",
                      "priority": 0, "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority",
                      "tolerations": [
                          {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
                          {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}]}  # fmt: skip
-        if w is not None and "volumes" in w.obj["spec"]["template"]["spec"]:
-            spec["volumes"] = w.obj["spec"]["template"]["spec"]["volumes"]
+        for field_, value in w.obj["spec"]["template"]["spec"].items():
+            if field_ not in ("containers", "restartPolicy"):  # affinity, nodeSelector, volumes …
+                spec[field_] = value
         status: Obj = {"phase": phase, "conditions": conds, "qosClass": "Burstable"}
         if node:
             spec["nodeName"] = node
@@ -258,9 +253,11 @@ class Cluster:
     # -- events and logs ---------------------------------------------------------------------
 
     def event(self, about: Obj | Ref, reason: str, message: str, *, type_: str = "Warning",
-              count: int = 1, first: float = 20 * MINUTE, last: float = 30,
+              count: int = 1, seen: tuple[float, float] = (20 * MINUTE, 30),
               source: tuple[str, str] = ("kubelet", ""), field_path: str | None = None) -> Obj:  # fmt: skip
-        """An event about an object (or a ``Ref`` to one that may be gone)."""
+        """An event about an object (or a ``Ref`` to one that may be gone), first and last
+        ``seen`` that many seconds ago."""
+        first, last = seen
         if isinstance(about, Ref):
             kind, name, uid, api = about.kind, about.name, about.uid, about.api_version
         else:

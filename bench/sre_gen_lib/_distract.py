@@ -36,17 +36,16 @@ def stale_job_event(ctx: Ctx) -> None:
         "startTime": k.ago(50 * MINUTE), "completionTime": k.ago(44 * MINUTE), "succeeded": 1, "active": 0,
         "conditions": [{"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": k.ago(44 * MINUTE)},
                        {"type": "Complete", "status": "True", "lastTransitionTime": k.ago(44 * MINUTE)}]})  # fmt: skip
-    k.event(done.obj, "Completed", "Job completed", type_="Normal", first=44 * MINUTE, last=44 * MINUTE,
+    k.event(done.obj, "Completed", "Job completed", type_="Normal", seen=(44 * MINUTE, 44 * MINUTE),
             source=("job-controller", ""))  # fmt: skip
     gone = Ref(kind="Job", name=f"{base}-{n}", uid=k.uid(), api_version="batch/v1")
     when = k.rng.randint(2, 5) * HOUR
     if k.rng.random() < 0.5:
         k.event(gone, "FailedCreate", f'Error creating: pods "{base}-{n}-{k.suffix(5)}" is forbidden: exceeded '
                 "quota: batch-quota, requested: requests.cpu=2, used: requests.cpu=7, limited: requests.cpu=8",
-                count=k.rng.randint(3, 9), first=when + 600, last=when, source=("job-controller", ""))  # fmt: skip
+                count=k.rng.randint(3, 9), seen=(when + 600, when), source=("job-controller", ""))  # fmt: skip
     else:
-        k.event(gone, "BackoffLimitExceeded", "Job has reached the specified backoff limit", first=when,
-                last=when, source=("job-controller", ""))  # fmt: skip
+        k.event(gone, "BackoffLimitExceeded", "Job has reached the specified backoff limit", seen=(when, when), source=("job-controller", ""))  # fmt: skip
 
 
 def neighbour_oom_last_week(ctx: Ctx) -> None:
@@ -80,10 +79,10 @@ def unrelated_event(ctx: Ctx) -> None:
     if k.rng.random() < 0.5:
         k.event(pods[0], "DNSConfigForming", "Nameserver limits were exceeded, some nameservers have been omitted, "
                 "the applied nameserver line is: 10.96.0.10 169.254.169.254 10.0.0.2", count=k.rng.randint(50, 900),
-                first=4 * DAY, last=k.rng.randint(10, 300))  # fmt: skip
+                seen=(4 * DAY, k.rng.randint(10, 300)))  # fmt: skip
     else:
         k.event(w.obj, "ScalingReplicaSet", f"Scaled up replica set {w.owner.name} to 2 from 1", type_="Normal",
-                first=k.rng.randint(2, 6) * HOUR, last=k.rng.randint(2, 6) * HOUR,
+                seen=(k.rng.randint(2, 6) * HOUR, k.rng.randint(2, 6) * HOUR),
                 source=("deployment-controller", ""))  # fmt: skip
 
 

@@ -34,13 +34,13 @@ def _symptoms(ctx: Ctx, w: Workload, pods: list[Obj]) -> tuple[Entity, ...]:
 
 
 def crashloop(ctx: Ctx, *, reason: str, code: int, previous: list[str], message: str | None = None,
-              app: str | None = None, replicas: int | None = None, **cargs: Any) -> tuple[Workload, list[Obj]]:  # fmt: skip
+              **cargs: Any) -> tuple[Workload, list[Obj]]:  # fmt: skip
     """A Deployment whose every pod is in CrashLoopBackOff, the last instance terminated
     with ``reason``/``code`` and ``previous`` as its log; a Service in front of it."""
     k = ctx.k
-    app = app or ctx.name()
+    app = ctx.name()
     c = container(ctx, app, **cargs)
-    n = replicas or k.rng.randint(1, 3)
+    n = k.rng.randint(1, 3)
     rollout = k.rng.randint(25, 90) * MINUTE
     w = k.deployment(app, [c], replicas=n, ready=0, rollout=rollout)
     pods = []
@@ -59,9 +59,9 @@ def crashloop(ctx: Ctx, *, reason: str, code: int, previous: list[str], message:
                 cond.update(status="False", reason="ContainersNotReady",
                             message=f"containers with unready status: [{app}]")  # fmt: skip
         scheduled_event(ctx, pod, node, ago=rollout - 5)
-        started_events(ctx, pod, c, count=restarts + 1, first=rollout - 8, last=finished + 20)
+        started_events(ctx, pod, c, count=restarts + 1, seen=(rollout - 8, finished + 20))
         k.event(pod, "BackOff", f"Back-off restarting failed container {app} in pod {pod_ref(pod, ctx.ns)}",
-                count=restarts * 5, first=rollout - 60, last=k.rng.randint(2, 40),
+                count=restarts * 5, seen=(rollout - 60, k.rng.randint(2, 40)),
                 field_path=f"spec.containers{{{app}}}")  # fmt: skip
         k.log(pod, app, previous, previous=True)
         k.log(pod, app, previous[: max(1, len(previous) // 3)])
@@ -85,14 +85,16 @@ def _dependency(ctx: Ctx, failure: Failure, reasons: tuple[str, ...]) -> Fault:
 
 
 _APP_ERRORS: dict[Runtime, tuple[str, str, tuple[str, ...]]] = {
-    R.PYTHON: ("KeyError", "'PAYMENT_PROVIDER_URL'", ("KeyError",)),
-    R.GO: ("runtime error", "invalid memory address or nil pointer dereference", ("nil pointer", "panic")),
+    # (exception class, message, accepted reasons: the class or the message's own words)
+    R.PYTHON: ("KeyError", "'PAYMENT_PROVIDER_URL'", ("KeyError", "PAYMENT_PROVIDER_URL")),
+    R.GO: ("runtime error", "invalid memory address or nil pointer dereference", ("nil pointer", "panic", "invalid memory address")),
     R.JAVA: ("java.lang.NullPointerException", 'Cannot invoke "String.length()" because "value" is null',
-             ("NullPointerException",)),
-    R.NODE: ("TypeError", "Cannot read properties of undefined (reading 'split')", ("TypeError",)),
+             ("NullPointerException", '"value" is null')),
+    R.NODE: ("TypeError", "Cannot read properties of undefined (reading 'split')",
+             ("TypeError", "Cannot read properties of undefined")),
     R.DOTNET: ("System.NullReferenceException", "Object reference not set to an instance of an object.",
-               ("NullReferenceException",)),
-    R.RUST: ("ParseIntError", "invalid digit found in string", ("panicked", "ParseIntError", "panic")),
+               ("NullReferenceException", "Object reference not set")),
+    R.RUST: ("ParseIntError", "invalid digit found in string", ("panicked", "ParseIntError", "panic", "invalid digit")),
 }  # fmt: skip
 
 
@@ -178,7 +180,8 @@ def conn_refused(ctx: Ctx) -> Fault:
         R.DOTNET: ("System.Net.Sockets.SocketException (111)", f"Connection refused ({addr})"),
         R.RUST: ("Io", f"Connection refused (os error 111) connecting to {addr}"),
     })  # fmt: skip
-    return _dependency(ctx, failure, ("connection refused", "ECONNREFUSED", "refused"))
+    return _dependency(ctx, failure, ("connection refused", "ECONNREFUSED", "refused", "ConnectionRefusedError",
+                                      "Errno 111", "error 111", "(111)"))  # fmt: skip
 
 
 def tls_expired(ctx: Ctx) -> Fault:
@@ -196,6 +199,56 @@ def tls_expired(ctx: Ctx) -> Fault:
     return _dependency(ctx, failure, ("certificate", "x509", "expired", "NotTimeValid", "CERTIFICATE_VERIFY_FAILED"))
 
 
+def start_error(ctx: Ctx) -> Fault:
+    """The command is not in the image: the runtime cannot start the process (exit 128)."""
+    binary = ctx.k.rng.choice(["gunicron", "/app/bin/serve", "node_modules/.bin/next"])
+    msg = ("failed to create containerd task: failed to create shim task: OCI runtime create failed: "
+           "runc create failed: unable to start container process: exec: \"" + binary + "\": "
+           "executable file not found in $PATH: unknown")  # fmt: skip
+    w, pods = crashloop(ctx, reason="StartError", code=128, previous=[], message=msg, command=[binary])
+    for pod in pods:
+        ctx.k.event(pod, "Failed", f"Error: {msg}", count=ctx.k.rng.randint(5, 14), seen=(40 * MINUTE, ctx.k.rng.randint(20, 90)), field_path=f"spec.containers{{{w.name}}}")  # fmt: skip
+    return Fault(roots=(root(ctx, "Deployment", w.name),),
+                 reasons=("executable file not found", "StartError", "not found in $PATH"),
+                 symptoms=_symptoms(ctx, w, pods), subject=w.name, symptom=Symptom.RESTARTING)  # fmt: skip
+
+
+def init_crash(ctx: Ctx) -> Fault:
+    """An init container (the schema migration) fails on every start: Init:CrashLoopBackOff."""
+    k = ctx.k
+    app = ctx.name()
+    c = container(ctx, app)
+    init = {"name": "migrate", "image": c["image"], "command": ["/app/migrate", "up"],
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}  # fmt: skip
+    rollout = k.rng.randint(20, 80) * MINUTE
+    w = k.deployment(app, [c], replicas=1, ready=0, rollout=rollout, initContainers=[init])
+    node = ctx.node()
+    pod = k.pod(w, [waiting(ctx, c, "PodInitializing")], phase="Pending", node=node,
+                age=rollout - 3, initContainers=[init])  # fmt: skip
+    restarts = k.rng.randint(4, 12)
+    last = terminated(ctx, "Error", 1, finished=95, ran=4)
+    pod["status"]["initContainerStatuses"] = [waiting(
+        ctx, init, "CrashLoopBackOff",
+        f"back-off 5m0s restarting failed container=migrate pod={pod_ref(pod, ctx.ns)}", restarts=restarts, last=last)]  # fmt: skip
+    for cond in pod["status"]["conditions"]:
+        if cond["type"] == "Initialized":
+            cond.update(status="False", reason="ContainersNotInitialized",
+                        message="containers with incomplete status: [migrate]")  # fmt: skip
+    scheduled_event(ctx, pod, node, ago=rollout - 3)
+    started_events(ctx, pod, init, count=restarts + 1, seen=(rollout - 5, 110))
+    k.event(pod, "BackOff", f"Back-off restarting failed container migrate in pod {pod_ref(pod, ctx.ns)}",
+            count=restarts * 4, seen=(rollout - 60, k.rng.randint(5, 40)), field_path="spec.initContainers{migrate}")  # fmt: skip
+    table = k.rng.choice(["orders", "users", "invoices"])
+    cls, msg = "psycopg2.errors.DuplicateTable", f'relation "{table}" already exists'
+    k.log(pod, "migrate", [ctx.style.line(k, 100, "INFO", "running migrations", target="head"),
+                           ctx.style.line(k, 99, "INFO", "applying 0042_add_orders_index"),
+                           *crash_lines(ctx.style, k, 98, Failure(forms={rt: (cls, msg) for rt in Runtime}))],
+          previous=True)  # fmt: skip
+    k.service(app, {"app": app})
+    return Fault(roots=(root(ctx, "Deployment", app),), reasons=("DuplicateTable", "already exists"),
+                 symptoms=_symptoms(ctx, w, [pod]), subject=app, symptom=Symptom.STUCK)  # fmt: skip
+
+
 # -- image pulls ---------------------------------------------------------------------------
 
 
@@ -210,19 +263,19 @@ def _pull(ctx: Ctx, detail: str, reasons: tuple[str, ...]) -> Fault:
     pods = []
     for _ in range(n):
         node = ctx.node()
-        pod = k.pod(w, [waiting(ctx, c, "ImagePullBackOff", f'Back-off pulling image "{img}"', pulled=False)],
+        pod = k.pod(w, [waiting(ctx, c, "ImagePullBackOff", f'Back-off pulling image "{img}"')],
                     phase="Pending", node=node, age=rollout - 3)  # fmt: skip
         fp = f"spec.containers{{{app}}}"
         scheduled_event(ctx, pod, node, ago=rollout - 3)
         tries = k.rng.randint(4, 9)
         k.event(pod, "Pulling", f'Pulling image "{img}"', type_="Normal", count=tries,
-                first=rollout - 4, last=k.rng.randint(30, 200), field_path=fp)  # fmt: skip
+                seen=(rollout - 4, k.rng.randint(30, 200)), field_path=fp)  # fmt: skip
         k.event(pod, "Failed", f'Failed to pull image "{img}": {detail.format(img=img)}', count=tries,
-                first=rollout - 5, last=k.rng.randint(30, 200), field_path=fp)  # fmt: skip
-        k.event(pod, "Failed", "Error: ErrImagePull", count=tries, first=rollout - 5, last=60, field_path=fp)
+                seen=(rollout - 5, k.rng.randint(30, 200)), field_path=fp)  # fmt: skip
+        k.event(pod, "Failed", "Error: ErrImagePull", count=tries, seen=(rollout - 5, 60), field_path=fp)
         k.event(pod, "BackOff", f'Back-off pulling image "{img}"', type_="Normal", count=tries * 6,
-                first=rollout - 6, last=k.rng.randint(3, 30), field_path=fp)  # fmt: skip
-        k.event(pod, "Failed", "Error: ImagePullBackOff", count=tries * 6, first=rollout - 6, last=20,
+                seen=(rollout - 6, k.rng.randint(3, 30)), field_path=fp)  # fmt: skip
+        k.event(pod, "Failed", "Error: ImagePullBackOff", count=tries * 6, seen=(rollout - 6, 20),
                 field_path=fp)  # fmt: skip
         pods.append(pod)
     k.service(app, {"app": app})
@@ -272,8 +325,8 @@ def _config_error(ctx: Ctx, message: str, reasons: tuple[str, ...], *, event: st
         fp = f"spec.containers{{{app}}}"
         tries = k.rng.randint(10, 60)
         k.event(pod, "Pulled", f'Container image "{c["image"]}" already present on machine', type_="Normal",
-                count=tries, first=rollout - 4, last=k.rng.randint(5, 60), field_path=fp)  # fmt: skip
-        k.event(pod, "Failed", f"Error: {msg}", count=tries, first=rollout - 4, last=k.rng.randint(5, 60),
+                count=tries, seen=(rollout - 4, k.rng.randint(5, 60)), field_path=fp)  # fmt: skip
+        k.event(pod, "Failed", f"Error: {msg}", count=tries, seen=(rollout - 4, k.rng.randint(5, 60)),
                 field_path=fp)  # fmt: skip
         pods.append(pod)
     k.service(app, {"app": app})
@@ -321,10 +374,10 @@ def failed_mount_secret(ctx: Ctx) -> Fault:
     w = k.deployment(app, [c], replicas=1, ready=0, rollout=rollout,
                      volumes=[{"name": "secrets", "secret": {"secretName": sec, "defaultMode": 420}}])  # fmt: skip
     node = ctx.node()
-    pod = k.pod(w, [waiting(ctx, c, "ContainerCreating", pulled=False)], phase="Pending", node=node, age=rollout - 3)
+    pod = k.pod(w, [waiting(ctx, c, "ContainerCreating")], phase="Pending", node=node, age=rollout - 3)
     scheduled_event(ctx, pod, node, ago=rollout - 3)
     k.event(pod, "FailedMount", f'MountVolume.SetUp failed for volume "secrets" : secret "{sec}" not found',
-            count=k.rng.randint(8, 30), first=rollout - 4, last=k.rng.randint(10, 120))  # fmt: skip
+            count=k.rng.randint(8, 30), seen=(rollout - 4, k.rng.randint(10, 120)))  # fmt: skip
     k.service(app, {"app": app})
     return Fault(roots=(root(ctx, "Deployment", app),), reasons=("FailedMount", "not found", sec),
                  symptoms=_symptoms(ctx, w, [pod]), subject=app, symptom=Symptom.STUCK)  # fmt: skip
@@ -365,14 +418,14 @@ def multi_attach(ctx: Ctx) -> Fault:
                                          uid=old_rs["metadata"]["uid"], api_version="apps/v1"))  # fmt: skip
     old = k.pod(old_w, [running(ctx, c, since=6 * 86400, ready=False)], node=old_node, age=6 * 86400)
     old["metadata"]["deletionTimestamp"] = k.ago(rollout - 10)
-    new = k.pod(w, [waiting(ctx, c, "ContainerCreating", pulled=False)], phase="Pending", node=new_node, age=rollout - 3)
+    new = k.pod(w, [waiting(ctx, c, "ContainerCreating")], phase="Pending", node=new_node, age=rollout - 3)
     scheduled_event(ctx, new, new_node, ago=rollout - 3)
     k.event(new, "FailedAttachVolume",
             f'Multi-Attach error for volume "{vol}" Volume is already used by pod(s) {old["metadata"]["name"]}',
-            first=rollout - 4, last=rollout - 4, source=("attachdetach-controller", ""))  # fmt: skip
+            seen=(rollout - 4, rollout - 4), source=("attachdetach-controller", ""))  # fmt: skip
     k.event(new, "FailedMount", "Unable to attach or mount volumes: unmounted volumes=[data], unattached "
             "volumes=[data], failed to process volumes=[]: timed out waiting for the condition",
-            count=k.rng.randint(5, 20), first=rollout - 120, last=k.rng.randint(20, 120))  # fmt: skip
+            count=k.rng.randint(5, 20), seen=(rollout - 120, k.rng.randint(20, 120)))  # fmt: skip
     k.service(app, {"app": app})
     return Fault(roots=(root(ctx, "Deployment", app, ("PersistentVolumeClaim", claim)),),
                  reasons=("Multi-Attach", "FailedAttachVolume", "ReadWriteOnce", "already used"),
@@ -395,9 +448,9 @@ def pvc_unbound(ctx: Ctx) -> Fault:
          "message": f"0/{n} nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: "
                     f"0/{n} nodes are available: {n} Preemption is not helpful for scheduling."}])  # fmt: skip
     k.event(pod, "FailedScheduling", pod["status"]["conditions"][0]["message"], count=k.rng.randint(3, 12),
-            first=rollout - 3, last=k.rng.randint(30, 300), source=("default-scheduler", ""))  # fmt: skip
+            seen=(rollout - 3, k.rng.randint(30, 300)), source=("default-scheduler", ""))  # fmt: skip
     k.event(pvc, "FailedBinding", "no persistent volumes available for this claim and no storage class is set",
-            type_="Normal", count=k.rng.randint(40, 200), first=rollout, last=k.rng.randint(5, 30),
+            type_="Normal", count=k.rng.randint(40, 200), seen=(rollout, k.rng.randint(5, 30)),
             source=("persistentvolume-controller", ""))  # fmt: skip
     k.service(app, {"app": app})
     return Fault(roots=(root(ctx, "PersistentVolumeClaim", claim, ("Deployment", app)),),
@@ -412,5 +465,6 @@ CONTAINER_FAULTS: dict[str, FaultFn] = {
     "image_not_found": image_not_found, "image_401": image_401, "image_403": image_403,
     "configmap_missing": configmap_missing, "secret_missing": secret_missing,
     "configmap_key_missing": configmap_key_missing, "run_as_non_root": run_as_non_root,
+    "start_error": start_error, "init_crash": init_crash,
     "failed_mount_secret": failed_mount_secret, "multi_attach": multi_attach, "pvc_unbound": pvc_unbound,
 }  # fmt: skip

@@ -47,8 +47,7 @@ def pending(ctx: Ctx, w: Workload, message: str, *, age: float, count: int | Non
     pod = k.pod(w, [], phase="Pending", node=None, age=age, conditions=[
         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
          "lastTransitionTime": k.ago(age), "message": message}])  # fmt: skip
-    k.event(pod, "FailedScheduling", message, count=count or k.rng.randint(3, 20), first=age,
-            last=k.rng.randint(20, 240), source=("default-scheduler", ""))  # fmt: skip
+    k.event(pod, "FailedScheduling", message, count=count or k.rng.randint(3, 20), seen=(age, k.rng.randint(20, 240)), source=("default-scheduler", ""))  # fmt: skip
     return pod
 
 
@@ -139,9 +138,8 @@ def preempted(ctx: Ctx) -> Fault:
         gone = Ref(kind="Pod", name=f"{lo.owner.name}-{k.suffix(5)}", uid=k.uid())
         node = pre["spec"]["nodeName"]
         k.event(gone, "Preempted", f"Preempted by pod {pre['metadata']['uid']} on node {node}", type_="Normal",
-                first=arrived - 1 - i, last=arrived - 1 - i, source=("default-scheduler", ""))  # fmt: skip
-        k.event(gone, "Killing", f"Stopping container {lo_app}", type_="Normal", first=arrived - 2 - i,
-                last=arrived - 2 - i, source=("kubelet", node), field_path=f"spec.containers{{{lo_app}}}")  # fmt: skip
+                seen=(arrived - 1 - i, arrived - 1 - i), source=("default-scheduler", ""))  # fmt: skip
+        k.event(gone, "Killing", f"Stopping container {lo_app}", type_="Normal", seen=(arrived - 2 - i, arrived - 2 - i), source=("kubelet", node), field_path=f"spec.containers{{{lo_app}}}")  # fmt: skip
         victims.append(gone)
     msg = fit_error(ctx, {f"node(s) had untolerated taint {ctx.nodes.taint}": 1,
                           "Insufficient memory": len(ctx.nodes.workers)},
@@ -168,14 +166,14 @@ def _evicted(ctx: Ctx, message: str, reasons: tuple[str, ...], *, node_reason: s
         "state": {"terminated": {"exitCode": 137, "reason": "ContainerStatusUnknown", "finishedAt": k.ago(when),
                                  "message": "The container could not be located when the pod was terminated"}},
         "lastState": {}}]  # fmt: skip
-    k.event(dead, "Evicted", message.format(c=app), first=when, last=when)
-    k.event(dead, "Killing", f"Stopping container {app}", type_="Normal", first=when, last=when,
+    k.event(dead, "Evicted", message.format(c=app), seen=(when, when))
+    k.event(dead, "Killing", f"Stopping container {app}", type_="Normal", seen=(when, when),
             field_path=f"spec.containers{{{app}}}")  # fmt: skip
     node_uid = next(n["metadata"]["uid"] for n in k.nodes if n["metadata"]["name"] == node)
     k.event(Ref(kind="Node", name=node, uid=node_uid), "EvictionThresholdMet",
-            f"Attempting to reclaim {node_reason}", first=when + 30, last=when, source=("kubelet", node))  # fmt: skip
+            f"Attempting to reclaim {node_reason}", seen=(when + 30, when), source=("kubelet", node))  # fmt: skip
     fresh = k.pod(w, [running(ctx, c, since=when - 40)], node=ctx.node(), age=when - 5)
-    started_events(ctx, fresh, c, first=when - 10, last=when - 10)
+    started_events(ctx, fresh, c, seen=(when - 10, when - 10))
     k.log(fresh, app, ctx.style.noise(k, 20, start=60, span=when - 60))
     k.service(app, {"app": app}, ready_pods=[fresh])
     return Fault(roots=(root(ctx, "Deployment", app),), reasons=reasons,
@@ -201,7 +199,7 @@ def evicted_storage(ctx: Ctx) -> Fault:
 def node_notready(ctx: Ctx) -> Fault:
     k = ctx.k
     bad = ctx.nodes.workers[0]
-    since = k.rng.randint(6, 40) * MINUTE
+    since = k.rng.randint(70, 280)  # inside the pods' 300 s unreachable toleration: not evicted yet
     node = next(n for n in k.nodes if n["metadata"]["name"] == bad)
     for cond in node["status"]["conditions"]:
         cond.update(status="Unknown", reason="NodeStatusUnknown", message="Kubelet stopped posting node status.",
@@ -209,8 +207,7 @@ def node_notready(ctx: Ctx) -> Fault:
     node["spec"]["taints"] = [
         {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule", "timeAdded": k.ago(since)},
         {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": k.ago(since)}]  # fmt: skip
-    k.event(node, "NodeNotReady", f"Node {bad} status is now: NodeNotReady", type_="Normal", first=since,
-            last=since, source=("node-controller", ""))  # fmt: skip
+    k.event(node, "NodeNotReady", f"Node {bad} status is now: NodeNotReady", type_="Normal", seen=(since, since), source=("node-controller", ""))  # fmt: skip
     app = ctx.name()
     c = container(ctx, app)
     w = k.deployment(app, [c], replicas=2, ready=1, age=20 * DAY, rollout=4 * DAY)
@@ -220,7 +217,7 @@ def node_notready(ctx: Ctx) -> Fault:
                   ready_since=since if n == bad else 4 * DAY)  # fmt: skip
         k.log(p, app, ctx.style.noise(k, 20, start=since + 60 if n == bad else 60, span=3 * HOUR))
         if n == bad:
-            k.event(p, "NodeNotReady", "Node is not ready", first=since, last=since,
+            k.event(p, "NodeNotReady", "Node is not ready", seen=(since, since),
                     source=("node-controller", ""))  # fmt: skip
             for cond in p["status"]["conditions"]:
                 if cond["type"] == "Ready":
@@ -243,7 +240,7 @@ def scaled_to_zero(ctx: Ctx) -> Fault:
         if rs["metadata"]["name"] == w.owner.name:
             rs["metadata"]["annotations"]["deployment.kubernetes.io/desired-replicas"] = "0"
     k.event(w.obj, "ScalingReplicaSet", f"Scaled down replica set {w.owner.name} to 0 from {was}", type_="Normal",
-            first=when, last=when, source=("deployment-controller", ""))  # fmt: skip
+            seen=(when, when), source=("deployment-controller", ""))  # fmt: skip
     svc = k.service(app, {"app": app})
     return Fault(roots=(root(ctx, "Deployment", app),),
                  reasons=("ScalingReplicaSet", "Scaled down", "to 0", "0 replicas", "replicas: 0", "scaled to 0", "zero"),
@@ -294,7 +291,7 @@ def probe_upstream_503(ctx: Ctx) -> Fault:
                                             dependency=up.name))  # fmt: skip
         k.log(p, app, lines)
         k.event(p, "Unhealthy", "Readiness probe failed: HTTP probe failed with statuscode: 503",
-                count=k.rng.randint(40, 200), first=since, last=k.rng.randint(3, 20),
+                count=k.rng.randint(40, 200), seen=(since, k.rng.randint(3, 20)),
                 field_path=f"spec.containers{{{app}}}")  # fmt: skip
         pods.append(p)
     k.service(app, {"app": app})
@@ -321,8 +318,7 @@ def _job(ctx: Ctx, *, reason: str, message: str, deadline: int | None) -> Fault:
     for i in range(1 if deadline else 3):
         node = ctx.node()
         fin = failed + (2 - i) * 300
-        p = k.pod(w, [], containers=[c], phase="Failed", node=node, age=fin + 400,
-                  name=f"{name}-{k.suffix(5)}", restartPolicy="Never")  # fmt: skip
+        p = k.pod(w, [], phase="Failed", node=node, age=fin + 400)
         code = 143 if deadline else 1
         p["status"]["containerStatuses"] = [{
             "name": app, "image": c["image"], "imageID": "", "ready": False, "started": False, "restartCount": 0,
@@ -334,9 +330,9 @@ def _job(ctx: Ctx, *, reason: str, message: str, deadline: int | None) -> Fault:
             body.append(ctx.style.line(k, fin + 1, "ERROR", "export failed", error="upstream returned 500"))
         k.log(p, app, body)
         k.event(w.obj, "SuccessfulCreate", f"Created pod: {p['metadata']['name']}", type_="Normal",
-                first=fin + 400, last=fin + 400, source=("job-controller", ""))  # fmt: skip
+                seen=(fin + 400, fin + 400), source=("job-controller", ""))  # fmt: skip
         pods.append(p)
-    k.event(w.obj, reason, message, first=failed, last=failed, source=("job-controller", ""))
+    k.event(w.obj, reason, message, seen=(failed, failed), source=("job-controller", ""))
     return Fault(roots=(root(ctx, "Job", name),), reasons=(reason, "deadline" if deadline else "backoff limit"),
                  symptoms=tuple(ent(ctx, "Pod", p["metadata"]["name"]) for p in pods), subject=name,
                  symptom=Symptom.JOB, subject_kind="job")  # fmt: skip
@@ -376,7 +372,7 @@ def quota_exceeded(ctx: Ctx) -> Fault:
     k.event(rs, "FailedCreate",
             f'Error creating: pods "{w.owner.name}-{k.suffix(5)}" is forbidden: exceeded quota: compute-quota, '
             "requested: limits.memory=1Gi, used: limits.memory=7680Mi, limited: limits.memory=8Gi",
-            count=k.rng.randint(10, 40), first=rollout, last=k.rng.randint(10, 90),
+            count=k.rng.randint(10, 40), seen=(rollout, k.rng.randint(10, 90)),
             source=("replicaset-controller", ""))  # fmt: skip
     k.service(app, {"app": app}, ready_pods=[p])
     return Fault(roots=(root(ctx, "Deployment", app, ("ResourceQuota", "compute-quota")),),

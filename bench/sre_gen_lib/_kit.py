@@ -129,8 +129,13 @@ def running(ctx: Ctx, c: Obj, *, since: float, restarts: int = 0, last: Obj | No
     }  # fmt: skip
 
 
+_NOT_PULLED = ("ImagePullBackOff", "ErrImagePull", "ContainerCreating", "PodInitializing")
+"""Waiting reasons under which the image is not (yet) there: no ``imageID``."""
+
+
 def waiting(ctx: Ctx, c: Obj, reason: str, message: str | None = None, *, restarts: int = 0,
-            last: Obj | None = None, pulled: bool = True) -> Obj:  # fmt: skip
+            last: Obj | None = None) -> Obj:  # fmt: skip
+    pulled = reason not in _NOT_PULLED
     s: Obj = {
         "name": c["name"], "image": c["image"], "imageID": image_id(c["image"]) if pulled else "",
         "ready": False, "started": False, "restartCount": restarts,
@@ -147,22 +152,23 @@ def pod_ref(pod: Obj, ns: str) -> str:
     return f"{pod['metadata']['name']}_{ns}({pod['metadata']['uid']})"
 
 
-def started_events(ctx: Ctx, pod: Obj, c: Obj, *, count: int = 1, first: float, last: float) -> None:
-    """The Normal kubelet lifecycle events of a container that starts."""
+def started_events(ctx: Ctx, pod: Obj, c: Obj, *, count: int = 1, seen: tuple[float, float]) -> None:
+    """The Normal kubelet lifecycle events of a container that starts (``seen``: first and
+    last time, seconds ago)."""
     fp = f"spec.containers{{{c['name']}}}"
     k = ctx.k
     k.event(pod, "Pulled", f'Container image "{c["image"]}" already present on machine',
-            type_="Normal", count=count, first=first, last=last, field_path=fp)  # fmt: skip
+            type_="Normal", count=count, seen=seen, field_path=fp)  # fmt: skip
     k.event(pod, "Created", f"Created container {c['name']}", type_="Normal", count=count,
-            first=first, last=last, field_path=fp)  # fmt: skip
+            seen=seen, field_path=fp)  # fmt: skip
     k.event(pod, "Started", f"Started container {c['name']}", type_="Normal", count=count,
-            first=first, last=last, field_path=fp)  # fmt: skip
+            seen=seen, field_path=fp)  # fmt: skip
 
 
 def scheduled_event(ctx: Ctx, pod: Obj, node: str, *, ago: float) -> None:
     ctx.k.event(pod, "Scheduled",
                 f"Successfully assigned {ctx.ns}/{pod['metadata']['name']} to {node}",
-                type_="Normal", first=ago, last=ago, source=("default-scheduler", ""))  # fmt: skip
+                type_="Normal", seen=(ago, ago), source=("default-scheduler", ""))  # fmt: skip
 
 
 def healthy_deployment(ctx: Ctx, app: str | None = None, *, replicas: int = 2,

@@ -98,7 +98,7 @@ def table(outcomes: list[Outcome]) -> tuple[str, dict[str, Any]]:
     by: dict[str, list[Outcome]] = defaultdict(list)
     for o in outcomes:
         by[o.truth.fault].append(o)
-    head = f"{'class':<24} {'n':>4} {'recall':>7} {'reason':>7} {'right':>6} {'prec.':>6} {'score':>6} {'FALSE':>6} {'err':>4}"
+    head = f"{'class':<24} {'n':>4} {'recall':>7} {'reason':>7} {'right':>6} {'prec.':>6} {'score':>6} {'FALSE':>6} {'symp.':>6} {'err':>4}"
     lines = [head, "-" * len(head)]
     rows: dict[str, Any] = {}
 
@@ -111,10 +111,12 @@ def table(outcomes: list[Outcome]) -> tuple[str, dict[str, Any]]:
              "precision": sum(o.score.precision for o in group) / n,
              "score": sum(o.score.score for o in group) / n,
              "false_verified": sum(len(o.score.false_verified) for o in group),
+             "symptom_causes": sum(o.score.symptom_causes for o in group),
              "errors": sum(o.error is not None for o in group)}  # fmt: skip
         rows[name] = r
         lines.append(f"{name:<24} {n:>4} {r['recall']:>7.0%} {r['reason']:>7.0%} {r['right_entity_and_reason']:>6.0%} "
-                     f"{r['precision']:>6.2f} {r['score']:>6.2f} {r['false_verified']:>6} {r['errors']:>4}")  # fmt: skip
+                     f"{r['precision']:>6.2f} {r['score']:>6.2f} {r['false_verified']:>6} {r['symptom_causes']:>6} "
+                     f"{r['errors']:>4}")  # fmt: skip
 
     for name in sorted(by):
         row(name, by[name])

@@ -8,6 +8,7 @@ detector pass took seconds), with a generous bound."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import resource
 import subprocess
@@ -68,7 +69,7 @@ def big_incident(size: Size, seed: int) -> Incident:
             status = running(ctx, c, since=3 * DAY if restarted else 10 * DAY, restarts=1 if restarted else 0,
                              last=terminated(ctx, "Error", 1, finished=3 * DAY) if restarted else None)  # fmt: skip
             pod = k.pod(w, [status], node=ctx.node(), age=10 * DAY)
-            started_events(ctx, pod, c, first=10 * DAY, last=10 * DAY)
+            started_events(ctx, pod, c, seen=(10 * DAY, 10 * DAY))
             if long_left > 0:
                 long_left -= 1
                 k.log(pod, app, style.noise(k, size.log_lines, start=60, span=6 * 3600))
@@ -80,7 +81,7 @@ def big_incident(size: Size, seed: int) -> Incident:
     while len(events) < size.events:
         rs = rng.choice(rs_list)
         k.event(rs, "SuccessfulCreate", f"Created pod: {rs['metadata']['name']}-{k.suffix(5)}", type_="Normal",
-                first=rng.randint(1, 9) * DAY, last=rng.randint(1, 9) * DAY, source=("replicaset-controller", ""))  # fmt: skip
+                seen=(rng.randint(1, 9) * DAY, rng.randint(1, 9) * DAY), source=("replicaset-controller", ""))  # fmt: skip
     truth = Truth(fault="oomkilled", root_causes=fault.roots, reasons=fault.reasons, symptoms=fault.symptoms,
                   flavour=Flavour.EKS, runtime=style.runtime, log_format=style.fmt)  # fmt: skip
     return Incident(name="scale", namespace="prod", question=f"Why is the {fault.subject} deployment restarting?",
@@ -140,8 +141,8 @@ def scale_main(*, smoke: bool, seed: int) -> int:
     print(f"{r['pods']:>6} {r['events']:>7} {r['long_logs']:>4}x{r['log_lines']:<5} {r['cpu_s']:>7.2f} "
           f"{r['cpu_bound_s']:>6.0f} {r['peak_rss_mib']:>9.1f} {r['wall_s']:>7.2f} "
           f"{'yes' if r['right_cause'] else 'NO':>6} {r['false_verified']:>6}")  # fmt: skip
-    print(f"summary: {r['summary']}")
+    print(f"coverage exit: {r['coverage_exit']}; summary: {r['summary']}")
     if not smoke:
-        write_results("sre_gen_scale", r)
+        write_results("sre_gen_scale", r, load_average=os.getloadavg())
     ok = r["cpu_s"] <= size.cpu_bound_s and r["right_cause"]
     return 0 if ok else 1

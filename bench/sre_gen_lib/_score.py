@@ -101,6 +101,8 @@ class Score:
     """ITBench-AA: 0 when a root is missed, else the precision."""
     false_verified: tuple[str, ...]
     """The verified causes whose entity is no root cause, by their text."""
+    symptom_causes: int
+    """Causes (verified or suspected) naming a symptom of the fault, not its root."""
     fallback: bool
     """Some cause carried no ``entity``: names were read from its text."""
     named: tuple[str, ...]
@@ -108,6 +110,7 @@ class Score:
     def as_json(self) -> dict[str, Any]:
         return {"recall": self.recall, "reason": self.reason, "precision": round(self.precision, 3),
                 "score": round(self.score, 3), "false_verified": list(self.false_verified),
+                "symptom_causes": self.symptom_causes,
                 "fallback": self.fallback, "named": list(self.named)}  # fmt: skip
 
 
@@ -135,6 +138,8 @@ def score(report: dict[str, Any], truth: Truth, world: World) -> Score:
     roots = [{world.top(key(r.entity, ns)), *(world.top(key(a, ns)) for a in r.aliases)}
              for r in truth.root_causes]  # fmt: skip
     accepted = [t.lower() for t in truth.reasons]
+    symptoms = {world.top(key(e, ns)) for e in truth.symptoms} | {key(e, ns) for e in truth.symptoms}
+    symptom_causes = 0
     verified = list(report.get("verified_causes") or [])
     suspected = list(report.get("suspected_causes") or [])
     hit = [False] * len(roots)
@@ -156,15 +161,17 @@ def score(report: dict[str, Any], truth: Truth, world: World) -> Score:
         else:
             best = tops[0] if tops else ("?", ns, str(cause.get("text", ""))[:60])
         named[best] = named.get(best, False) or bool(matched)
+        if not matched and any(k in symptoms for k in (*keys, *tops)):
+            symptom_causes += 1
         if is_verified and not matched:
             false_verified.append(str(cause.get("text", ""))[:160])
     if truth.healthy:
         ok = not verified
         return Score(recall=ok, reason=ok, precision=1.0 if ok else 0.0, score=1.0 if ok else 0.0,
-                     false_verified=tuple(false_verified), fallback=fallback,
-                     named=tuple("/".join(k) for k in named))  # fmt: skip
+                     false_verified=tuple(false_verified), symptom_causes=symptom_causes,
+                     fallback=fallback, named=tuple("/".join(k) for k in named))  # fmt: skip
     precision = sum(named.values()) / len(named) if named else 0.0
     recall = all(hit)
     return Score(recall=recall, reason=recall and reason_ok, precision=precision,
                  score=precision if recall else 0.0, false_verified=tuple(false_verified),
-                 fallback=fallback, named=tuple("/".join(k) for k in named))  # fmt: skip
+                 symptom_causes=symptom_causes, fallback=fallback, named=tuple("/".join(k) for k in named))  # fmt: skip

@@ -120,6 +120,13 @@ def test_the_scorer_resolves_owners_and_counts_false_verified_causes(tmp_path: P
     assert noisy.score == 0.5
     assert len(noisy.false_verified) == 1
 
+    via_symptom = [
+        _cause("Deployment", ns, dep, "OOMKilled"),
+        _cause("Service", ns, dep, "no endpoints"),
+    ]
+    symptomatic = score({"suspected_causes": via_symptom}, truth, world)
+    assert symptomatic.symptom_causes == 1 and symptomatic.score == 0.5
+
     missed = score({"suspected_causes": [_cause("Pod", ns, other, "OOMKilled")]}, truth, world)
     assert missed.score == 0.0 and not missed.recall and not missed.false_verified
 
@@ -178,3 +185,27 @@ def test_scale_smoke_is_fast_and_right(tmp_path: Path) -> None:
     assert r["right_cause"], r["summary"]
     assert r["false_verified"] == 0
     assert r["cpu_s"] < SMOKE.cpu_bound_s
+
+
+def test_write_lays_incidents_out_as_the_examples_and_rescore_reads_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--write DIR``: dump/, question.txt, namespace.txt, truth.json per incident;
+    ``--rescore DIR`` scores the reports kept there (one stands in for a run's)."""
+    import importlib
+
+    cli = importlib.import_module("bench.sre_gen")
+    assert cli.main(["--seed", "5", "--count", "3", "--write", str(tmp_path)]) == 0
+    dirs = sorted(tmp_path.iterdir())
+    assert len(dirs) == 3
+    for d in dirs:
+        assert {p.name for p in d.iterdir()} == {
+            "dump",
+            "question.txt",
+            "namespace.txt",
+            "truth.json",
+        }
+    (dirs[0] / "report.json").write_text(json.dumps({"verified_causes": []}))
+    assert cli.main(["--rescore", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "1 kept reports" in out and "TOTAL" in out
