@@ -107,6 +107,9 @@ def build_parser(prog: str = "loopkernel gateway") -> argparse.ArgumentParser:
     lim.add_argument("--run-usd", type=_non_negative, help="USD per run")
     lim.add_argument("--day-usd", type=_non_negative, help="USD per UTC day")
     lim.add_argument("--run-tokens", type=_count, help="tokens (in + out) per run")
+    lim.add_argument(
+        "--run-model-seconds", type=_non_negative, help="seconds a run's calls may wait in all"
+    )
     p.add_argument("--retries", type=_count, help="retries of 429/5xx per call (default 4)")
     p.add_argument("--backoff", type=_non_negative, help="first retry wait, seconds (default 0.5)")
     return p
@@ -119,6 +122,7 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
             ("run_usd", args.run_usd),
             ("day_usd", args.day_usd),
             ("run_tokens", args.run_tokens),
+            ("run_model_seconds", args.run_model_seconds),
         )
         if v is not None
     }

@@ -19,6 +19,7 @@ loudly), unless a ``default`` reply is given.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -52,6 +53,10 @@ class ScriptedReply:
     model: str = "scripted-model"
     usage: bool = True
     """False: the reply has no ``usage`` block (OpenAI protocol), as some servers send."""
+    empty: bool = False
+    """True: a 200 with an empty ``choices`` list (OpenAI) or no content blocks (Anthropic)."""
+    delay: float = 0.0
+    """Seconds to wait before answering: a slow provider."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -215,6 +220,10 @@ class ScriptedProvider:
             assert self._release is not None
             await self._release.wait()
             return json_response(503, {"error": {"message": "closing"}})
+        if reply.delay:
+            assert self._release is not None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._release.wait(), reply.delay)
         if reply.status != 200:
             headers = {}
             if reply.retry_after is not None:
@@ -246,7 +255,9 @@ def _openai_body(reply: ScriptedReply, body: Any) -> dict[str, Any]:
         "object": "chat.completion",
         "created": int(time.time()),
         "model": reply.model,
-        "choices": [
+        "choices": []
+        if reply.empty
+        else [
             {
                 "index": 0,
                 "message": {"role": "assistant", "content": reply.text},
@@ -273,7 +284,7 @@ def _anthropic_body(reply: ScriptedReply, body: Any) -> dict[str, Any]:
         "type": "message",
         "role": "assistant",
         "model": reply.model,
-        "content": [{"type": "text", "text": reply.text}],
+        "content": [] if reply.empty else [{"type": "text", "text": reply.text}],
         "stop_reason": "max_tokens" if reply.finish_reason == "length" else "end_turn",
         "stop_sequence": None,
         "usage": {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens},
