@@ -77,7 +77,11 @@ def build_parser(prog: str = "loopkernel gateway") -> argparse.ArgumentParser:
         f"runtime reaches it with {ENV_TOKEN} (read from this process's environment too).",
     )
     src = p.add_argument_group("the model (or --config for several)")
-    src.add_argument("--provider", choices=("openai", "anthropic"), help="the provider's API")
+    src.add_argument(
+        "--provider",
+        choices=("openai", "anthropic", "azure", "gemini", "ollama"),
+        help="the provider's API",
+    )
     src.add_argument("--base-url", help="the API's base URL (e.g. http://127.0.0.1:8080/v1)")
     src.add_argument("--model", help="the provider's model name")
     src.add_argument(
@@ -146,7 +150,10 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
             )
         )
     elif args.base_url or args.model or args.key_file:
-        raise UsageError("--base-url, --model and --key-file need --provider openai|anthropic")
+        raise UsageError(
+            "--base-url, --model and --key-file need --provider "
+            "openai|anthropic|azure|gemini|ollama"
+        )
     overrides: dict[str, Any] = {
         "listen": args.listen,
         "ledger": args.ledger,

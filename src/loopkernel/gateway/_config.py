@@ -48,9 +48,15 @@ __all__ = [
     "read_key_file",
 ]
 
-ProviderKind = Literal["openai", "anthropic", "local"]
-_KINDS: frozenset[str] = frozenset({"openai", "anthropic", "local"})
-_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+ProviderKind = Literal["openai", "anthropic", "azure", "gemini", "ollama", "local"]
+_KINDS: frozenset[str] = frozenset({"openai", "anthropic", "azure", "gemini", "ollama", "local"})
+_KEY_ENV = {
+    "openai": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+    "azure": "AZURE_OPENAI_API_KEY",
+    "gemini": "GEMINI_API_KEY",
+    "ollama": "OLLAMA_API_KEY",
+}
 LOCAL_MODELS = ("smollm2",)
 
 
@@ -94,7 +100,9 @@ class ProviderConfig:
     name: str
     """What a request's ``model`` field names it by."""
     kind: ProviderKind
-    """``openai`` (and every OpenAI-compatible server), ``anthropic``, or ``local``."""
+    """``openai`` (and every OpenAI-compatible server), ``anthropic``, ``azure`` (Azure
+    OpenAI: ``base_url`` the resource's endpoint, ``model`` the deployment), ``gemini``,
+    ``ollama`` (its native API), or ``local``."""
     model: str
     """The provider's model name (``local``: the bundled model, ``smollm2``)."""
     base_url: str | None = None
@@ -107,12 +115,19 @@ class ProviderConfig:
     """USD per million input tokens."""
     price_out: float = 0.0
     """USD per million output tokens."""
+    api_version: str | None = None
+    """Azure OpenAI's ``api-version`` (default ``2024-10-21``)."""
 
     def __post_init__(self) -> None:
         if self.kind not in _KINDS:
             raise UsageError(
-                f"provider {self.name!r}: kind must be openai, anthropic or local, "
-                f"not {self.kind!r}"
+                f"provider {self.name!r}: kind must be one of "
+                f"{', '.join(sorted(_KINDS))}, not {self.kind!r}"
+            )
+        if self.kind == "azure" and not self.base_url:
+            raise UsageError(
+                f"provider {self.name!r}: azure needs base_url, the resource's endpoint "
+                "(https://NAME.openai.azure.com)"
             )
         if not self.name or not self.model:
             raise UsageError("a provider needs a name and a model")
@@ -144,7 +159,7 @@ class ProviderConfig:
         key = env.get(name, "").strip()
         if key:
             return key
-        if self.is_loopback:
+        if self.is_loopback or self.kind == "ollama":  # Ollama asks for no key of its own
             return None
         raise UsageError(
             f"provider {self.name!r} needs an API key: set {name} in the gateway's "
@@ -274,6 +289,7 @@ def load_config(path: str, **overrides: Any) -> GatewayConfig:
             "key_file",
             "price_in",
             "price_out",
+            "api_version",
         }
         bad = set(item) - fields
         if bad:

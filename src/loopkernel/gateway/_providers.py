@@ -263,6 +263,16 @@ def make_provider(
         config = replace(config, base_url=base_url)
     if config.kind == "anthropic":
         return AnthropicProvider(config, api_key)
+    if config.kind in ("azure", "gemini", "ollama"):
+        from loopkernel.gateway import _more_providers as more
+
+        kinds: dict[str, Any] = {
+            "azure": more.AzureOpenAIProvider,
+            "gemini": more.GeminiProvider,
+            "ollama": more.OllamaProvider,
+        }
+        made: Provider = kinds[config.kind](config, api_key)
+        return made
     return OpenAIProvider(config, api_key)
 
 
