@@ -34,7 +34,9 @@ async def gateway_for(
     **options: Any,
 ) -> AsyncIterator[tuple[Gateway, ModelClient]]:
     """A ``Gateway`` (in this process, on a free port) in front of ``provider``."""
-    url = provider.anthropic_url if kind == "anthropic" else provider.base_url
+    url = {"anthropic": provider.anthropic_url, "openai": provider.base_url}.get(
+        kind, provider.root_url
+    )
     config = GatewayConfig(
         providers=(
             ProviderConfig(
@@ -52,7 +54,15 @@ async def gateway_for(
         backoff=0.0,
         **options,
     )
-    env = {"OPENAI_API_KEY": PROVIDER_KEY, "ANTHROPIC_API_KEY": PROVIDER_KEY}
+    env = {
+        name: PROVIDER_KEY
+        for name in (
+            "OPENAI_API_KEY",
+            "ANTHROPIC_API_KEY",
+            "AZURE_OPENAI_API_KEY",
+            "GEMINI_API_KEY",
+        )
+    }
     log = (tmp_path / "gateway.log").open("a")
     gateway = Gateway(config, token=TOKEN, env=env, log=log)
     address = await gateway.start()

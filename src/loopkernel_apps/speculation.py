@@ -9,11 +9,13 @@
 The distiller sees only its ancestors, so the straggler's partial findings can never leak
 into the answer. Researcher delays are parameters, so a test can make the straggler slow.
 
-``--planner llm``: a model proposes each patch; the allowlist (``ALLOW``) admits the three
-skills with their input schemas, the ops add/connect/cancel/finish, and only a proposal
-whose effect on the graph is the rules' own (``agree``). So the run ends exactly as with
-``--planner rules`` (same status, same digest) whatever the model says; what changes is
-who planned each event, in the journal (docs/models.md).
+``--planner llm``: a model proposes each patch; the allowlist (``allow_for``) admits the
+three skills with their input schemas and the ops add/connect/cancel/finish, and the
+postconditions judge every proposal (``agree`` is off): the model picks the angles and how
+many researchers (at least the quorum, at most the run's), but a ``finish succeeded``
+needs a quorum of researchers and the distiller done with the verdict its answer, the
+distiller sees only its ancestors, and the ids are the rules' own so they can carry on.
+Anything else is refused by name and the rules answer (docs/planner-llm.md).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Mapping
+from dataclasses import replace
 
 from loopkernel import (
     JSON,
@@ -34,6 +37,7 @@ from loopkernel import (
     planner_for,
 )
 from loopkernel.planner import Flow, Step, quorum
+from loopkernel.planner.llm import Bound, Cite, Name, Postconditions, Require, Scope
 from loopkernel.testing import trace
 
 ANGLES = ("prior work", "counter-evidence", "first principles", "benchmarks", "failure reports")
@@ -74,9 +78,40 @@ ALLOW = Allowlist(
     ),
     ops=frozenset({"add", "connect", "cancel", "finish"}),
     finish=frozenset({"succeeded", "failed"}),
-    agree=True,
 )
-"""What a model may propose for a speculation run (``--planner llm``)."""
+"""What a model may propose for a speculation run (``--planner llm``), before the run's
+own bounds (``allow_for``)."""
+
+
+def postconditions(researchers: int) -> Postconditions:
+    """What any proposal must respect in a run of ``researchers`` researchers."""
+    return Postconditions(
+        # finish succeeded: a quorum of researchers and the distiller done, the answer the
+        # distiller's own
+        require=(Require(skill="research", at_least_param="quorum"), Require(skill="distill")),
+        cite=(Cite(field="answer", skill="distill", result_field="answer"),),
+        # the model picks the angles and how many researchers: at least the quorum, at
+        # most the run's researchers, under the ids the rules know (r1 .. rN)
+        max_tasks=(
+            Bound(skill="plan", at_most=1),
+            Bound(skill="research", at_most=researchers, at_least_param="quorum"),
+            Bound(skill="distill", at_most=1),
+        ),
+        names=(
+            Name(skill="plan", pattern="plan"),
+            Name(skill="research", pattern=f"r[1-{researchers}]"),
+            Name(skill="distill", pattern="distill"),
+        ),
+        # the distiller never sees a straggler's partial notes
+        scopes=(Scope(skill="distill", evidence_scope="ancestors"),),
+    )
+
+
+def allow_for(params: Mapping[str, JSON]) -> Allowlist:
+    """The allowlist of one run: ``agree`` off, the postconditions judge every proposal."""
+    delays = params["delays"]
+    n = len(delays) if isinstance(delays, list) else len(ANGLES)
+    return replace(ALLOW, postconditions=postconditions(n))
 
 
 def planner(params: Mapping[str, JSON]) -> Flow:
@@ -146,7 +181,7 @@ def build(params: Mapping[str, JSON]) -> AppParts:
     if not 1 <= int(params["quorum"]) <= len(delays):
         raise UsageError("quorum must be between 1 and the number of researchers")
     return AppParts(
-        planner=planner_for(params, rules=planner(params), allow=ALLOW),
+        planner=planner_for(params, rules=planner(params), allow=allow_for(params)),
         workers={"plan": plan, "research": research, "distill": distill},
     )
 

@@ -86,7 +86,7 @@ def test_concurrent_calls_that_cost_more_than_reserved_are_refused_once_spent(
 def test_a_key_re_sent_after_a_timeout_is_two_provider_requests_in_the_ledger(
     tmp_path: Path,
 ) -> None:
-    script = [ScriptedReply(hang=True), ScriptedReply(text="late", input_tokens=5)]
+    script = [ScriptedReply(hang=True), ScriptedReply(text="late", input_tokens=5, output_tokens=4)]
 
     async def scenario() -> None:
         async with (
@@ -102,7 +102,7 @@ def test_a_key_re_sent_after_a_timeout_is_two_provider_requests_in_the_ledger(
             assert [r["status"] for r in rows] == ["lost", "answered"]
             # the lost one is charged its reservation ((1 + 8) x 0.001 + 4 x 0.002)
             assert rows[0]["cost_usd"] == pytest.approx(0.017)
-            assert rows[1]["cost_usd"] == pytest.approx(5 * 0.001 + 7 * 0.002)
+            assert rows[1]["cost_usd"] == pytest.approx(5 * 0.001 + 4 * 0.002)
             spent = gw.ledger.spent(run_id="r")
             assert spent["provider_requests"] == 2
             assert spent["lost_usd"] == pytest.approx(0.017)

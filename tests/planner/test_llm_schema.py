@@ -151,11 +151,16 @@ def test_a_refused_reply_is_re_asked_once_with_the_judges_reason(tmp_path: Path)
     bad = '[{"op":"add","task_id":"r1","skill":"research","input":{"angle":"x"}}]'
     proposal, requests = _plan(
         tmp_path,
-        [ScriptedReply(text=bad, input_tokens=100, output_tokens=20), ScriptedReply(text=GOOD)],
+        [
+            ScriptedReply(text=bad, input_tokens=900, output_tokens=20),
+            ScriptedReply(text=GOOD, input_tokens=1000, output_tokens=30),
+        ],
     )
     assert proposal.patch is not None and proposal.reason is None  # the second reply is used
     assert "re-asked once after bad_input" in proposal.detail
-    assert proposal.input_tokens == 100 + 11 and proposal.output_tokens == 20 + 7
+    # (the counts a real prompt of this size makes: the gateway charges no less than its
+    # own measure, prompt bytes / 16, so a scripted 11 would be raised to it)
+    assert proposal.input_tokens == 900 + 1000 and proposal.output_tokens == 20 + 30
     first, second = requests
     assert [m["role"] for m in second.body["messages"]] == ["system", "user", "assistant", "user"]
     assert second.body["messages"][2]["content"] == bad

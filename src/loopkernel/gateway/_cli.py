@@ -77,7 +77,11 @@ def build_parser(prog: str = "loopkernel gateway") -> argparse.ArgumentParser:
         f"runtime reaches it with {ENV_TOKEN} (read from this process's environment too).",
     )
     src = p.add_argument_group("the model (or --config for several)")
-    src.add_argument("--provider", choices=("openai", "anthropic"), help="the provider's API")
+    src.add_argument(
+        "--provider",
+        choices=("openai", "anthropic", "azure", "gemini", "ollama"),
+        help="the provider's API",
+    )
     src.add_argument("--base-url", help="the API's base URL (e.g. http://127.0.0.1:8080/v1)")
     src.add_argument("--model", help="the provider's model name")
     src.add_argument(
@@ -107,6 +111,9 @@ def build_parser(prog: str = "loopkernel gateway") -> argparse.ArgumentParser:
     lim.add_argument("--run-usd", type=_non_negative, help="USD per run")
     lim.add_argument("--day-usd", type=_non_negative, help="USD per UTC day")
     lim.add_argument("--run-tokens", type=_count, help="tokens (in + out) per run")
+    lim.add_argument(
+        "--run-model-seconds", type=_non_negative, help="seconds a run's calls may wait in all"
+    )
     p.add_argument("--retries", type=_count, help="retries of 429/5xx per call (default 4)")
     p.add_argument("--backoff", type=_non_negative, help="first retry wait, seconds (default 0.5)")
     return p
@@ -119,6 +126,7 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
             ("run_usd", args.run_usd),
             ("day_usd", args.day_usd),
             ("run_tokens", args.run_tokens),
+            ("run_model_seconds", args.run_model_seconds),
         )
         if v is not None
     }
@@ -142,7 +150,10 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
             )
         )
     elif args.base_url or args.model or args.key_file:
-        raise UsageError("--base-url, --model and --key-file need --provider openai|anthropic")
+        raise UsageError(
+            "--base-url, --model and --key-file need --provider "
+            "openai|anthropic|azure|gemini|ollama"
+        )
     overrides: dict[str, Any] = {
         "listen": args.listen,
         "ledger": args.ledger,

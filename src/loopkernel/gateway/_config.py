@@ -10,6 +10,7 @@ providers::
     run_usd = 0.50
     day_usd = 20.0
     run_tokens = 200000
+    run_model_seconds = 120               # a run's calls wait at most this long in all
 
     [[providers]]                         # the first one is the default
     name = "gpt"                          # what a call's ``model`` field may name
@@ -47,9 +48,15 @@ __all__ = [
     "read_key_file",
 ]
 
-ProviderKind = Literal["openai", "anthropic", "local"]
-_KINDS: frozenset[str] = frozenset({"openai", "anthropic", "local"})
-_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+ProviderKind = Literal["openai", "anthropic", "azure", "gemini", "ollama", "local"]
+_KINDS: frozenset[str] = frozenset({"openai", "anthropic", "azure", "gemini", "ollama", "local"})
+_KEY_ENV = {
+    "openai": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+    "azure": "AZURE_OPENAI_API_KEY",
+    "gemini": "GEMINI_API_KEY",
+    "ollama": "OLLAMA_API_KEY",
+}
 LOCAL_MODELS = ("smollm2",)
 
 
@@ -75,11 +82,15 @@ class Limits:
     """USD all calls of a UTC day may cost."""
     run_tokens: int | None = None
     """Tokens (input + output) one run's calls may use."""
+    run_model_seconds: float | None = None
+    """Seconds one run's calls may wait on providers in all (since the gateway started);
+    a call's deadline is cut to what is left."""
 
     def __post_init__(self) -> None:
         _number("limits.run_usd", self.run_usd)
         _number("limits.day_usd", self.day_usd)
         _number("limits.run_tokens", self.run_tokens, integer=True)
+        _number("limits.run_model_seconds", self.run_model_seconds)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -89,7 +100,9 @@ class ProviderConfig:
     name: str
     """What a request's ``model`` field names it by."""
     kind: ProviderKind
-    """``openai`` (and every OpenAI-compatible server), ``anthropic``, or ``local``."""
+    """``openai`` (and every OpenAI-compatible server), ``anthropic``, ``azure`` (Azure
+    OpenAI: ``base_url`` the resource's endpoint, ``model`` the deployment), ``gemini``,
+    ``ollama`` (its native API), or ``local``."""
     model: str
     """The provider's model name (``local``: the bundled model, ``smollm2``)."""
     base_url: str | None = None
@@ -102,12 +115,19 @@ class ProviderConfig:
     """USD per million input tokens."""
     price_out: float = 0.0
     """USD per million output tokens."""
+    api_version: str | None = None
+    """Azure OpenAI's ``api-version`` (default ``2024-10-21``)."""
 
     def __post_init__(self) -> None:
         if self.kind not in _KINDS:
             raise UsageError(
-                f"provider {self.name!r}: kind must be openai, anthropic or local, "
-                f"not {self.kind!r}"
+                f"provider {self.name!r}: kind must be one of "
+                f"{', '.join(sorted(_KINDS))}, not {self.kind!r}"
+            )
+        if self.kind == "azure" and not self.base_url:
+            raise UsageError(
+                f"provider {self.name!r}: azure needs base_url, the resource's endpoint "
+                "(https://NAME.openai.azure.com)"
             )
         if not self.name or not self.model:
             raise UsageError("a provider needs a name and a model")
@@ -139,7 +159,7 @@ class ProviderConfig:
         key = env.get(name, "").strip()
         if key:
             return key
-        if self.is_loopback:
+        if self.is_loopback or self.kind == "ollama":  # Ollama asks for no key of its own
             return None
         raise UsageError(
             f"provider {self.name!r} needs an API key: set {name} in the gateway's "
@@ -187,6 +207,11 @@ class GatewayConfig:
     A ``Retry-After`` from the provider wins when it is longer (still within the deadline)."""
     max_timeout: float = 300.0
     """The longest deadline a call may ask for."""
+    breaker_after: int = 3
+    """Timeouts or outages in a row after which a run's calls are refused at once
+    (``ModelUnavailable``, kind ``breaker_open``); 0: never."""
+    breaker_seconds: float = 600.0
+    """How long the breaker stays open; then one call may try again."""
 
     def __post_init__(self) -> None:
         if not self.providers:
@@ -204,6 +229,8 @@ class GatewayConfig:
             )
         if self.retries < 0 or self.backoff < 0:
             raise UsageError("retries and backoff must be >= 0")
+        if self.breaker_after < 0 or self.breaker_seconds < 0:
+            raise UsageError("breaker_after and breaker_seconds must be >= 0")
         limits = self.limits
         if limits.run_usd is not None or limits.day_usd is not None:
             free = [
@@ -235,7 +262,17 @@ def load_config(path: str, **overrides: Any) -> GatewayConfig:
         raise UsageError(f"cannot read gateway config {path}: {err.strerror}") from None
     except tomllib.TOMLDecodeError as err:
         raise UsageError(f"gateway config {path} is not valid TOML: {err}") from None
-    known = {"listen", "ledger", "limits", "providers", "retries", "backoff", "max_timeout"}
+    known = {
+        "listen",
+        "ledger",
+        "limits",
+        "providers",
+        "retries",
+        "backoff",
+        "max_timeout",
+        "breaker_after",
+        "breaker_seconds",
+    }
     unknown = set(data) - known
     if unknown:
         raise UsageError(f"gateway config {path}: unknown key(s) {', '.join(sorted(unknown))}")
@@ -252,6 +289,7 @@ def load_config(path: str, **overrides: Any) -> GatewayConfig:
             "key_file",
             "price_in",
             "price_out",
+            "api_version",
         }
         bad = set(item) - fields
         if bad:
@@ -262,15 +300,18 @@ def load_config(path: str, **overrides: Any) -> GatewayConfig:
         item.setdefault("name", item.get("model", f"p{i}"))
         providers.append(ProviderConfig(**item))
     limits = data.get("limits", {})
-    if not isinstance(limits, dict) or set(limits) - {"run_usd", "day_usd", "run_tokens"}:
-        raise UsageError(f"gateway config {path}: [limits] takes run_usd, day_usd, run_tokens")
+    limit_keys = {"run_usd", "day_usd", "run_tokens", "run_model_seconds"}
+    if not isinstance(limits, dict) or set(limits) - limit_keys:
+        raise UsageError(
+            f"gateway config {path}: [limits] takes run_usd, day_usd, run_tokens, run_model_seconds"
+        )
     values: dict[str, Any] = {
         "providers": tuple(overrides.pop("providers", None) or providers),
         "limits": Limits(**{**limits, **(overrides.pop("limits", None) or {})}),
     }
     if "listen" in data:
         values["listen"] = parse_address(str(data["listen"]))
-    for key in ("ledger", "retries", "backoff", "max_timeout"):
+    for key in ("ledger", "retries", "backoff", "max_timeout", "breaker_after", "breaker_seconds"):
         if key in data:
             values[key] = data[key]
     values.update({k: v for k, v in overrides.items() if v is not None})

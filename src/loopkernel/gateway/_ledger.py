@@ -158,16 +158,35 @@ class Ledger:
 
     # -- provider requests -----------------------------------------------------------------
 
-    def request_sent(self, key: str) -> int:
+    def request_sent(self, key: str, *, limits: Limits | None = None) -> int:
         """A request for ``key`` (reserved) leaves for the provider: its row id. It holds
-        the call's reservation, which it keeps if it is ``lost``."""
+        the call's reservation, which it keeps if it is ``lost``.
+
+        With ``limits``, a re-send is refused (``BudgetExceeded``, nothing written) when
+        the run's spend, the call's own earlier lost requests included, has reached a
+        limit: a call whose every reply is a fault cannot retry past the budget."""
         now = time.time()
-        cur = self._db.execute(
-            "INSERT INTO requests (key, run_id, day, status, cost_usd, tokens, created_at, "
-            "updated_at) SELECT key, run_id, day, 'sent', reserved_usd, reserved_tokens, ?, ? "
-            "FROM calls WHERE key = ?",
-            (now, now, key),
-        )
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            row = db.execute("SELECT run_id, day FROM calls WHERE key = ?", (key,)).fetchone()
+            if row is not None and limits is not None:
+                run_id, day = row
+                run_usd, run_tokens = db.execute(_RUN_SPENT, (run_id,)).fetchone()
+                (day_usd,) = db.execute(_DAY_SPENT, (day,)).fetchone()
+                _check("run_usd", limits.run_usd, run_usd, 0.0, run_id)
+                _check("day_usd", limits.day_usd, day_usd, 0.0, run_id)
+                _check("run_tokens", limits.run_tokens, run_tokens, 0, run_id)
+            cur = db.execute(
+                "INSERT INTO requests (key, run_id, day, status, cost_usd, tokens, created_at, "
+                "updated_at) SELECT key, run_id, day, 'sent', reserved_usd, reserved_tokens, "
+                "?, ? FROM calls WHERE key = ?",
+                (now, now, key),
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
         return int(cur.lastrowid or 0)
 
     def request_done(

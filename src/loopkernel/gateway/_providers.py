@@ -15,6 +15,7 @@ it may quote the request.
 from __future__ import annotations
 
 import asyncio
+import enum
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -27,8 +28,10 @@ from loopkernel.models import Message
 
 __all__ = [
     "AnthropicProvider",
+    "FaultKind",
     "OpenAIProvider",
     "Provider",
+    "ProviderFault",
     "ProviderReply",
     "Retryable",
     "call_with_retries",
@@ -57,6 +60,27 @@ class Retryable(Exception):
         super().__init__(message)
         self.status = status
         self.retry_after = retry_after
+
+
+class FaultKind(enum.StrEnum):
+    """Why a reply is not an answer."""
+
+    TOO_LARGE = "too_large"
+    """The text is far over what ``max_tokens`` admits, or over ``MAX_REPLY_BYTES``."""
+    OVER_MAX_TOKENS = "over_max_tokens"
+    """``usage.output_tokens`` is more than the request's ``max_tokens``."""
+    IMPLAUSIBLE_USAGE = "implausible_usage"
+    """``usage.input_tokens`` is more than the prompt could make, or a count is negative."""
+    EMPTY = "empty"
+    """No ``choices`` (OpenAI) or no content blocks (Anthropic)."""
+
+
+class ProviderFault(Retryable):
+    """A reply the gateway refuses to treat as an answer (see ``FaultKind``)."""
+
+    def __init__(self, fault: FaultKind, message: str) -> None:
+        super().__init__(message, status=None, retry_after=None)
+        self.fault = fault
 
 
 class Provider(Protocol):
@@ -130,14 +154,16 @@ class OpenAIProvider:
             raise Retryable(
                 f"connection error: {type(err).__name__}", status=None, retry_after=None
             ) from None
-        choice = resp.choices[0] if resp.choices else None
+        if not resp.choices:
+            raise ProviderFault(FaultKind.EMPTY, "the provider's reply has no choices")
+        choice = resp.choices[0]
         usage = resp.usage
         return ProviderReply(
-            text=(choice.message.content or "") if choice is not None else "",
+            text=choice.message.content or "",
             model=resp.model or self.config.model,
             input_tokens=usage.prompt_tokens if usage else 0,
             output_tokens=usage.completion_tokens if usage else 0,
-            finish_reason=choice.finish_reason if choice is not None else None,
+            finish_reason=choice.finish_reason,
             usage=usage is not None,
         )
 
@@ -194,6 +220,8 @@ class AnthropicProvider:
             raise Retryable(
                 f"connection error: {type(err).__name__}", status=None, retry_after=None
             ) from None
+        if not resp.content:
+            raise ProviderFault(FaultKind.EMPTY, "the provider's reply has no content")
         text = "".join(getattr(block, "text", "") for block in resp.content)
         return ProviderReply(
             text=text,
@@ -235,6 +263,16 @@ def make_provider(
         config = replace(config, base_url=base_url)
     if config.kind == "anthropic":
         return AnthropicProvider(config, api_key)
+    if config.kind in ("azure", "gemini", "ollama"):
+        from loopkernel.gateway import _more_providers as more
+
+        kinds: dict[str, Any] = {
+            "azure": more.AzureOpenAIProvider,
+            "gemini": more.GeminiProvider,
+            "ollama": more.OllamaProvider,
+        }
+        made: Provider = kinds[config.kind](config, api_key)
+        return made
     return OpenAIProvider(config, api_key)
 
 
@@ -270,10 +308,12 @@ async def call_with_retries(
             ) from None
         except Retryable as err:
             if tries >= retries:
+                fault = err.fault.value if isinstance(err, ProviderFault) else None
                 raise ModelUnavailable(
                     f"{err} (gave up after {tries} retries)",
-                    kind="provider_unavailable",
+                    kind="provider_unavailable" if fault is None else "provider_fault",
                     status=err.status if err.status is not None else 0,
+                    **({} if fault is None else {"fault": fault}),
                 ) from None
             wait = min(_BACKOFF_CAP, backoff * 2**tries) * (0.5 + random.random() / 2)
             if err.retry_after is not None:

@@ -8,15 +8,23 @@ A call, in order::
                   key failed -> the same error again
                   key in flight here -> wait for that call's answer
                   same key, other request -> 409 ModelError (key_reused)
+    run guard     the run's model time budget spent -> 402 BudgetExceeded
+                  (gateway.run_model_seconds); its breaker open (``breaker_after``
+                  timeouts or outages in a row) -> 503 ModelUnavailable (breaker_open)
     reserve       input bytes x price_in + max_tokens x price_out against run_usd and
                   day_usd, estimated tokens against run_tokens -> 402 BudgetExceeded
                   (nothing spent)
     provider      retries on 429 / 5xx / connection errors with backoff, inside the deadline
                   -> 504 ModelTimeout, 503 ModelUnavailable (reservation released: the
                   same key may try again), 502 ModelError (recorded: it is an answer)
+    inspect       a reply far over max_tokens or over 2 MiB, usage past max_tokens or past
+                  what the prompt can make, no choices -> a provider fault: its request
+                  charged the reservation, retried, then 503 ModelUnavailable
+                  (provider_fault); never stored as an answer (``_guard.py``)
     validate      a response_schema reply must parse and match -> 502 ModelError
                   (kind invalid_output), recorded with its cost
-    settle        the real cost (price table x the provider's usage; the whole reservation
+    settle        the real cost (price table x the larger of the provider's usage and the
+                  gateway's measure, output capped at max_tokens; the whole reservation
                   when it reported none) replaces the reservation, checked against the
                   limits in the same transaction -> 402 BudgetExceeded, answer withheld
     requests      every provider request is a ledger row (each retry, each re-send of a
@@ -47,11 +55,14 @@ from loopkernel.errors import (
     UsageError,
 )
 from loopkernel.gateway._config import GatewayConfig, ProviderConfig
+from loopkernel.gateway._guard import Measured, RunGuard, inspect_reply, measure
 from loopkernel.gateway._harden import dumpable
 from loopkernel.gateway._ledger import Ledger, utc_day
 from loopkernel.gateway._local import LocalModel
 from loopkernel.gateway._providers import (
     Provider,
+    ProviderFault,
+    ProviderReply,
     Retryable,
     call_with_retries,
     make_provider,
@@ -224,6 +235,12 @@ class Gateway:
         self.replayed = 0
         """Calls answered from the ledger since start."""
         self._inflight: dict[str, asyncio.Task[HttpResponse]] = {}
+        self.guard = RunGuard(
+            model_seconds=config.limits.run_model_seconds,
+            breaker_after=config.breaker_after,
+            breaker_seconds=config.breaker_seconds,
+        )
+        """Per run: the model time budget and the breaker."""
 
     async def start(self) -> Address:
         for p in self.config.providers:
@@ -309,6 +326,7 @@ class Gateway:
                 "run_usd": self.config.limits.run_usd,
                 "day_usd": self.config.limits.day_usd,
                 "run_tokens": self.config.limits.run_tokens,
+                "run_model_seconds": self.config.limits.run_model_seconds,
             },
             "today": self.ledger.spent(day=utc_day()),
             "since_start": {
@@ -351,6 +369,11 @@ class Gateway:
                 ),
                 409,
             )
+        try:
+            left = self.guard.admit(call.run_id)
+        except (BudgetExceeded, ModelUnavailable) as err:
+            self._log_line(f"refused {_who(call)} {err.code}: {err.message}")
+            return _error(err)
         usd, tokens = call.reservation()
         try:
             ledger.reserve(
@@ -366,50 +389,21 @@ class Gateway:
         except (BudgetExceeded, ModelError) as err:
             self._log_line(f"refused {_who(call)} {err.code}: {err.message}")
             return _error(err)
-        provider = self.providers[call.provider.name]
-
-        def charge(reply: Any) -> tuple[float, int]:
-            if not reply.usage:  # no token counts: charged the whole reservation
-                return usd, tokens
-            return (
-                call.provider.cost(reply.input_tokens, reply.output_tokens),
-                reply.input_tokens + reply.output_tokens,
-            )
-
-        async def attempt() -> Any:
-            self.provider_calls += 1
-            request_id = ledger.request_sent(call.key)
-            try:
-                answer = await provider.complete(
-                    call.messages, max_tokens=call.max_tokens, response_schema=call.response_schema
-                )
-            except (Retryable, ModelError):
-                ledger.request_done(request_id, "failed")
-                raise
-            except BaseException:  # the deadline cancelled it: the provider may have billed it
-                ledger.request_done(request_id, "lost")
-                raise
-            cost_usd, used_tokens = charge(answer)
-            ledger.request_done(request_id, "answered", cost_usd=cost_usd, tokens=used_tokens)
-            return answer
-
-        def on_retry(err: Retryable, wait: float) -> None:
-            self._log_line(f"retry key={call.key} after {err} in {wait:.2f}s")
-
+        deadline = call.timeout if left is None else min(call.timeout, left)
         started = time.perf_counter()
         try:
-            reply, _retries = await call_with_retries(
-                attempt,
-                deadline=call.timeout,
-                retries=self.config.retries,
-                backoff=self.config.backoff,
-                on_retry=on_retry,
-            )
+            reply = await self._ask(call, deadline, (usd, tokens))
         except (ModelTimeout, ModelUnavailable) as err:
+            self.guard.record(call.run_id, time.perf_counter() - started, failed=True)
             ledger.release(call.key)
             self._log_line(f"failed {_who(call)} {err.code}: {err.message}")
             return _error(err)
+        except BudgetExceeded as err:  # the call's faulted replies spent the budget
+            ledger.release(call.key)
+            self._log_line(f"refused {_who(call)} {err.code}: {err.message}")
+            return _error(err)
         except ModelError as err:
+            self.guard.record(call.run_id, time.perf_counter() - started, failed=False)
             ledger.fail(call.key, _record(err), cost_usd=0.0, tokens=0)
             self._log_line(f"failed {_who(call)} {err.code}: {err.message}")
             return _error(err)
@@ -417,7 +411,8 @@ class Gateway:
             ledger.release(call.key)
             raise
         latency_ms = (time.perf_counter() - started) * 1000
-        cost, used = charge(reply)
+        self.guard.record(call.run_id, latency_ms / 1000, failed=False)
+        cost, used, counted = _charge(call, reply, (usd, tokens))
         if not reply.usage:
             self._log_line(f"no usage from the provider for key={call.key}: charged {usd:g} USD")
         try:
@@ -435,8 +430,8 @@ class Gateway:
         completion = Completion(
             text=reply.text,
             model=reply.model,
-            input_tokens=reply.input_tokens,
-            output_tokens=reply.output_tokens,
+            input_tokens=counted.input_tokens,
+            output_tokens=counted.output_tokens,
             cost_usd=round(cost, 10),
             latency_ms=round(latency_ms, 3),
             replayed=False,
@@ -457,6 +452,55 @@ class Gateway:
         self._log(call, answer, replayed=False)
         return json_response(200, {"completion": answer, "replayed": False})
 
+    async def _ask(
+        self, call: _Call, deadline: float, reservation: tuple[float, int]
+    ) -> ProviderReply:
+        """The provider's reply, retried inside ``deadline``; each request a ledger row. A
+        reply that is no answer (``inspect_reply``) is a ``ProviderFault``: its request is
+        recorded ``lost`` (charged the reservation) and retried like a 5xx."""
+        assert self.ledger is not None
+        ledger = self.ledger
+        provider = self.providers[call.provider.name]
+
+        async def attempt() -> ProviderReply:
+            request_id = ledger.request_sent(call.key, limits=self.config.limits)
+            self.provider_calls += 1
+            try:
+                answer = await provider.complete(
+                    call.messages, max_tokens=call.max_tokens, response_schema=call.response_schema
+                )
+                inspect_reply(
+                    answer,
+                    messages=call.messages,
+                    max_tokens=call.max_tokens,
+                    schema=call.response_schema,
+                )
+            except ProviderFault as err:  # the provider may bill it: charged the reservation
+                ledger.request_done(request_id, "lost")
+                self._log_line(f"provider fault key={call.key} {err.fault.value}: {err}")
+                raise
+            except (Retryable, ModelError):
+                ledger.request_done(request_id, "failed")
+                raise
+            except BaseException:  # the deadline cancelled it: the provider may have billed it
+                ledger.request_done(request_id, "lost")
+                raise
+            cost_usd, used_tokens, _ = _charge(call, answer, reservation)
+            ledger.request_done(request_id, "answered", cost_usd=cost_usd, tokens=used_tokens)
+            return answer
+
+        def on_retry(err: Retryable, wait: float) -> None:
+            self._log_line(f"retry key={call.key} after {err} in {wait:.2f}s")
+
+        reply, _retries = await call_with_retries(
+            attempt,
+            deadline=deadline,
+            retries=self.config.retries,
+            backoff=self.config.backoff,
+            on_retry=on_retry,
+        )
+        return reply
+
     def _log(self, call: _Call, answer: Mapping[str, Any], *, replayed: bool) -> None:
         self._log_line(
             f"{'replayed' if replayed else 'answered'} {_who(call)} in={answer['input_tokens']} "
@@ -472,6 +516,19 @@ def _who(call: _Call) -> str:
     """A log line's call: its key, run, task and the provider it went to (or would have),
     alike on every outcome, so that a failed call names its provider as an answer does."""
     return f"key={call.key} run={call.run_id} task={call.task_id} provider={call.provider.name}"
+
+
+def _charge(
+    call: _Call, reply: ProviderReply, reservation: tuple[float, int]
+) -> tuple[float, int, Measured]:
+    """USD and tokens a checked reply costs, and the token counts charged: the larger of
+    reported and measured (``measure``); without ``usage``, the whole reservation."""
+    counted = measure(reply, messages=call.messages, max_tokens=call.max_tokens)
+    if not reply.usage:
+        usd, tokens = reservation
+        return usd, tokens, counted
+    cost = call.provider.cost(counted.input_tokens, counted.output_tokens)
+    return cost, counted.input_tokens + counted.output_tokens, counted
 
 
 def _record(err: LoopKernelError) -> dict[str, Any]:

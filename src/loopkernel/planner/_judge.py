@@ -21,6 +21,12 @@ the reply broke (one of ``REASONS``). Rules, in the order they are checked:
 ``<validate rule>`` what ``graph.validate`` says: ``cycle``, ``duplicate_task`` ...
 ``disagrees``       ``Allowlist.agree`` and the proposal's effect differs from the
                     fallback's
+``idle``            (``agree`` off) an empty proposal where the rules' patch acts: the
+                    model may change what is done, not leave the run waiting on nothing
+``<postcondition>`` what ``_rules.check`` says: the runtime's ``approval_pending``,
+                    ``escalated``, ``stalls``; the app's ``unfinished_work``,
+                    ``uncited``, ``fan_out``, ``evidence_scope``
+                    (``Allowlist.postconditions``)
 =================== ============================================================
 """
 
@@ -32,8 +38,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loopkernel.errors import PatchRejected, UsageError
-from loopkernel.graph import JSON, Delta, GraphPatch, GraphState, validate
+from loopkernel.graph import JSON, Delta, Event, EventKind, GraphPatch, GraphState, validate
 from loopkernel.graph._patch import Add, Finish
+from loopkernel.planner._rules import RULES, Postconditions, check
 
 __all__ = ["OPS", "REASONS", "AllowedSkill", "Allowlist", "Judgement", "judge"]
 
@@ -55,7 +62,9 @@ REASONS = frozenset(
         "bad_input",
         "finish_refused",
         "disagrees",
+        "idle",
     }
+    | RULES
 )
 """The judge's own rules; ``graph.validate``'s rules (``cycle`` ...) come on top."""
 
@@ -85,10 +94,16 @@ class Allowlist:
     agree: bool = False
     """Admit only a proposal whose effect on the graph (the validated delta) is exactly the
     fallback's: the path cannot change, only who planned it."""
+    free: frozenset[str] = frozenset()
+    """With ``agree``: op kinds a proposal made only of them may use without agreeing
+    (e.g. ``{"finish"}``: the model may stop the run early); the postconditions judge it."""
     max_ops: int = 32
     """The most ops one proposal may have."""
     max_reply_chars: int = 20_000
     """The longest reply that is parsed at all."""
+    postconditions: Postconditions | None = None
+    """The app's checkable rules on any proposal (``_rules.py``); the runtime's rules
+    (approvals, escalations, liveness) are checked with or without them."""
 
     def __post_init__(self) -> None:
         unknown = set(self.ops) - OPS
@@ -243,16 +258,23 @@ def _task_key(task: Any) -> Any:
     ]
 
 
+def _idle(delta: Delta) -> bool:
+    return not (delta.tasks or delta.edges or delta.finish or delta.cancelled_running)
+
+
 def judge(
     raw: str,
     state: GraphState,
     allow: Allowlist,
     *,
     fallback: GraphPatch | None = None,
+    event: Event | None = None,
 ) -> Judgement:
     """The reply's verdict against ``state``: parse strictly, check the allowlist, then
     ``validate()`` (with the allowlisted skills as the registry). With ``allow.agree``,
-    ``fallback`` is the patch whose effect the proposal must have."""
+    ``fallback`` is the patch whose effect the proposal must have. Then the
+    postconditions (``_rules.check``); ``event``, the event planned, tells them which
+    wait a human just answered."""
     ops, refused = parse(raw, allow)
     if refused is not None or ops is None:
         return refused or _refuse("not_a_patch", "no ops")
@@ -264,11 +286,25 @@ def judge(
         delta = validate(state, patch, [s.name for s in allow.skills])
     except PatchRejected as exc:
         return _refuse(str(exc.attrs.get("rule") or "rejected"), exc.message, journal)
-    if allow.agree:
+    free = bool(journal) and all(op["op"] in allow.free for op in journal)
+    if allow.agree and not free:
         try:
             wanted = validate(state, fallback or GraphPatch(), [s.name for s in allow.skills])
         except PatchRejected:
             return _refuse("disagrees", "the fallback's patch is outside the allowlist", journal)
         if _effect(delta) != _effect(wanted):
             return _refuse("disagrees", "its effect differs from the deterministic plan", journal)
+    if not allow.agree and _idle(delta) and fallback is not None and fallback.ops:
+        try:
+            acts = not _idle(validate(state, fallback, [s.name for s in allow.skills]))
+        except PatchRejected:
+            acts = False
+        if acts:
+            return _refuse("idle", "it does nothing where the rules act", journal)
+    answered = None
+    if event is not None and event.kind is EventKind.HUMAN_INPUT:
+        answered = event.task_id
+    broken = check(state, delta, allow.postconditions, answered=answered)
+    if broken is not None:
+        return _refuse(broken.rule, broken.detail, journal)
     return Judgement(patch=patch, ops=journal)

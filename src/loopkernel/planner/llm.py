@@ -46,16 +46,24 @@ from loopkernel.ids import RunId
 from loopkernel.planner._judge import REASONS, AllowedSkill, Allowlist, Judgement, judge
 from loopkernel.planner._prompt import Prompt, build_prompt
 from loopkernel.planner._protocol import Planner, Proposal, Snapshot
+from loopkernel.planner._rules import Bound, Cite, Derive, Name, Postconditions, Require, Scope
 from loopkernel.planner._schema import proposal_schema, reply_tokens
 
 __all__ = [
     "REASONS",
     "AllowedSkill",
     "Allowlist",
+    "Bound",
+    "Cite",
+    "Derive",
     "Judgement",
     "LLMPlanner",
+    "Name",
     "PlanTimings",
+    "Postconditions",
     "Prompt",
+    "Require",
+    "Scope",
     "build_prompt",
     "judge",
     "plan_key",
@@ -233,7 +241,7 @@ class LLMPlanner:
             t2 = time.perf_counter()
             timings.model_ms += (t2 - t) * 1000
             try:
-                verdict = judge(reply.text, snapshot, self.allow, fallback=fallback)
+                verdict = judge(reply.text, snapshot, self.allow, fallback=fallback, event=event)
             except Exception as exc:  # a bug of ours must not fail the run: the rules answer
                 verdict = Judgement(reason="judge_error", detail=f"{type(exc).__name__}: {exc}")
             timings.judge_ms += (time.perf_counter() - t2) * 1000
@@ -278,6 +286,8 @@ class LLMPlanner:
         ``model_unavailable``, said once on stderr (the rules plan every event meanwhile)."""
         kind = getattr(exc, "attrs", {}).get("kind") if hasattr(exc, "attrs") else None
         code = getattr(exc, "code", None)
+        if kind in ("breaker_open", "provider_fault"):
+            return str(kind)  # the gateway's breaker, a reply that was no answer
         if code != "model_unavailable" and kind != "unauthorized":
             return _reason_of(exc)
         if not self._warned:
@@ -292,9 +302,9 @@ class LLMPlanner:
         return "model_unavailable"
 
 
-_FINAL = frozenset({"judge_error", "disagrees"})
-"""Rejections a second reply cannot fix: a bug of ours, or ``agree`` (the model was shown the
-deterministic answer already)."""
+_FINAL = frozenset({"judge_error", "disagrees", "idle"})
+"""Rejections a second reply cannot fix: a bug of ours, or ``agree`` / ``idle`` (the model
+was shown the deterministic answer already)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

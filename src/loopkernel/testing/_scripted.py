@@ -1,6 +1,8 @@
 """A scripted model provider: a real local HTTP server that speaks the OpenAI chat
-completions protocol (``POST /v1/chat/completions``) and the Anthropic messages protocol
-(``POST /v1/messages``), and answers each request with the next reply of a script.
+completions protocol (``POST /v1/chat/completions``), the Anthropic messages protocol
+(``POST /v1/messages``), Azure OpenAI (``/openai/deployments/D/chat/completions``, header
+``api-key``), Gemini (``/v1beta/models/M:generateContent``, header ``x-goog-api-key``)
+and Ollama (``/api/chat``), and answers each request with the next reply of a script.
 
 It stands in for a paid model API in tests: the gateway talks to it through the official
 SDKs exactly as it would to the real thing. ::
@@ -19,7 +21,9 @@ loudly), unless a ``default`` reply is given.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import re
 import threading
 import time
 from collections import deque
@@ -52,6 +56,10 @@ class ScriptedReply:
     model: str = "scripted-model"
     usage: bool = True
     """False: the reply has no ``usage`` block (OpenAI protocol), as some servers send."""
+    empty: bool = False
+    """True: a 200 with an empty ``choices`` list (OpenAI) or no content blocks (Anthropic)."""
+    delay: float = 0.0
+    """Seconds to wait before answering: a slow provider."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -62,7 +70,7 @@ class ScriptedRequest:
     headers: Mapping[str, str]
     body: Any
     protocol: str
-    """``openai`` or ``anthropic``."""
+    """``openai``, ``anthropic``, ``azure``, ``gemini`` or ``ollama``."""
 
 
 @dataclass
@@ -123,6 +131,13 @@ class ScriptedProvider:
         """The OpenAI-style base URL (``.../v1``)."""
         assert self.address is not None, "start the provider first"
         return f"http://{self.address.host}:{self.address.port}/v1"
+
+    @property
+    def root_url(self) -> str:
+        """The server's root (``http://HOST:PORT``): Azure's endpoint, Gemini's and
+        Ollama's base URL."""
+        assert self.address is not None, "start the provider first"
+        return f"http://{self.address.host}:{self.address.port}"
 
     @property
     def anthropic_url(self) -> str:
@@ -187,9 +202,9 @@ class ScriptedProvider:
     # -- serving ---------------------------------------------------------------------------
 
     async def _handle(self, req: HttpRequest) -> HttpResponse:
-        if req.method != "POST" or req.path not in ("/v1/chat/completions", "/v1/messages"):
+        protocol = _protocol(req.path) if req.method == "POST" else None
+        if protocol is None:
             return json_response(404, {"error": {"message": f"no route {req.method} {req.path}"}})
-        protocol = "anthropic" if req.path == "/v1/messages" else "openai"
         try:
             body = json.loads(req.body)
         except ValueError:
@@ -215,6 +230,10 @@ class ScriptedProvider:
             assert self._release is not None
             await self._release.wait()
             return json_response(503, {"error": {"message": "closing"}})
+        if reply.delay:
+            assert self._release is not None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._release.wait(), reply.delay)
         if reply.status != 200:
             headers = {}
             if reply.retry_after is not None:
@@ -226,10 +245,33 @@ class ScriptedProvider:
             )
         if protocol == "anthropic":
             return json_response(200, _anthropic_body(reply, body))
+        if protocol == "gemini":
+            return json_response(200, _gemini_body(reply))
+        if protocol == "ollama":
+            return json_response(200, _ollama_body(reply))
         return json_response(200, _openai_body(reply, body))
 
 
+def _protocol(path: str) -> str | None:
+    """The protocol a request's path speaks (None: no such route)."""
+    if path == "/v1/chat/completions":
+        return "openai"
+    if path == "/v1/messages":
+        return "anthropic"
+    if path == "/api/chat":
+        return "ollama"
+    if re.fullmatch(r"/openai/deployments/[^/]+/chat/completions", path):
+        return "azure"
+    if re.fullmatch(r"/v1beta/models/[^/:]+:generateContent", path):
+        return "gemini"
+    return None
+
+
 def _authorized(req: HttpRequest, protocol: str, key: str) -> bool:
+    if protocol == "azure":
+        return req.headers.get("api-key") == key
+    if protocol == "gemini":
+        return req.headers.get("x-goog-api-key") == key
     bearer = req.headers.get("authorization") == f"Bearer {key}"
     if protocol == "anthropic":  # x-api-key, or a bearer token (the SDK's 2.x default)
         return bearer or req.headers.get("x-api-key") == key
@@ -246,7 +288,9 @@ def _openai_body(reply: ScriptedReply, body: Any) -> dict[str, Any]:
         "object": "chat.completion",
         "created": int(time.time()),
         "model": reply.model,
-        "choices": [
+        "choices": []
+        if reply.empty
+        else [
             {
                 "index": 0,
                 "message": {"role": "assistant", "content": reply.text},
@@ -267,13 +311,45 @@ def _openai_body(reply: ScriptedReply, body: Any) -> dict[str, Any]:
     }
 
 
+def _gemini_body(reply: ScriptedReply) -> dict[str, Any]:
+    candidate = {
+        "content": {"role": "model", "parts": [{"text": reply.text}]},
+        "finishReason": "MAX_TOKENS" if reply.finish_reason == "length" else "STOP",
+    }
+    usage = {
+        "promptTokenCount": reply.input_tokens,
+        "candidatesTokenCount": reply.output_tokens,
+        "totalTokenCount": reply.input_tokens + reply.output_tokens,
+    }
+    return {
+        "candidates": [] if reply.empty else [candidate],
+        "modelVersion": reply.model,
+        **({"usageMetadata": usage} if reply.usage else {}),
+    }
+
+
+def _ollama_body(reply: ScriptedReply) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "model": reply.model,
+        "created_at": "2026-01-01T00:00:00Z",
+        "done": True,
+        "done_reason": "length" if reply.finish_reason == "length" else "stop",
+    }
+    if not reply.empty:
+        out["message"] = {"role": "assistant", "content": reply.text}
+    if reply.usage:
+        out["prompt_eval_count"] = reply.input_tokens
+        out["eval_count"] = reply.output_tokens
+    return out
+
+
 def _anthropic_body(reply: ScriptedReply, body: Any) -> dict[str, Any]:
     return {
         "id": f"msg_scripted_{time.monotonic_ns()}",
         "type": "message",
         "role": "assistant",
         "model": reply.model,
-        "content": [{"type": "text", "text": reply.text}],
+        "content": [] if reply.empty else [{"type": "text", "text": reply.text}],
         "stop_reason": "max_tokens" if reply.finish_reason == "length" else "end_turn",
         "stop_sequence": None,
         "usage": {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens},

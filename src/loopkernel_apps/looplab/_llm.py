@@ -7,6 +7,7 @@ model planner, so the scoreboard's lines row does not count this file (docs/scor
 from __future__ import annotations
 
 from loopkernel import AllowedSkill, Allowlist
+from loopkernel.planner.llm import Bound, Cite, Derive, Postconditions, Require
 
 __all__ = ["ALLOW"]
 
@@ -42,6 +43,21 @@ ALLOW = Allowlist(
     ),
     ops=frozenset({"add", "connect", "cancel", "finish"}),
     finish=frozenset({"succeeded", "failed", "cancelled"}),
+    # the path is the rules' (every action behind its guard, every retry counted against
+    # the verify_stuck tripwire); a finish is the model's to propose, judged by the
+    # postconditions: it may stop the run early, never end it succeeded without the work,
+    # past a pending approval or after an escalation
     agree=True,
+    free=frozenset({"finish"}),
+    postconditions=Postconditions(
+        # finish succeeded: every loaded step recorded, the verdict's counts the records'
+        # and its spend the actions' own
+        require=(Require(skill="record", per_item=("load", "steps")),),
+        cite=(
+            Cite(field="steps_done", skill="record", derive=Derive.COUNT),
+            Cite(field="spent_usd", skill="act", derive=Derive.SUM, result_field="cost_usd"),
+        ),
+        max_tasks=(Bound(skill="load", at_most=1),),
+    ),
 )
 """What a model may propose for a looplab run (``--planner llm``)."""

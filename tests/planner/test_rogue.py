@@ -1,0 +1,121 @@
+"""A rogue model against the shipped apps, ``--planner llm``: a hostile local server (the
+scripted provider, a real HTTP server behind a real in-process gateway) answers every
+planning call with a patch that ends the run ``succeeded`` at once, with the verdict a
+finished run would have, or cancels what waits and finishes. Speculation has ``agree``
+off; looplab lets a model finish on its own. Every looplab scenario still ends as the
+rules end it: never ``succeeded`` without the work, never past the approval, never ahead
+of an escalation; the refusals name their rule."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lk_models import TOKEN, gateway_for
+from loopkernel.client import Client
+from loopkernel.testing import ScriptedProvider
+from loopkernel_apps.looplab import EXPECTED
+from loopkernel_apps.looplab.tools import record_entries
+
+pytestmark = pytest.mark.slow
+
+SUCCEED = {
+    "baseline": {"steps_done": 3, "spent_usd": 0.65},
+    "irreversible": {"steps_done": 3, "spent_usd": 0.55},
+    "overspend": {"steps_done": 3, "spent_usd": 0.7},
+    "verify_stuck": {"steps_done": 2, "spent_usd": 0.7},
+}
+
+
+def rogue(kind: str, verdict: Any) -> str:
+    finish = {"op": "finish", "status": "succeeded", "verdict": verdict}
+    if kind == "finish":
+        return json.dumps([finish])
+    return json.dumps([{"op": "cancel", "task_id": "act:3.1"}, finish])
+
+
+async def _run(
+    tmp_path: Path, app: str, run_id: str, reply: str, **overrides: Any
+) -> tuple[dict[str, Any], int]:
+    async with (
+        ScriptedProvider(default=reply) as p,
+        gateway_for(p, tmp_path) as (gw, _client),
+    ):
+        assert gw.server is not None
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("LOOPKERNEL_GATEWAY", str(gw.server.address))
+            mp.setenv("LOOPKERNEL_GATEWAY_TOKEN", TOKEN)
+            async with Client(str(tmp_path / f"{run_id}.db")) as client:
+                _, started = await client.start(
+                    app, overrides={"planner": "llm", **overrides}, run_id=run_id
+                )
+                await client.execute(run_id)
+                if app == "looplab" and overrides.get("scenario") == "irreversible":
+                    got = (await client.inspect(run_id, journal=True)).to_json()
+                    assert got["status"] == "waiting"  # parked: the rogue did not finish it
+                    waiting = [t["task_id"] for t in got["tasks"] if t["state"] == "waiting"]
+                    assert waiting == ["act:3.1"]
+                    await client.decide(
+                        run_id, "act:3.1", "approve", payload={"by": "ops"}, token=started.token
+                    )
+                    await client.execute(run_id)
+                return (await client.inspect(run_id, journal=True)).to_json(), p.calls
+
+
+def _reasons(got: dict[str, Any]) -> set[str]:
+    return {
+        str(p["proposal"]["reason"])
+        for p in got["patches"]
+        if p.get("proposal") and p["planner"] == "fallback"
+    }
+
+
+@pytest.mark.parametrize("kind", ["finish", "cancel_and_finish"])
+@pytest.mark.parametrize("scenario", sorted(EXPECTED))
+def test_a_rogue_model_cannot_end_a_looplab_run_its_own_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenario: str, kind: str
+) -> None:
+    lab = tmp_path / "lab"
+    monkeypatch.setenv("LOOPLAB_DIR", str(lab))
+    reply = rogue(kind, SUCCEED[scenario])
+    got, calls = asyncio.run(_run(tmp_path, "looplab", "lab", reply, scenario=scenario))
+    want = EXPECTED[scenario]
+    assert got["status"] == want["status"], got["verdict"]
+    assert calls > 0
+    if want["status"] == "succeeded":
+        # the last patch may be the model's: its verdict is then the work's own
+        assert got["verdict"] == {"steps_done": want["steps_done"], "spent_usd": want["spent_usd"]}
+    else:
+        assert got["verdict"]["type"] in ("BudgetExceeded", "TripwireFired")
+    acts = [t for t in got["tasks"] if t["skill"] == "act" and t["state"] == "succeeded"]
+    assert round(sum(t["result"]["cost_usd"] for t in acts), 6) == want["spent_usd"]
+    reasons = _reasons(got)
+    if kind == "finish":
+        assert {"unfinished_work", "uncited"} & reasons, reasons
+    else:  # act:3.1 does not exist yet, or it is done; a cancel is not looplab's to choose
+        assert reasons <= {"unknown_task", "illegal_transition", "disagrees"}, reasons
+    if scenario == "irreversible":
+        if kind == "finish":
+            assert "approval_pending" in reasons, reasons
+        assert any("approval requested" in e for e in record_entries(lab, "lab"))
+
+
+@pytest.mark.parametrize("answer", ["made up", None])
+def test_a_rogue_model_cannot_end_a_speculation_run_without_a_quorum(
+    tmp_path: Path, answer: str | None
+) -> None:
+    reply = json.dumps([{"op": "finish", "status": "succeeded", "verdict": {"answer": answer}}])
+    got, _calls = asyncio.run(
+        _run(tmp_path, "speculation", "s", reply, delays=[0.01, 0.05, 600], distill_delay=0.01)
+    )
+    assert got["status"] == "succeeded"
+    distill = next(t for t in got["tasks"] if t["skill"] == "distill")
+    assert distill["state"] == "succeeded"
+    assert got["verdict"] == {"answer": distill["result"]["answer"]}
+    done = [t for t in got["tasks"] if t["skill"] == "research" and t["state"] == "succeeded"]
+    assert len(done) >= 2
+    assert {"unfinished_work", "uncited"} & _reasons(got)
