@@ -237,14 +237,9 @@ def pg_row(url: str, workers: int, runs: int, steps: int) -> Row:
 
 
 def pg_rows(levels: Sequence[int], steps: int) -> tuple[list[Row], str | None]:
-    try:
-        import psycopg  # noqa: F401
-        import psycopg_pool  # noqa: F401
-    except ImportError:
-        return [], "PostgreSQL: skipped: the postgres extra is not installed"
-    url = pg_database()
+    url = pg_database()  # prints why not, in one line
     if url is None:
-        return [], "PostgreSQL: skipped: no server answered (LOOPKERNEL_BENCH_PG)"
+        return [], "PostgreSQL: skipped (the line above says why)"
     rows: list[Row] = []
     try:
         for workers in (1, 4):
