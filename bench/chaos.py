@@ -35,6 +35,9 @@ It also counts action requests that reached the tool server more than once (``re
 absorbed by the tool's key check, so not doubled; ``resent_irreversible`` when the
 request was an irreversible ``publish``, which docs/durability.md says is never re-sent).
 
+``--batch``: many runs in one process sharing their commits (SQLite group commit), killed
+at the group's crash points and resumed (``bench/chaos_batch.py``).
+
 ``--load sqlite``: 200 runs at once on one SQLite file, executed by several
 ``loopkernel worker`` processes; ``--load postgres``: 1,000 runs over 4 workers on
 PostgreSQL. Both report throughput and 0 lost (each run's digest is its reference's).
@@ -1190,6 +1193,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--work", type=Path, default=None, help="where cases run (default: a temp dir)")
     p.add_argument("--out", type=Path, default=None, help="the JSON file to write")
     p.add_argument("--load", choices=("sqlite", "postgres"), help="the load test instead")
+    p.add_argument(
+        "--batch",
+        action="store_true",
+        help="many runs per process sharing their commits, killed and resumed instead "
+        "(bench/chaos_batch.py; --quick, --seed, --work, --out apply)",
+    )
     p.add_argument("--runs", type=int, default=None, help="--load: runs (200 / 1000)")
     p.add_argument("--workers", type=int, default=None, help="--load: worker processes (4)")
     args = p.parse_args(argv)
@@ -1206,6 +1215,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="lk-chaos-"))
     work.mkdir(parents=True, exist_ok=True)
+    if args.batch:
+        from bench.chaos_batch import main as batch_main
+
+        batch = ["--seed", str(args.seed), "--work", str(work)] + (["--quick"] * args.quick)
+        return batch_main(batch + (["--out", str(args.out)] if args.out else []))
     if args.load:
         if args.load == "postgres" and not args.pg:
             print("chaos: --load postgres needs --pg URL", file=sys.stderr)

@@ -300,19 +300,34 @@ class Relay:
 
 
 def pg_database() -> str | None:
-    """A fresh database on the benchmark's server, or None if it does not answer."""
-    try:
-        import psycopg
-    except ImportError:
+    """A fresh database on the benchmark's server, or None (and one line saying why) if
+    the ``postgres`` extra is missing or the server does not answer."""
+    why = pg_missing()
+    if why is not None:
+        print(f"PostgreSQL rows skipped: {why}", flush=True)
         return None
+    import psycopg
+
     base = os.environ.get("LOOPKERNEL_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
     name = f"lk_bench_{uuid.uuid4().hex[:8]}"
     try:
         with psycopg.connect(base, autocommit=True, connect_timeout=3) as conn:
             conn.execute(f"CREATE DATABASE {name}")
-    except psycopg.Error:
+    except psycopg.Error as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        print(f"PostgreSQL rows skipped: no server answered at {base} ({first})", flush=True)
         return None
     return base.rsplit("/", 1)[0] + "/" + name
+
+
+def pg_missing() -> str | None:
+    """Why the PostgreSQL store cannot be used here (its extra not installed), or None."""
+    try:
+        import psycopg  # noqa: F401
+        import psycopg_pool  # noqa: F401
+    except ImportError as exc:
+        return f"the postgres extra is not installed ({exc}): pip install 'loopkernel[postgres]'"
+    return None
 
 
 def drop_pg(url: str) -> None:
@@ -372,7 +387,7 @@ def pg_only(rounds: int, *, quick: bool) -> None:
     samples: dict[str, list[float]] = {}
     pg_url = pg_database()
     if pg_url is None:
-        raise SystemExit("no PostgreSQL server answered (LOOPKERNEL_BENCH_PG)")
+        raise SystemExit("nothing to measure: --only pg needs PostgreSQL (see the line above)")
     try:
         for r in range(rounds):
             chain = asyncio.run(measure("chain", 1000, "full", 16))["us_per_task"]

@@ -47,6 +47,7 @@ class Mutation:
 CRASH = "tests/crash/test_crash_recovery.py"
 LOOPLAB_CRASH = "tests/looplab/test_crash.py"
 EVICT = "tests/executor/test_evict.py"
+GROUP = "tests/store/test_group_commit.py"
 NOT_THE_KEY_FORMAT = "not its_key_reaches_the_tool"
 """Leave out the test that reads the key's text: a key mutation must be caught by what
 it breaks (a duplicate effect, a refused replay), not by its spelling."""
@@ -244,6 +245,32 @@ MUTATIONS = [
         old="            return LockHeld(text)",
         new="            return exc",
         tests=("tests/store/test_engine.py", "-k", "stall"),
+    ),
+    # Group commit (store/_writer.py): many runs' steps in one SQLite transaction.
+    Mutation(
+        name="group-ack-before-commit",
+        guards="group commit: no step of a group is answered before the COMMIT that holds it",
+        file="loopkernel/store/_writer.py",
+        old='            crashpoint("batch_written")\n            cur.run("COMMIT")',
+        new='            self._answer(items, outcomes)\n            crashpoint("batch_written")\n'
+        '            cur.run("COMMIT")',
+        tests=(GROUP,),
+    ),
+    Mutation(
+        name="group-commit-unsynced",
+        guards="group commit: a group of durable writes is fsynced at synchronous=FULL",
+        file="loopkernel/store/_writer.py",
+        old="sync = any(w.sync for w in writes)",
+        new="sync = False",
+        tests=(GROUP,),
+    ),
+    Mutation(
+        name="group-failure-kept",
+        guards="group commit: a write that fails in a group leaves none of its statements",
+        file="loopkernel/store/_writer.py",
+        old='        cur.run("ROLLBACK TO lk_write")\n',
+        new="",
+        tests=(GROUP,),
     ),
     # Kernel(keep_finished=N): what a planner or a worker reads of an evicted task must be
     # what it would read in memory (a wrong snapshot is a wrong plan, journaled for good).

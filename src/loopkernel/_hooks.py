@@ -27,6 +27,10 @@ Points the kernel passes through:
 ``tool_returned``     a tool call returned, before its result is journaled
 ``model_sent``        ``ctx.complete`` journaled a model call as intended, before sending it
 ``model_returned``    the gateway answered a model call, before the answer is journaled
+``batch_written``     the SQLite store's group commit: every step of the group ran its
+                      statements, before its ``COMMIT`` (nothing of the group is durable)
+``batch_committed``   after the group's ``COMMIT``, before any of its steps is answered
+                      (all of it is durable; no run has acknowledged its step yet)
 ``run_returned``      ``Client.execute``: the run finished or waits for a human, and the
                       store is not closed yet (so the .db file alone must already hold it)
 """
@@ -56,6 +60,8 @@ POINTS = frozenset(
         "model_sent",
         "model_returned",
         "run_returned",
+        "batch_written",
+        "batch_committed",
     }
 )
 

@@ -17,6 +17,11 @@ patch commit that follows it makes both durable with one fsync. ``kill -9`` lose
 nothing; a power cut between the two loses the event, which is the same as a crash just
 before it (the task runs again, its tool calls replayed from the effect journal).
 
+Many runs in one process share those fsyncs: the steps' commits that queue up while the
+thread commits one are committed together, one transaction and one fsync for all, and
+each step is answered only once the commit holding it is durable (group commit:
+``_writer``).
+
 Faults that pass (the write lock held past ``busy_timeout``, a full disk, an I/O error)
 come out of every method as ``StoreUnavailable``, the transaction rolled back; a corrupt
 or read-only file as ``NotADatabase``. The checkpoints at quiet points and at ``close``
@@ -35,12 +40,10 @@ import asyncio
 import os
 import sqlite3
 import stat
-import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
-from queue import SimpleQueue
 from typing import Any, ClassVar, Literal, TypeVar
 
 from loopkernel.errors import NotADatabase, StoreError, StoreUnavailable, UsageError
@@ -60,6 +63,7 @@ from loopkernel.store._engine import (
     transact,
 )
 from loopkernel.store._schema import SQLITE_MIGRATIONS, SQLITE_VERSION, TABLES
+from loopkernel.store._writer import CommitStats, Write, Writer
 
 __all__ = ["APPLICATION_ID", "DEFAULT_BUSY_TIMEOUT", "SQLiteStore"]
 
@@ -177,70 +181,6 @@ def _check_ours(db: sqlite3.Connection, path: Path, *, create: bool) -> None:
     )
 
 
-class _Writer:
-    """The store's one thread: it runs what it is given in order, and answers each on the
-    loop that asked. (Leaner than a ``ThreadPoolExecutor``: one queue put and one
-    ``call_soon_threadsafe`` a call, half its cost per step.) ``inline`` runs a call in the
-    caller's thread instead, when nothing is queued or running here (so the order of calls
-    is kept)."""
-
-    def __init__(self) -> None:
-        self._queue: SimpleQueue[tuple[Callable[[], Any], asyncio.Future[Any]] | None]
-        self._queue = SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._pending = 0
-        """Calls submitted and not yet run to their end on the thread."""
-
-    def submit(self, fn: Callable[[], T]) -> asyncio.Future[T]:
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._serve, name="loopkernel-sqlite", daemon=True
-            )
-            self._thread.start()
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        with self._lock:
-            self._pending += 1
-        self._queue.put((fn, future))
-        return future
-
-    def inline(self, fn: Callable[[], T]) -> tuple[bool, T | None]:
-        """``(True, fn())`` run here if the thread is idle, else ``(False, None)``. Only the
-        thread that submits may call it (no call can be submitted while ``fn`` runs)."""
-        with self._lock:
-            if self._pending:
-                return False, None
-        return True, fn()
-
-    def _serve(self) -> None:
-        while (item := self._queue.get()) is not None:
-            fn, future = item
-            try:
-                result, error = fn(), None
-            except BaseException as exc:
-                result, error = None, exc
-            with self._lock:
-                self._pending -= 1
-            with suppress(RuntimeError):  # the loop closed meanwhile: nobody is waiting
-                future.get_loop().call_soon_threadsafe(_settle, future, result, error)
-
-    def stop(self) -> None:
-        """After what was submitted has run; ``submit`` starts the thread again."""
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join()
-            self._thread = None
-
-
-def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if future.cancelled():
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
-
-
 class SQLiteDialect(Dialect):
     NOW: ClassVar[str] = "((julianday('now') - 2440587.5) * 86400.0)"
     OBJECT_AGG: ClassVar[str] = "json_group_object"
@@ -301,7 +241,10 @@ class SQLiteStore(SQLStore):
         synchronous: Synchronous = "full",
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         create: bool = True,
+        fsync_delay_seconds: float = 0.0,
     ):
+        """``fsync_delay_seconds``: a simulated slow disk for benchmarks only -- the writer
+        thread sleeps that long after each fsynced commit (``_writer``); 0 in real use."""
         if synchronous not in ("full", "normal"):
             raise UsageError(f"synchronous must be 'full' or 'normal', not {synchronous!r}")
         if not busy_timeout >= 0:
@@ -323,8 +266,14 @@ class SQLiteStore(SQLStore):
         self.checkpoint_error: str | None = None
         """Why the last best-effort checkpoint failed (the WAL then holds the rest)."""
         self._db: sqlite3.Connection | None = None
-        self._writer = _Writer()
-        """The one thread the connection is used on (a fenced view shares it)."""
+        self._writer = Writer(
+            self.dialect,
+            durable=lambda sync: sync and self.synchronous == "full",
+            after=self._fold_wal,
+            fsync_delay_seconds=fsync_delay_seconds,
+        )
+        """The one thread the connection is used on, and its group commit (a fenced view
+        shares it)."""
         self._watch: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None
         self._wal = self.path.with_name(self.path.name + "-wal")
@@ -379,12 +328,14 @@ class SQLiteStore(SQLStore):
             if done:
                 return out  # type: ignore[return-value]
 
-        def work_then_fold() -> T:
-            out = work()
-            self._fold_wal(db)
-            return out
+        # Off the loop: committed alone, or with the other runs' writes queued beside it
+        # (group commit, ``_writer``); answered only once its commit is durable.
+        written: T = await self._writer.submit_write(Write(db=db, body=body, sync=sync))
+        return written
 
-        return await self._on_thread(work_then_fold)
+    def commit_stats(self) -> CommitStats:
+        """What the writer thread committed so far: writes, commits, fsynced commits."""
+        return self._writer.stats()
 
     def _judged(self, db: sqlite3.Connection, exc: Exception) -> Exception:
         """What an error of a call means: the damage (kept: nothing is read or written
