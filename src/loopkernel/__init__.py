@@ -39,6 +39,8 @@ from loopkernel.graph import (
     Task,
     TaskSpec,
     TaskState,
+    Verdict,
+    VerdictKind,
 )
 from loopkernel.ids import RunId, TaskId
 from loopkernel.planner import At, BasePlanner, Flow, Planner, Proposal, Snapshot, Step
@@ -90,6 +92,8 @@ __all__ = [
     "ToolTimeout",
     "ToolUnavailable",
     "UsageError",
+    "Verdict",
+    "VerdictKind",
     "Worker",
     "load_app",
     "open_store",

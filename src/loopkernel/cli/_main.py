@@ -657,7 +657,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"loopkernel: {one_line(str(exc))}{_resume_hint(args, exc)}", file=sys.stderr)
         return EXIT_CODES[RunStatus.RUNNING]
     except LoopKernelError as exc:
-        print(f"loopkernel: {type(exc).__name__}: {one_line(str(exc))}", file=sys.stderr)
+        print(f"loopkernel: {exc.family}: {one_line(str(exc))}", file=sys.stderr)
         return 1
     except ModuleNotFoundError as exc:
         extra = extra_for(exc.name or "")

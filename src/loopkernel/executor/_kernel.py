@@ -41,6 +41,7 @@ from loopkernel.errors import (
     TransientFault,
     TripwireFired,
     UsageError,
+    family_of,
 )
 from loopkernel.executor._context import (
     ModelCaller,
@@ -85,6 +86,8 @@ from loopkernel.graph import (
     RunStatus,
     Task,
     TaskState,
+    Verdict,
+    VerdictKind,
     validate,
 )
 from loopkernel.ids import RunId, TaskId, check_id, new_run_id
@@ -751,20 +754,21 @@ class _RunLoop:
 
     async def _plan_one(self, event: Event) -> tuple[PatchRecord, Delta]:
         if event.seq > self.max_events:
-            verdict = {
-                "kind": "runaway",
-                "message": f"run passed max_events={self.max_events} (event seq {event.seq}); "
+            verdict = Verdict(
+                kind=VerdictKind.RUNAWAY,
+                message=f"run passed max_events={self.max_events} (event seq {event.seq}); "
                 "raise it with --max-events if the run is legitimately this long",
-                "max_events": self.max_events,
-                "observed": event.seq,
-            }
+                details={"max_events": self.max_events, "observed": event.seq},
+            )
             return self._kernel_finish(event, "failed", verdict, "runaway guard")
         if event.kind is EventKind.CANCEL_REQUESTED:
-            verdict = {"kind": "cancelled", "reason": (event.data or {}).get("reason")}
+            reason = (event.data or {}).get("reason")
+            verdict = Verdict(kind=VerdictKind.CANCELLED, details={"reason": reason})
             return self._kernel_finish(event, "cancelled", verdict, "cancel requested")
         if event.kind is EventKind.TRIPWIRE:
-            verdict = {**event.data["error"], "task_id": event.task_id}
-            return self._kernel_finish(event, "escalated", verdict, "tripwire")
+            # the error's own verdict (``LoopKernelError.verdict``), naming its task
+            fired = {**event.data["error"], "task_id": event.task_id}
+            return self._kernel_finish(event, "escalated", fired, "tripwire")
         asked = event
         if event.kind is EventKind.TIMER_FIRED:
             answered = self._timer_fired(event)
@@ -780,7 +784,9 @@ class _RunLoop:
         except _STOPS_THE_RUN:
             raise  # the store did not answer a read (an evicted task's): no verdict on the plan
         except Exception as exc:
-            verdict = {"kind": "planner_error", "type": type(exc).__name__, "message": str(exc)}
+            verdict = Verdict(
+                kind=VerdictKind.PLANNER_ERROR, message=str(exc), details={"type": family_of(exc)}
+            )
             return self._kernel_finish(event, "failed", verdict, "the planner raised")
         if isinstance(patch, Proposal):
             return self._judge(event, clean_proposal(patch))
@@ -801,12 +807,14 @@ class _RunLoop:
             return self._kernel_patch(event, GraphPatch().resume(task.task_id), "timer fired")
         timeout = self.k.approval_timeout
         if timeout is not None and timeout.action == "escalate":
-            verdict = {
-                "kind": "approval_timeout",
-                "task_id": task.task_id,
-                "reason": task.wait_reason,
-                "after_seconds": timeout.seconds,
-            }
+            verdict = Verdict(
+                kind=VerdictKind.APPROVAL_TIMEOUT,
+                details={
+                    "task_id": task.task_id,
+                    "reason": task.wait_reason,
+                    "after_seconds": timeout.seconds,
+                },
+            )
             return self._kernel_finish(event, "escalated", verdict, "approval timed out")
         return replace(
             event,
@@ -869,12 +877,11 @@ class _RunLoop:
         try:
             delta = validate(self.state, patch, self.k.workers.keys())
         except PatchRejected as exc:
-            verdict = {
-                "kind": "patch_rejected",
-                "rule": exc.attrs.get("rule"),
-                "message": exc.message,
-                "event_seq": event.seq,
-            }
+            verdict = Verdict(
+                kind=VerdictKind.PATCH_REJECTED,
+                message=exc.message,
+                details={"rule": exc.attrs.get("rule"), "event_seq": event.seq},
+            )
             _, delta = self._kernel_finish(event, "failed", verdict, exc.message)
             return PatchRecord(
                 event_seq=event.seq, ops=patch.to_json(), outcome="rejected", reason=exc.message
@@ -882,9 +889,10 @@ class _RunLoop:
         return PatchRecord(event_seq=event.seq, ops=patch.to_json()), delta
 
     def _kernel_finish(
-        self, event: Event, status: str, verdict: JSON, reason: str
+        self, event: Event, status: str, verdict: Verdict | JSON, reason: str
     ) -> tuple[PatchRecord, Delta]:
-        patch = GraphPatch().finish(status, clean(verdict))  # type: ignore[arg-type]
+        kept = verdict.to_json() if isinstance(verdict, Verdict) else verdict
+        patch = GraphPatch().finish(status, clean(kept))  # type: ignore[arg-type]
         delta = validate(self.state, patch, self.k.workers.keys())
         return PatchRecord(
             event_seq=event.seq, ops=patch.to_json(), planner="kernel", reason=reason
@@ -893,11 +901,11 @@ class _RunLoop:
     async def _stall(self) -> None:
         """Nothing runs, nothing waits for a human, and the planner did not finish the run."""
         stuck = sorted(t.task_id for t in self.state.resident() if t.state not in TERMINAL_TASK)
-        verdict = {
-            "kind": "stalled",
-            "message": "no task can run and the planner did not finish the run",
-            "stuck_tasks": stuck[:20],
-        }
+        verdict = Verdict(
+            kind=VerdictKind.STALLED,
+            message="no task can run and the planner did not finish the run",
+            details={"stuck_tasks": list(stuck[:20])},
+        ).to_json()
         patch = GraphPatch().finish("failed", verdict)
         delta = validate(self.state, patch, self.k.workers.keys())
         self.state.apply(delta)
@@ -949,7 +957,10 @@ class _RunLoop:
             return
         if not isinstance(exc, Exception):  # SystemExit, GeneratorExit: not a verdict
             return
-        verdict = clean({"kind": "executor_error", "type": type(exc).__name__, "message": str(exc)})
+        bug = Verdict(
+            kind=VerdictKind.EXECUTOR_ERROR, message=str(exc), details={"type": family_of(exc)}
+        )
+        verdict = clean(bug.to_json())
         try:
             # What the store holds, not our memory: the bug may have struck between a
             # patch applied here and its commit.
@@ -968,10 +979,11 @@ class _RunLoop:
 
 def _stop_if_not_a_verdict(exc: BaseException | None, run_id: RunId, task_id: TaskId) -> None:
     """Raise what stops the executor instead of failing the task (``_STOPS_THE_RUN``); a
-    tool error the tool layer marked ``transient`` (its retries spent) is ``TransientFault``."""
+    run error whose retries were spent (``LoopKernelError.spent``: the tool layer or the
+    model journal gave up on a fault that may pass) is ``TransientFault``."""
     if isinstance(exc, _STOPS_THE_RUN):
         raise exc
-    if isinstance(exc, RunError) and exc.attrs.get("transient") is True:
+    if isinstance(exc, RunError) and exc.spent:
         sent = exc.attrs.get("sent")
         why = (
             "an irreversible tool is not re-sent"
@@ -980,11 +992,11 @@ def _stop_if_not_a_verdict(exc: BaseException | None, run_id: RunId, task_id: Ta
         )
         raise TransientFault(
             f"task {task_id!r} stopped on a fault that may pass: {exc.message} "
-            f"({type(exc).__name__}; {why}). The run was left running; resuming it re-sends "
+            f"({exc.family}; {why}). The run was left running; resuming it re-sends "
             "the call under the same idempotency key",
             run_id=run_id,
             task_id=task_id,
-            cause=type(exc).__name__,
+            cause=exc.family,
             **{k: v for k, v in exc.attrs.items() if k in ("tool", "kind", "sent", "effect")},
         ) from exc
 
