@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from lk_helpers import cli_env
-from loopkernel import RunStatus, TaskContext, ToolError
+from loopkernel import KernelParts, RunStatus, TaskContext, ToolError
 from loopkernel.errors import ToolTransientError, TransientFault, UsageError
 from loopkernel.store import SQLiteStore
 from loopkernel.testing import run_cli
@@ -124,7 +124,7 @@ def test_a_timeout_of_a_read_only_tool_is_retried_then_leaves_the_run_running(
         await store.open()
         source = faults_source(timeouts={"slow": 0.2})
         async with ToolLayer(store, [source], policy_hook=allow_all) as tools:
-            kernel = Kernel(store, One(), {"call": slow}, tools=tools)
+            kernel = Kernel(store, One(), {"call": slow}, parts=KernelParts(tools=tools))
             started = await kernel.start(app="t")
             with pytest.raises(TransientFault) as fault:
                 await kernel.run(started.run_id)

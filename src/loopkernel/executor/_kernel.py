@@ -25,9 +25,9 @@ import json
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from loopkernel import telemetry
 from loopkernel._hooks import crashpoint
@@ -43,11 +43,16 @@ from loopkernel.errors import (
     UsageError,
     family_of,
 )
+from loopkernel.executor._config import (
+    DEFAULT_KEEP_FINISHED,
+    ExecutionConfig,
+    KernelParts,
+    check_keep_finished,
+    legacy_kernel_options,
+)
 from loopkernel.executor._context import (
-    ModelCaller,
     NeedsApproval,
     TaskContext,
-    ToolCaller,
     Worker,
 )
 from loopkernel.executor._evidence import EvidenceBook
@@ -64,7 +69,6 @@ from loopkernel.executor._outcomes import (
 )
 from loopkernel.executor._spill import SpillArchive
 from loopkernel.executor._timers import (
-    ApprovalTimeout,
     due,
     is_approval_wait,
     next_wake,
@@ -91,7 +95,7 @@ from loopkernel.graph import (
     validate,
 )
 from loopkernel.ids import RunId, TaskId, check_id, new_run_id
-from loopkernel.planner import Flow, Planner, Proposal, Snapshot
+from loopkernel.planner import Flow, Planner, Proposal
 from loopkernel.store import (
     ArchiveSource,
     NewEvent,
@@ -108,7 +112,6 @@ __all__ = [
     "DEFAULT_KEEP_FINISHED",
     "DEFAULT_MAX_EVENTS",
     "Kernel",
-    "PatchGuard",
     "RunOutcome",
     "StartedRun",
     "check_keep_finished",
@@ -123,27 +126,9 @@ of the task, and the run stays resumable (the task runs again when it resumes)."
 DEFAULT_MAX_EVENTS = 100_000
 """The runaway guard's default: far above any run the shipped apps make (tens of events)."""
 
-DEFAULT_KEEP_FINISHED = 1000
-"""``keep_finished`` when none is given: a run of up to about this many tasks never evicts
-one; a longer run's memory stays flat."""
-
 _EVICT_LOOKS = 64
 """At most this many finished tasks are looked at for eviction per step, so that a step's
 cost stays bounded when old tasks cannot go yet (their successors have not finished)."""
-
-
-class PatchGuard(Protocol):
-    """Policy as the executor consults it: on every patch, before it is validated and applied.
-
-    Raise ``TripwireFired`` or ``BudgetExceeded`` to stop the run as ``escalated``: the
-    proposed patch is journaled as rejected by ``policy`` with the reason, once.
-    """
-
-    def check_patch(self, snapshot: Snapshot, event: Event, patch: GraphPatch) -> None: ...
-
-
-Observer = Callable[[Event, GraphState, PatchRecord | None], None]
-"""Called after each event is planned (with its patch record) and at run_finished."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -161,16 +146,6 @@ class RunOutcome:
     """``waiting`` when the executor stopped because only a human can move the run on."""
     verdict: JSON
     """Why the run stopped."""
-
-
-def check_keep_finished(keep_finished: int | None) -> None:
-    """``UsageError`` unless ``keep_finished`` is None or a whole number >= 0."""
-    if keep_finished is None:
-        return
-    if isinstance(keep_finished, bool) or not isinstance(keep_finished, int):
-        raise UsageError(f"keep_finished must be a whole number, not {keep_finished!r}")
-    if keep_finished < 0:
-        raise UsageError(f"keep_finished must be at least 0, not {keep_finished}")
 
 
 def hash_token(token: str) -> str:
@@ -191,20 +166,17 @@ class Kernel:
         planner: Planner,
         workers: Mapping[str, Callable[[TaskContext], Any]],
         *,
-        tools: ToolCaller | None = None,
-        models: ModelCaller | None = None,
-        max_concurrency: int = 16,
-        poll_interval: float = 0.2,
-        cancel_grace: float = 5.0,
-        observer: Observer | None = None,
-        guard: PatchGuard | None = None,
-        keep_finished: int | None = None,
-        clock: Callable[[], float] = time.time,
-        approval_timeout: ApprovalTimeout | None = None,
-        app_version: str | None = None,
-        compatible_with: Collection[str] | None = None,
+        config: ExecutionConfig | None = None,
+        parts: KernelParts | None = None,
+        **legacy: Any,
     ) -> None:
-        """``keep_finished``: keep at most about this many succeeded tasks in memory and
+        """``config``: the execution's knobs (``ExecutionConfig``: concurrency, poll,
+        cancel grace, ``keep_finished``); ``parts``: what the kernel works with beside its
+        planner and workers (``KernelParts``: tool and model layers, observer, guard,
+        clock, approval timeout, versions). The keyword arguments of before both
+        (``max_concurrency=``, ``tools=`` ...) still work, with a ``DeprecationWarning``.
+
+        ``keep_finished``: keep at most about this many succeeded tasks in memory and
         read older ones back from the store when a planner or a worker asks for them, so
         that a long run's memory stays flat (docs/performance.md, "Memory"). ``None``
         (the default): ``DEFAULT_KEEP_FINISHED`` (1,000). A store that reads tasks back
@@ -212,28 +184,28 @@ class Kernel:
         keeps what it evicts in a temporary file of its own (``SpillArchive``).
         ``workers``: ``async def`` callables, or plain ``def`` ones, which run in a thread
         (``as_async_worker`` states how they are cancelled)."""
-        if max_concurrency < 1:
-            raise UsageError(f"max_concurrency must be at least 1, not {max_concurrency}")
-        check_keep_finished(keep_finished)
+        config, parts = legacy_kernel_options(config, parts, legacy)
+        self.config = config
+        self.parts = parts
         self.store = store
         self.planner = planner
         self.workers = {skill: as_async_worker(skill, w) for skill, w in workers.items()}
         if isinstance(planner, Flow):
             planner.check_workers(self.workers)
-        self.tools = tools
-        self.models = models
-        self.max_concurrency = max_concurrency
-        self.poll_interval = poll_interval
-        self.cancel_grace = cancel_grace
-        self.observer = observer
-        self.guard = guard
-        self.keep_finished = DEFAULT_KEEP_FINISHED if keep_finished is None else keep_finished
-        self.clock = clock
+        self.tools = parts.tools
+        self.models = parts.models
+        self.max_concurrency = config.concurrency
+        self.poll_interval = config.poll_s
+        self.cancel_grace = config.cancel_grace_s
+        self.observer = parts.observer
+        self.guard = parts.guard
+        self.keep_finished = config.kept
+        self.clock = parts.clock
         """Wall time in seconds since the epoch, for timers (tests pass a fake one)."""
-        self.approval_timeout = approval_timeout
-        self.app_version = app_version
+        self.approval_timeout = parts.approval_timeout
+        self.app_version = parts.app_version
         """Recorded on the runs it starts and on every patch it journals."""
-        self.compatible_with = compatible_with
+        self.compatible_with = parts.compatible_with
         """Versions whose runs this one resumes (``None``: any; executor/_versions.py)."""
 
     async def start(
@@ -317,7 +289,7 @@ class _RunLoop:
         self.finished: deque[TaskId] = deque()
         """Succeeded tasks still in memory, oldest first, when finished tasks are evicted."""
         self.archive: Archive | None = None
-        """Where evicted tasks are read back from (``Kernel(keep_finished=...)``): the
+        """Where evicted tasks are read back from (``ExecutionConfig(keep_finished=...)``): the
         store, or a ``SpillArchive`` of this execution's own where the store cannot."""
 
     # -- the loop --------------------------------------------------------------------------

@@ -67,7 +67,12 @@ class ModelLayer:
 
     ::
 
-        kernel = Kernel(store, planner, workers, models=ModelLayer(store, ModelClient.from_env()))
+        kernel = Kernel(
+            store,
+            planner,
+            workers,
+            parts=KernelParts(models=ModelLayer(store, ModelClient.from_env())),
+        )
     """
 
     def __init__(self, store: Store, client: ModelClient) -> None:

@@ -191,7 +191,7 @@ class ToolLayer:
     ::
 
         async with ToolLayer(store, [ToolSource.python_module("rec", "my.tools")]) as tools:
-            kernel = Kernel(store, planner, workers, tools=tools)
+            kernel = Kernel(store, planner, workers, parts=KernelParts(tools=tools))
             await kernel.run(run_id)
 
     Sessions open lazily, one per source, on the first call that needs them, and stay open
