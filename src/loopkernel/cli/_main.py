@@ -91,7 +91,6 @@ if TYPE_CHECKING:
 __all__ = ["EXIT_CODES", "main"]
 
 
-
 async def _finish(
     client: Client, outcome: RunOutcome, args: argparse.Namespace, token: str | None = None
 ) -> int:
