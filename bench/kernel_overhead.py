@@ -46,8 +46,10 @@ from bench._results import write_results
 from loopkernel import (
     BasePlanner,
     Event,
+    ExecutionConfig,
     GraphPatch,
     Kernel,
+    KernelParts,
     Snapshot,
     SQLiteStore,
     Store,
@@ -96,7 +98,12 @@ async def timed_run(
     """Seconds to execute a ``shape`` run of ``n`` tasks in ``store``; its event count.
     ``keep``: the kernel's ``keep_finished`` (None: every task stays in memory)."""
     planner = ChainPlanner(n) if shape == "chain" else FanOutPlanner(n)
-    kernel = Kernel(store, planner, {"noop": noop}, max_concurrency=concurrency, keep_finished=keep)
+    kernel = Kernel(
+        store,
+        planner,
+        {"noop": noop},
+        config=ExecutionConfig(concurrency=concurrency, keep_finished=keep),
+    )
     started = await kernel.start(app="bench", max_events=4 * n + 10)
     t0 = time.perf_counter()
     outcome = await kernel.run(started.run_id)
@@ -233,7 +240,7 @@ def resume_child(db: str, n: int) -> None:
         t0 = time.perf_counter()
         store = SQLiteStore(Path(db), synchronous="normal")
         await store.open()
-        kernel = Kernel(store, ChainPlanner(n), {"noop": noop}, observer=observe)
+        kernel = Kernel(store, ChainPlanner(n), {"noop": noop}, parts=KernelParts(observer=observe))
         outcome = await kernel.run("recovery")
         await store.close()
         first[0] -= t0

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._results import write_results
-from loopkernel import Event, GraphPatch, Kernel, RunStatus, Snapshot
+from loopkernel import Event, ExecutionConfig, GraphPatch, Kernel, RunStatus, Snapshot
 from loopkernel.graph import GraphState
 from loopkernel.models import Message, ModelClient
 from loopkernel.planner.llm import LLMPlanner, build_prompt, judge
@@ -109,7 +109,7 @@ async def run_app(client: ModelClient, runs: int, db: Path) -> list[Planned]:
     await store.open()
     try:
         for i in range(runs):
-            kernel = Kernel(store, planner, parts.workers, poll_interval=0.02)
+            kernel = Kernel(store, planner, parts.workers, config=ExecutionConfig(poll_s=0.02))
             started = await kernel.start(app="speculation", params=PARAMS, run_id=f"bench-{i}")
             outcome = await kernel.run(started.run_id)
             assert outcome.status is RunStatus.SUCCEEDED, outcome

@@ -23,7 +23,9 @@ from loopkernel.evidence import Evidence, SourceRef
 from loopkernel.executor import (
     DEFAULT_MAX_EVENTS,
     ApprovalTimeout,
+    ExecutionConfig,
     Kernel,
+    KernelParts,
     NeedsApproval,
     RunOutcome,
     StartedRun,
@@ -39,6 +41,8 @@ from loopkernel.graph import (
     Task,
     TaskSpec,
     TaskState,
+    Verdict,
+    VerdictKind,
 )
 from loopkernel.ids import RunId, TaskId
 from loopkernel.planner import At, BasePlanner, Flow, Planner, Proposal, Snapshot, Step
@@ -61,9 +65,11 @@ __all__ = [
     "Event",
     "EventKind",
     "Evidence",
+    "ExecutionConfig",
     "Flow",
     "GraphPatch",
     "Kernel",
+    "KernelParts",
     "LLMPlanner",
     "LoopKernelError",
     "NeedsApproval",
@@ -90,6 +96,8 @@ __all__ = [
     "ToolTimeout",
     "ToolUnavailable",
     "UsageError",
+    "Verdict",
+    "VerdictKind",
     "Worker",
     "load_app",
     "open_store",

@@ -36,6 +36,7 @@ from collections.abc import Callable, Collection
 from loopkernel._app import registered
 from loopkernel.client import Client
 from loopkernel.errors import LeaseLost, LoopKernelError, RunHeld, RunNotFound, StoreUnavailable
+from loopkernel.executor import ExecutionConfig
 from loopkernel.graph import RunStatus
 from loopkernel.ids import RunId
 
@@ -148,9 +149,8 @@ class TimerWaker:
 
     async def _wake(self, run_id: RunId) -> None:
         try:
-            outcome = await self.client.execute(
-                run_id, apps=self.apps, store_retry=self.store_retry
-            )
+            config = ExecutionConfig(store_retry_s=self.store_retry)
+            outcome = await self.client.execute(run_id, config=config, apps=self.apps)
         except RunHeld:
             self._once(run_id, "held", f"{run_id}: held by another executor; left to it")
             return

@@ -6,8 +6,8 @@ lease, and gives it back at the end. A run held by another live executor is refu
 ``RunHeld`` before anything is written; a holder that died on this machine is taken over
 at once, one elsewhere when its lease runs out. A store that does not answer
 (``StoreUnavailable``: locked, disk full, I/O error, PostgreSQL down) is retried with
-backoff for ``store_retry`` seconds; then ``StoreUnavailable`` leaves the run as it was
-journaled, resumable.
+backoff for ``ExecutionConfig.store_retry_s`` seconds; then ``StoreUnavailable`` leaves the
+run as it was journaled, resumable. The lease and its heartbeat are ``hold_lease``'s.
 
 Authority for approvals: whoever holds the run's approval token (printed once by ``run``)
 may approve or reject; ``local=True`` means the caller has write access to the store
@@ -29,15 +29,16 @@ import os
 import secrets
 import socket
 import time
+import warnings
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from loopkernel._app import App, load_app, registered
+from loopkernel._hold import hold_lease
 from loopkernel._hooks import crashpoint
 from loopkernel.errors import (
     ApprovalRefused,
-    LeaseLost,
     RunHeld,
     RunNotFound,
     StoreUnavailable,
@@ -45,13 +46,16 @@ from loopkernel.errors import (
 )
 from loopkernel.evidence import redact, redact_text
 from loopkernel.executor import (
+    DEFAULT_LEASE_S,
     DEFAULT_MAX_EVENTS,
+    DEFAULT_STORE_RETRY_S,
     TOKEN_REQUIRED,
+    ExecutionConfig,
     Kernel,
+    KernelParts,
     Observer,
     RunOutcome,
     StartedRun,
-    check_keep_finished,
     hash_token,
 )
 from loopkernel.graph import (
@@ -98,16 +102,60 @@ __all__ = [
     "PRUNED_BY_DEFAULT",
     "Client",
     "Inspection",
+    "Listeners",
     "Pruned",
     "check_payload",
     "parse_payload",
 ]
 
-DEFAULT_LEASE_SECONDS = 10.0
-"""How long a local executor's lease lasts without a heartbeat (one every third of it):
-how long another machine waits to take over a run whose executor died."""
-DEFAULT_STORE_RETRY = 60.0
-"""Seconds ``execute`` keeps retrying a store that does not answer before it gives up."""
+DEFAULT_LEASE_SECONDS = DEFAULT_LEASE_S
+"""``ExecutionConfig.lease_s``'s default, by its name of before."""
+DEFAULT_STORE_RETRY = DEFAULT_STORE_RETRY_S
+"""``ExecutionConfig.store_retry_s``'s default, by its name of before."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Listeners:
+    """Who ``Client.execute`` tells what happens, besides its return value."""
+
+    observer: Observer | None = None
+    """Told of every journaled event (``Progress`` prints them)."""
+    on_retry: Callable[[StoreUnavailable, float], None] | None = None
+    """Told of each retry of a store that did not answer: the error, the pause."""
+    on_tool_server: Callable[[str, str], None] | None = None
+    """Told when the run's tool layer starts a server: its name, ``starting``|``ready``."""
+
+
+_LEGACY_EXECUTE = {
+    "max_concurrency": "concurrency",
+    "lease_seconds": "lease_s",
+    "store_retry": "store_retry_s",
+    "keep_finished": "keep_finished",
+}
+_LEGACY_LISTENERS = frozenset({"observer", "on_retry", "on_tool_server"})
+
+
+def _legacy_execute(
+    config: ExecutionConfig | None, listeners: Listeners | None, options: dict[str, Any]
+) -> tuple[ExecutionConfig, Listeners]:
+    """``execute``'s keyword arguments of before ``ExecutionConfig``, folded into its two
+    values, with a ``DeprecationWarning`` naming the new spelling."""
+    config, listeners = config or ExecutionConfig(), listeners or Listeners()
+    if not options:
+        return config, listeners
+    unknown = sorted(set(options) - set(_LEGACY_EXECUTE) - _LEGACY_LISTENERS)
+    if unknown:
+        raise TypeError(f"execute() got unexpected keyword argument(s) {', '.join(unknown)}")
+    warnings.warn(
+        f"Client.execute({', '.join(f'{k}=' for k in options)}) is deprecated: pass "
+        "config=ExecutionConfig(...) and listeners=Listeners(...)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    knobs = {_LEGACY_EXECUTE[k]: v for k, v in options.items() if k in _LEGACY_EXECUTE}
+    told = {k: v for k, v in options.items() if k in _LEGACY_LISTENERS}
+    return replace(config, **knobs), replace(listeners, **told)
+
 
 _HELD: set[tuple[str, RunId]] = set()
 """Runs this process executes now: its own lease is never taken over from inside it."""
@@ -280,19 +328,28 @@ class Client:
     async def __aexit__(self, *exc: object) -> None:
         await self.store.close()
 
-    def kernel(self, app: App, params: Mapping[str, JSON], **options: Any) -> Kernel:
-        parts = app.build(params)
-        tools = None if parts.tool_layer is None else parts.tool_layer(self.store)
-        options.setdefault("models", self.model_layer())
-        if parts.approval_timeout is not None:
-            options.setdefault("approval_timeout", parts.approval_timeout)
-        if parts.clock is not None:
-            options.setdefault("clock", parts.clock)
-        options.setdefault("app_version", app.app_version())
-        options.setdefault("compatible_with", app.compatible_with)
-        return Kernel(
-            self.store, parts.planner, parts.workers, tools=tools, guard=parts.guard, **options
+    def kernel(
+        self,
+        app: App,
+        params: Mapping[str, JSON],
+        *,
+        config: ExecutionConfig | None = None,
+        observer: Observer | None = None,
+    ) -> Kernel:
+        """A ``Kernel`` for a run of ``app`` with ``params``: its parts built on this store
+        (tool layer, model layer, guard, clock, approval timeout, versions)."""
+        built = app.build(params)
+        parts = KernelParts(
+            tools=None if built.tool_layer is None else built.tool_layer(self.store),
+            models=self.model_layer(),
+            observer=observer,
+            guard=built.guard,
+            approval_timeout=built.approval_timeout,
+            app_version=app.app_version(),
+            compatible_with=app.compatible_with,
+            **({} if built.clock is None else {"clock": built.clock}),
         )
+        return Kernel(self.store, built.planner, built.workers, config=config, parts=parts)
 
     def tool_sources(self, app: App, params: Mapping[str, JSON]) -> tuple[ToolSource, ...]:
         """The tool sources a run of ``app`` with ``params`` calls: its tool layer built on
@@ -348,114 +405,95 @@ class Client:
         self,
         run_id: str,
         *,
-        observer: Observer | None = None,
-        max_concurrency: int = 16,
-        lease_seconds: float = DEFAULT_LEASE_SECONDS,
-        store_retry: float = DEFAULT_STORE_RETRY,
-        on_retry: Callable[[StoreUnavailable, float], None] | None = None,
+        config: ExecutionConfig | None = None,
+        listeners: Listeners | None = None,
         apps: Collection[str] | None = None,
-        on_tool_server: Callable[[str, str], None] | None = None,
         tool_servers: StartedServers | None = None,
-        keep_finished: int | None = None,
+        **legacy: Any,
     ) -> RunOutcome:
         """Run (or resume) a run with the app it was started with, as its one executor.
 
         ``RunHeld`` if another executor holds it (nothing written); ``LeaseLost`` if it was
         taken over meanwhile (this process stopped writing); ``StoreUnavailable`` once the
-        store has not answered for ``store_retry`` seconds (the run stays resumable).
-        ``on_retry(error, delay)`` is told of each retry. ``apps``, ``on_tool_server``
-        and ``tool_servers`` are handed to ``run_owned``; ``keep_finished`` to the
-        ``Kernel`` (checked before anything is claimed).
+        store has not answered for ``config.store_retry_s`` seconds (the run stays
+        resumable). ``config`` (``ExecutionConfig``) is handed down whole, to the lease and
+        the ``Kernel``; ``listeners`` are told of events, retries and tool servers; ``apps``
+        and ``tool_servers`` go to ``run_owned``. The keyword arguments of before
+        (``max_concurrency=``, ``observer=`` ...) still work, with a ``DeprecationWarning``.
         """
+        config, listeners = _legacy_execute(config, listeners, legacy)
         rid = RunId(run_id)
-        check_keep_finished(keep_finished)
+        retry = config.store_retry_s
         deadline: float | None = None  # set at the store's first failure: the outage's end
         delay = 0.05
         while True:
-            left = store_retry if deadline is None else deadline - time.monotonic()
+            left = retry if deadline is None else deadline - time.monotonic()
+            bound = max(0.0, left)
+            if config.lock_wait_s is not None:
+                bound = min(bound, config.lock_wait_s)
             try:
-                with lock_wait_at_most(max(0.0, left)):  # a lock wait counts in the total
-                    return await self._execute_once(
-                        rid,
-                        observer,
-                        max_concurrency,
-                        lease_seconds,
-                        apps,
-                        on_tool_server,
-                        tool_servers,
-                        keep_finished,
-                    )
+                with lock_wait_at_most(bound):  # a lock wait counts in the total
+                    return await self._execute_once(rid, config, listeners, apps, tool_servers)
             except StoreUnavailable as exc:
                 if deadline is None:
                     waited = exc.attrs.get("waited", 0.0)
-                    deadline = time.monotonic() + store_retry - float(waited)
+                    deadline = time.monotonic() + retry - float(waited)
                 left = deadline - time.monotonic()
                 if left <= 0:
                     attrs = {**exc.attrs, "run_id": rid}
                     raise StoreUnavailable(
-                        f"{exc.message}; gave up after {store_retry:g} s of retries", **attrs
+                        f"{exc.message}; gave up after {retry:g} s of retries", **attrs
                     ) from exc
                 pause = min(delay, left)
-                if on_retry is not None:
-                    on_retry(exc, pause)
+                if listeners.on_retry is not None:
+                    listeners.on_retry(exc, pause)
                 await asyncio.sleep(pause)
                 delay = min(delay * 2, 2.0)
 
     async def _execute_once(
         self,
         rid: RunId,
-        observer: Observer | None,
-        max_concurrency: int,
-        lease_seconds: float,
+        config: ExecutionConfig,
+        listeners: Listeners,
         apps: Collection[str] | None,
-        on_tool_server: Callable[[str, str], None] | None,
         tool_servers: StartedServers | None,
-        keep_finished: int | None,
     ) -> RunOutcome:
         info = await self.store.get_run(rid)
         if info.status in TERMINAL_RUN:  # nothing to execute, nothing to own
             return RunOutcome(run_id=rid, status=info.status, verdict=info.verdict)
-        claim = await self._acquire(rid, lease_seconds)
+        claim = await self._acquire(rid, config.lease_s)
         held = (self.store.url, rid)
         _HELD.add(held)
-        lost: list[LeaseLost] = []
         owner = Client(store=self.store.fenced(rid, claim.epoch))
-        run = asyncio.create_task(
-            owner.run_owned(
-                rid,
-                observer=observer,
-                max_concurrency=max_concurrency,
-                apps=apps,
-                on_tool_server=on_tool_server,
-                tool_servers=tool_servers,
-                keep_finished=keep_finished,
-            )
-        )
-        beat = asyncio.create_task(self._heartbeat(claim, run, lease_seconds, lost))
         down = False
         try:
-            return await run
-        except asyncio.CancelledError:
-            if lost and run.cancelled():
-                raise lost[0] from None
-            raise
+            # The run's own writes fail the same way as a missed heartbeat and are
+            # retried; if the lease runs out meanwhile, fencing refuses what comes after.
+            async with hold_lease(self.store, claim, lease_s=config.lease_s):
+                return await owner.run_owned(
+                    rid,
+                    config=config,
+                    listeners=listeners,
+                    apps=apps,
+                    tool_servers=tool_servers,
+                    info=info,
+                )
         except StoreUnavailable:
             down = True
             raise
         finally:
-            beat.cancel()
             _HELD.discard(held)
             # If the store is down, the lease runs out (or this machine sees its holder
             # gone; the retry takes its own lease back at once): trying to give it back
-            # would wait one more busy timeout, past the --store-retry bound.
+            # would wait one more lock wait, past the --store-retry bound.
             if not down:
                 with contextlib.suppress(StoreUnavailable):
                     await self.store.release(rid, claim.epoch)
 
-    async def _acquire(self, rid: RunId, lease_seconds: float) -> Claim:
+    async def _acquire(self, rid: RunId, lease_s: float) -> Claim:
         """The run's lease, taken over at once from a holder that died on this machine."""
         try:
-            return await self.store.acquire(rid, Holder.here(), lease_seconds)
+            return await self.store.acquire(rid, Holder.here(), lease_s)
         except RunHeld as held:
             holder = Holder.parse(str(held.attrs.get("holder") or ""))
             if holder is None:
@@ -468,39 +506,17 @@ class Client:
             if not (mine or holder.is_dead_here()):
                 raise
             takeover = int(held.attrs["epoch"])
-            return await self.store.acquire(rid, Holder.here(), lease_seconds, takeover=takeover)
-
-    async def _heartbeat(
-        self,
-        claim: Claim,
-        run: asyncio.Task[RunOutcome],
-        lease_seconds: float,
-        lost: list[LeaseLost],
-    ) -> None:
-        """Renew the lease every third of it; if it was taken over, stop the run."""
-        while True:
-            await asyncio.sleep(lease_seconds / 3)
-            try:
-                await self.store.heartbeat(claim.run_id, claim.epoch, lease_seconds)
-            except LeaseLost as exc:
-                lost.append(exc)
-                run.cancel()
-                return
-            except StoreUnavailable:
-                # The run's own writes fail the same way and are retried; if the lease
-                # runs out meanwhile, fencing refuses whatever this process writes after.
-                continue
+            return await self.store.acquire(rid, Holder.here(), lease_s, takeover=takeover)
 
     async def run_owned(
         self,
         run_id: str,
         *,
-        observer: Observer | None = None,
-        max_concurrency: int = 16,
+        config: ExecutionConfig | None = None,
+        listeners: Listeners | None = None,
         apps: Collection[str] | None = None,
-        on_tool_server: Callable[[str, str], None] | None = None,
         tool_servers: StartedServers | None = None,
-        keep_finished: int | None = None,
+        info: RunInfo | None = None,
     ) -> RunOutcome:
         """Run (or resume) a run this process already owns: ``self.store`` is the view
         fenced to its lease (a worker's claim, or ``execute``'s own).
@@ -509,13 +525,16 @@ class Client:
         others (a worker): only installed apps (entry points) and the names in ``apps`` are
         run, and a run of any other app, or of one that cannot be loaded, ends ``failed``
         with an ``app_refused`` verdict instead of being retried. ``None`` (the local
-        command line) runs any app, ``module:attribute`` included. ``on_tool_server(name,
-        "starting" | "ready")`` is told when the run's tool layer starts a server.
-        ``tool_servers`` (``start_tool_servers``): servers started for this run before it
-        was set up, which its tool layer takes over instead of spawning its own.
-        ``keep_finished``: the ``Kernel``'s (finished tasks evicted from memory).
+        command line) runs any app, ``module:attribute`` included. ``listeners``: the
+        ``observer``, and ``on_tool_server(name, "starting" | "ready")``, told when the
+        run's tool layer starts a server. ``tool_servers`` (``start_tool_servers``):
+        servers started for this run before it was set up, which its tool layer takes over
+        instead of spawning its own. ``config``: the ``Kernel``'s. ``info``: the run's row
+        when the caller has just read it under the lease (``execute``), not read again.
         """
-        info = await self.store.get_run(_rid(run_id))
+        listeners = listeners or Listeners()
+        if info is None:
+            info = await self.store.get_run(_rid(run_id))
         if apps is not None:
             if info.status not in (RunStatus.RUNNING, RunStatus.WAITING):
                 return RunOutcome(run_id=info.run_id, status=info.status, verdict=info.verdict)
@@ -537,13 +556,8 @@ class Client:
                     return await self.fail(run_id, "bad_params", str(exc))
         else:
             app = load_app(info.app)
-        kernel = self.kernel(
-            app,
-            info.params,
-            observer=observer,
-            max_concurrency=max_concurrency,
-            keep_finished=keep_finished,
-        )
+        kernel = self.kernel(app, info.params, config=config, observer=listeners.observer)
+        on_tool_server = listeners.on_tool_server
         tools = kernel.tools
         if tools is not None and getattr(tools, "on_restart", False) is None:
             tools.on_restart = self._journal_restart(_rid(run_id))  # type: ignore[attr-defined]

@@ -233,19 +233,16 @@ class Client:
     ) -> RunOutcome:
         """Run or resume ``run_id`` as its one executor until it ends or waits for a
         human (``Client.execute``); ``observer`` is called on this client's loop thread."""
-        from loopkernel.client import DEFAULT_STORE_RETRY
+        from loopkernel.client import Listeners
+        from loopkernel.executor import ExecutionConfig
 
-        retry = DEFAULT_STORE_RETRY if store_retry is None else store_retry
-        return self.run(
-            lambda c: c.execute(
-                run_id,
-                observer=observer,
-                max_concurrency=max_concurrency,
-                store_retry=retry,
-                apps=apps,
-                keep_finished=keep_finished,
-            )
+        config = ExecutionConfig(
+            concurrency=max_concurrency,
+            keep_finished=keep_finished,
+            **({} if store_retry is None else {"store_retry_s": store_retry}),
         )
+        listeners = Listeners(observer=observer)
+        return self.run(lambda c: c.execute(run_id, config=config, listeners=listeners, apps=apps))
 
     def run_app(
         self,

@@ -28,9 +28,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from loopkernel._hold import hold_lease
 from loopkernel.client import Client
 from loopkernel.errors import LeaseLost, LoopKernelError, StoreUnavailable, UsageError
-from loopkernel.executor import RunOutcome
+from loopkernel.executor import ExecutionConfig, RunOutcome
 from loopkernel.graph import RunStatus
 from loopkernel.ids import RunId
 from loopkernel.store import Claim, Store
@@ -58,23 +59,22 @@ class WorkerConfig:
     """The name its leases carry (``runs.owner``)."""
     concurrency: int = 8
     """Runs executed at once."""
-    lease_seconds: float = 10.0
-    """How long a claim or a heartbeat holds a run: a dead worker's runs are taken over
-    this long after its last heartbeat (plus up to ``poll_seconds``)."""
     poll_seconds: float = 1.0
     """How often an idle worker looks for work without a notification (expired leases
     are noticed this way; PostgreSQL notifies of everything else)."""
-    task_concurrency: int = 16
-    """Tasks at once within one run (the kernel's ``max_concurrency``)."""
+    execution: ExecutionConfig = field(default_factory=ExecutionConfig)
+    """How each claimed run is executed: ``lease_s``, how long a claim or a heartbeat
+    holds a run (a dead worker's runs are taken over this long after its last heartbeat,
+    plus up to ``poll_seconds``); ``concurrency``, tasks at once within one run."""
     apps: frozenset[str] = frozenset()
     """Apps run besides the installed ones (entry points), e.g. ``module:attribute``; a run
     of any other app ends ``failed`` (``app_refused``) instead of importing its module."""
 
     def __post_init__(self) -> None:
-        if self.concurrency < 1 or self.task_concurrency < 1:
-            raise UsageError("a worker needs concurrency and task_concurrency of at least 1")
-        if not self.lease_seconds > 0 or not self.poll_seconds > 0:
-            raise UsageError("lease_seconds and poll_seconds must be positive")
+        if self.concurrency < 1:
+            raise UsageError("a worker needs a concurrency of at least 1")
+        if not self.poll_seconds > 0:
+            raise UsageError("poll_seconds must be positive")
         if not self.worker_id:
             raise UsageError("worker_id must not be empty")
         if self.worker_id.startswith((LOCAL, QUEUED)):
@@ -84,9 +84,14 @@ class WorkerConfig:
             )
 
     @property
+    def lease_seconds(self) -> float:
+        """``execution.lease_s``."""
+        return self.execution.lease_s
+
+    @property
     def heartbeat_seconds(self) -> float:
         """A lease is renewed three times per lease period: two heartbeats may be late."""
-        return self.lease_seconds / 3
+        return self.execution.lease_s / 3
 
 
 @dataclass(kw_only=True, slots=True)
@@ -123,7 +128,6 @@ class RunWorker:
         """Per run in hand, the task that executes it and then does its bookkeeping."""
         self._executing: dict[RunId, asyncio.Task[RunOutcome]] = {}
         """Per run in hand, the executor itself (``Client.execute``), while it runs."""
-        self._lost: set[RunId] = set()
         self._stopping = asyncio.Event()
         self._changed = asyncio.Event()
 
@@ -217,28 +221,19 @@ class RunWorker:
             await self._released_at_shutdown(claim)
             return
         client = Client(store=self.store.fenced(run_id, epoch))
-        run = asyncio.create_task(
-            client.run_owned(
-                run_id, max_concurrency=self.config.task_concurrency, apps=self.config.apps
-            )
-        )
+        run = asyncio.create_task(self._held(claim, client), name=f"execute {run_id}")
         self._executing[run_id] = run
-        beat = asyncio.create_task(self._heartbeat(claim, run))
         try:
             outcome = await run
         except asyncio.CancelledError:
-            if run_id in self._lost:  # the heartbeat found the lease taken over
-                self._lost.discard(run_id)
-                self._lease_lost(run_id, "its heartbeat was refused")
-                return
             # Shutdown: the run stopped between two steps, all it did is journaled.
             await self._released_at_shutdown(claim)
             current = asyncio.current_task()
             if current is not None and current.cancelling():
                 raise
             return
-        except LeaseLost as exc:
-            self._lease_lost(run_id, f"a write was refused: {exc}")
+        except LeaseLost as exc:  # a heartbeat or a write was refused
+            self._lease_lost(run_id, f"refused: {exc}")
             return
         except LoopKernelError as exc:
             self.stats.errors += 1
@@ -252,7 +247,6 @@ class RunWorker:
             self.log(f"{run_id} stopped by {type(exc).__name__}: {exc}; a worker tries again")
             return
         finally:
-            beat.cancel()
             self._executing.pop(run_id, None)
         if await self._release(claim) is False:
             # It ended (or waits) under another worker: a late reader, not its finisher.
@@ -287,20 +281,18 @@ class RunWorker:
             self.log(f"could not release {claim.run_id} ({exc}); its lease runs out instead")
             return None
 
-    async def _heartbeat(self, claim: Claim, run: asyncio.Task[RunOutcome]) -> None:
-        """Renew the lease every ``lease/3``; if it was taken over, stop the run."""
-        while True:
-            await asyncio.sleep(self.config.heartbeat_seconds)
-            try:
-                await self.store.heartbeat(claim.run_id, claim.epoch, self.config.lease_seconds)
-            except LeaseLost:
-                self._lost.add(claim.run_id)
-                run.cancel()
-                return
-            except StoreUnavailable as exc:
-                # The run's own writes fail the same way; if the lease runs out meanwhile,
-                # fencing refuses whatever this worker tries to write after that.
-                self.log(f"heartbeat for {claim.run_id} failed: {exc}")
+    async def _held(self, claim: Claim, client: Client) -> RunOutcome:
+        """Execute a claimed run under its lease (``hold_lease``: heartbeats; the run is
+        stopped with ``LeaseLost`` if another worker took it over)."""
+
+        def missed(exc: StoreUnavailable) -> None:
+            # The run's own writes fail the same way; if the lease runs out meanwhile,
+            # fencing refuses whatever this worker tries to write after that.
+            self.log(f"heartbeat for {claim.run_id} failed: {exc}")
+
+        cfg = self.config
+        async with hold_lease(self.store, claim, lease_s=cfg.lease_seconds, on_fault=missed):
+            return await client.run_owned(claim.run_id, config=cfg.execution, apps=cfg.apps)
 
     async def _shutdown(self) -> None:
         """Stop each run in hand between two steps, then let each finish its bookkeeping.

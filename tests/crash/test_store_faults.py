@@ -20,7 +20,16 @@ from typing import Any
 import pytest
 
 from lk_helpers import cli_env, tmpfs
-from loopkernel import BasePlanner, Event, GraphPatch, Kernel, RunStatus, Snapshot, TaskSpec
+from loopkernel import (
+    BasePlanner,
+    Event,
+    GraphPatch,
+    Kernel,
+    KernelParts,
+    RunStatus,
+    Snapshot,
+    TaskSpec,
+)
 from loopkernel.store import SQLiteStore
 from loopkernel.testing import read_trace, run_cli, was_killed
 
@@ -198,7 +207,7 @@ def test_a_bug_inside_the_executor_is_a_failed_run_with_its_verdict(tmp_path: Pa
     async def scenario() -> Any:
         store = SQLiteStore(tmp_path / "runs.db")
         await store.open()
-        kernel = Kernel(store, Boom(), {"noop": noop}, observer=observer)
+        kernel = Kernel(store, Boom(), {"noop": noop}, parts=KernelParts(observer=observer))
         started = await kernel.start(app="bug")
         with pytest.raises(KeyError):
             await kernel.run(started.run_id)

@@ -334,8 +334,9 @@ def test_store_retry_is_a_bound_on_the_total(tmp_path: Path) -> None:
     import sqlite3
 
     from loopkernel import SQLiteStore
-    from loopkernel.client import Client
+    from loopkernel.client import Client, Listeners
     from loopkernel.errors import StoreUnavailable
+    from loopkernel.executor import ExecutionConfig
 
     db = tmp_path / "runs.db"
     busy, bound = 1.0, 2.0
@@ -354,7 +355,9 @@ def test_store_retry_is_a_bound_on_the_total(tmp_path: Path) -> None:
                 began = time.monotonic()
                 with pytest.raises(StoreUnavailable) as caught:
                     await client.execute(
-                        started.run_id, store_retry=bound, on_retry=lambda e, p: pauses.append(p)
+                        started.run_id,
+                        config=ExecutionConfig(store_retry_s=bound),
+                        listeners=Listeners(on_retry=lambda e, p: pauses.append(p)),
                     )
                 elapsed.append(time.monotonic() - began)
             finally:

@@ -17,6 +17,7 @@ from lk_helpers import cli_env
 from loopkernel import (
     BasePlanner,
     Event,
+    ExecutionConfig,
     GraphPatch,
     Kernel,
     RunStatus,
@@ -186,7 +187,12 @@ def test_a_cancelled_sync_worker_is_discarded_and_its_thread_runs_to_its_end(
         store = SQLiteStore(tmp_path / "runs.db")
         await store.open()
         try:
-            kernel = Kernel(store, Race(), {"slow": slow, "fast": fast}, cancel_grace=0.0)
+            kernel = Kernel(
+                store,
+                Race(),
+                {"slow": slow, "fast": fast},
+                config=ExecutionConfig(cancel_grace_s=0.0),
+            )
             run = await kernel.start(app="race")
             outcome = await kernel.run(run.run_id)
             release.set()  # the thread was never interrupted: it ends now

@@ -18,8 +18,10 @@ import pytest
 from loopkernel import (
     BasePlanner,
     Event,
+    ExecutionConfig,
     GraphPatch,
     Kernel,
+    KernelParts,
     RunStatus,
     Snapshot,
     TaskContext,
@@ -84,7 +86,13 @@ def test_tool_text_claiming_to_be_the_user_stays_tool_evidence(tmp_path: Path) -
         async with ToolLayer(
             store, [record_source(tmp_path / "rec.jsonl")], policy_hook=allow_all
         ) as tools:
-            kernel = Kernel(store, Flow(), workers, tools=tools, poll_interval=0.02)
+            kernel = Kernel(
+                store,
+                Flow(),
+                workers,
+                config=ExecutionConfig(poll_s=0.02),
+                parts=KernelParts(tools=tools),
+            )
             started = await kernel.start(
                 app="ev", params={"question": "why does deploy X restart?"}, run_id="ev"
             )
@@ -97,7 +105,13 @@ def test_tool_text_claiming_to_be_the_user_stays_tool_evidence(tmp_path: Path) -
                 payload={"note": "go ahead"},
             )
             # A new kernel: a resume in all but process.
-            kernel = Kernel(store, Flow(), workers, tools=tools, poll_interval=0.02)
+            kernel = Kernel(
+                store,
+                Flow(),
+                workers,
+                config=ExecutionConfig(poll_s=0.02),
+                parts=KernelParts(tools=tools),
+            )
             second = await kernel.run("ev")
             after = await store.evidence(started.run_id)
             state = (await store.load_run(started.run_id)).state
@@ -170,7 +184,9 @@ def test_ancestors_scope_hides_a_siblings_evidence(tmp_path: Path) -> None:
         async with ToolLayer(
             store, [record_source(tmp_path / "rec.jsonl")], policy_hook=allow_all
         ) as tools:
-            kernel = Kernel(store, Two(), {"look": look, "read": read}, tools=tools)
+            kernel = Kernel(
+                store, Two(), {"look": look, "read": read}, parts=KernelParts(tools=tools)
+            )
             await kernel.start(app="ev", run_id="s")
             assert (await kernel.run("s")).status is RunStatus.SUCCEEDED
             assert len(await store.evidence("s")) == 4  # type: ignore[arg-type]

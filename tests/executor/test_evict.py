@@ -24,8 +24,10 @@ from lk_stores import fresh_pg_schema
 from loopkernel import (
     Event,
     EventKind,
+    ExecutionConfig,
     GraphPatch,
     Kernel,
+    KernelParts,
     SQLiteStore,
     TaskContext,
     TaskSpec,
@@ -144,7 +146,13 @@ async def _run(db: Path | str, keep: int | None, *, dup: bool = False) -> dict[s
     await store.open()
     try:
         planner, watch = Reader(dup=dup), Watch()
-        kernel = Kernel(store, planner, {"work": work}, observer=watch, keep_finished=keep)
+        kernel = Kernel(
+            store,
+            planner,
+            {"work": work},
+            config=ExecutionConfig(keep_finished=keep),
+            parts=KernelParts(observer=watch),
+        )
         await kernel.start(app="evict", run_id="r1")
         outcome = await kernel.run("r1")
         return {
@@ -193,9 +201,12 @@ def test_keep_finished_is_checked(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "runs.db")
     for bad in (-1, True, 2.5, "3"):
         with pytest.raises(UsageError, match="keep_finished"):
-            Kernel(store, Reader(), {"work": work}, keep_finished=bad)  # type: ignore[arg-type]
+            Kernel(store, Reader(), {"work": work}, config=ExecutionConfig(keep_finished=bad))  # type: ignore[arg-type]
     pg = PostgresStore("postgresql://nobody@127.0.0.1:1/none")  # no read-back: it spills
-    assert Kernel(pg, Reader(), {"work": work}, keep_finished=10).keep_finished == 10
+    assert (
+        Kernel(pg, Reader(), {"work": work}, config=ExecutionConfig(keep_finished=10)).keep_finished
+        == 10
+    )
     assert Kernel(pg, Reader(), {"work": work}).keep_finished == DEFAULT_KEEP_FINISHED
 
 
@@ -235,7 +246,7 @@ async def child(db: str) -> None:
     """Run (or resume) ``r1`` in ``db`` evicting everything it can."""
     store = SQLiteStore(db, synchronous="normal")
     await store.open()
-    kernel = Kernel(store, Reader(), {"work": work}, keep_finished=0)
+    kernel = Kernel(store, Reader(), {"work": work}, config=ExecutionConfig(keep_finished=0))
     if not [r for r in await store.list_runs() if r.run_id == "r1"]:
         await kernel.start(app="evict", run_id="r1")
     await kernel.run("r1")
@@ -290,7 +301,13 @@ def test_a_resumed_run_sheds_the_finished_tasks_it_loaded_before_its_first_step(
                 await kernel.run("r1")
             loaded = len((await store.load_run(RunId("r1"))).state.tasks)
             watch = Watch()
-            kernel = Kernel(store, Reader(), {"work": work}, observer=watch, keep_finished=0)
+            kernel = Kernel(
+                store,
+                Reader(),
+                {"work": work},
+                config=ExecutionConfig(keep_finished=0),
+                parts=KernelParts(observer=watch),
+            )
             outcome = await kernel.run("r1")
             assert outcome.status.value == "succeeded", outcome.verdict
             return loaded, watch, await kernel.digest("r1")

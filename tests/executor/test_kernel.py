@@ -21,6 +21,7 @@ from loopkernel import (
     BasePlanner,
     Event,
     EventKind,
+    ExecutionConfig,
     GraphPatch,
     Kernel,
     NeedsApproval,
@@ -49,7 +50,8 @@ async def execute(
     store = db.store()
     await store.open()
     max_events = kw.pop("max_events", 1000)
-    kernel = Kernel(store, planner, workers, poll_interval=0.02, **kw)
+    config = ExecutionConfig(poll_s=0.02, concurrency=kw.pop("max_concurrency", 16))
+    kernel = Kernel(store, planner, workers, config=config)
     if run_id not in [r.run_id for r in await store.list_runs()]:
         await kernel.start(app="test", run_id=run_id, max_events=max_events)
     outcome = await kernel.run(run_id)
@@ -264,7 +266,7 @@ def test_forged_replayed_and_late_approvals_are_refused(backend: Backend) -> Non
     async def go() -> None:
         store = backend.store()
         await store.open()
-        kernel = Kernel(store, Gate(), {"work": counting({})}, poll_interval=0.02)
+        kernel = Kernel(store, Gate(), {"work": counting({})}, config=ExecutionConfig(poll_s=0.02))
         started = await kernel.start(app="test", run_id="run-1")
         assert (await kernel.run("run-1")).status is RunStatus.WAITING
         await store.close()

@@ -13,6 +13,7 @@ from loopkernel import (
     Event,
     GraphPatch,
     Kernel,
+    KernelParts,
     RunStatus,
     Snapshot,
     TaskContext,
@@ -60,7 +61,7 @@ def _run(db: Backend, planner: Any, workers: Any, **kw: Any) -> tuple[Any, Any]:
     async def go() -> tuple[Any, Any]:
         store = db.store()
         await store.open()
-        kernel = Kernel(store, planner, workers, **kw)
+        kernel = Kernel(store, planner, workers, parts=KernelParts(**kw))
         await kernel.start(app="t", run_id="r")
         outcome = await kernel.run("r")
         patches = await store.patches(RunId("r"))

@@ -20,8 +20,10 @@ from loopkernel import (
     BasePlanner,
     Event,
     EventKind,
+    ExecutionConfig,
     GraphPatch,
     Kernel,
+    KernelParts,
     RunStatus,
     Snapshot,
     TaskContext,
@@ -95,7 +97,13 @@ async def execute(
     await store.open()
     try:
         max_events = kw.pop("max_events", 1000)
-        kernel = Kernel(store, planner, {"work": work}, poll_interval=0.02, **kw)
+        kernel = Kernel(
+            store,
+            planner,
+            {"work": work},
+            config=ExecutionConfig(poll_s=0.02),
+            parts=KernelParts(**kw),
+        )
         await kernel.start(app="test", run_id=run_id, max_events=max_events)
         outcome = await kernel.run(run_id)
         return outcome, await store.patches(RunId(run_id))
@@ -189,11 +197,11 @@ def test_a_resumed_run_never_asks_again_for_an_event_that_has_a_patch(backend: B
         await store.open()
         first, second = Proposer({}), Proposer({})
         first.rules = second.rules = Gate()
-        kernel = Kernel(store, first, {"work": work}, poll_interval=0.02)
+        kernel = Kernel(store, first, {"work": work}, config=ExecutionConfig(poll_s=0.02))
         await kernel.start(app="test", run_id="g")
         assert (await kernel.run("g")).status is RunStatus.WAITING
         await store.add_human_input(RunId("g"), "a", decision="approve", payload=None)  # type: ignore[arg-type]
-        kernel = Kernel(store, second, {"work": work}, poll_interval=0.02)
+        kernel = Kernel(store, second, {"work": work}, config=ExecutionConfig(poll_s=0.02))
         assert (await kernel.run("g")).status is RunStatus.SUCCEEDED
         patches = await store.patches(RunId("g"))
         await store.close()

@@ -16,6 +16,7 @@ from loopkernel import (
     Event,
     GraphPatch,
     Kernel,
+    KernelParts,
     RunStatus,
     Snapshot,
     TaskContext,
@@ -74,7 +75,12 @@ def test_model_calls_of_a_run_are_journaled_with_their_cost(
             ScriptedProvider(script) as p,
             gateway_for(p, tmp_path, price_in=1000.0, price_out=1000.0) as (_gw, client),
         ):
-            kernel = Kernel(store, One(), {"ask": ask_twice}, models=ModelLayer(store, client))
+            kernel = Kernel(
+                store,
+                One(),
+                {"ask": ask_twice},
+                parts=KernelParts(models=ModelLayer(store, client)),
+            )
             await kernel.start(app="t", run_id="r")
             outcome = await kernel.run("r")
             assert outcome.status is RunStatus.SUCCEEDED
@@ -176,7 +182,12 @@ def test_an_exhausted_gateway_budget_escalates_the_run_with_its_verdict(
                 p, tmp_path, limits=Limits(run_usd=0.03), price_in=1000.0, price_out=1000.0
             ) as (_gw, client),
         ):
-            kernel = Kernel(store, One(), {"ask": ask_twice}, models=ModelLayer(store, client))
+            kernel = Kernel(
+                store,
+                One(),
+                {"ask": ask_twice},
+                parts=KernelParts(models=ModelLayer(store, client)),
+            )
             await kernel.start(app="t", run_id="r")
             outcome = await kernel.run("r")
             assert outcome.status is RunStatus.ESCALATED
@@ -235,7 +246,12 @@ def test_a_model_call_is_a_span_under_its_task_and_its_trace_reaches_the_gateway
         store = SQLiteStore(tmp_path / "runs.db")
         await store.open()
         async with ScriptedProvider(["A", "B"]) as p, gateway_for(p, tmp_path) as (_gw, client):
-            kernel = Kernel(store, One(), {"ask": ask_twice}, models=ModelLayer(store, client))
+            kernel = Kernel(
+                store,
+                One(),
+                {"ask": ask_twice},
+                parts=KernelParts(models=ModelLayer(store, client)),
+            )
             await kernel.start(app="t", run_id="r")
             assert (await kernel.run("r")).status is RunStatus.SUCCEEDED
         await store.close()

@@ -12,6 +12,7 @@ from loopkernel import (
     Event,
     GraphPatch,
     Kernel,
+    KernelParts,
     RunStatus,
     Snapshot,
     SQLiteStore,
@@ -75,7 +76,7 @@ def run(db: Path, planner: Any, workers: Any, guard: PolicyGuard) -> tuple[Any, 
         store = SQLiteStore(db)
         await store.open()
         try:
-            kernel = Kernel(store, planner, workers, guard=guard)
+            kernel = Kernel(store, planner, workers, parts=KernelParts(guard=guard))
             await kernel.start(app="t", run_id="r")
             outcome = await kernel.run("r")
             info = await store.get_run(RunId("r"))

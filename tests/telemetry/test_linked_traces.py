@@ -17,8 +17,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from loopkernel import (
     BasePlanner,
     Event,
+    ExecutionConfig,
     GraphPatch,
     Kernel,
+    KernelParts,
     RunStatus,
     Snapshot,
     TaskContext,
@@ -155,7 +157,13 @@ def test_a_fired_timer_is_a_span_of_the_execution_that_fired_it(
         store = SQLiteStore(tmp_path / "runs.db")
         await store.open()
         try:
-            kernel = Kernel(store, Nap(), {"work": work}, poll_interval=0.01, clock=clock)
+            kernel = Kernel(
+                store,
+                Nap(),
+                {"work": work},
+                config=ExecutionConfig(poll_s=0.01),
+                parts=KernelParts(clock=clock),
+            )
             await kernel.start(app="nap", run_id="nap")
             assert (await kernel.run("nap")).status is RunStatus.WAITING
             clock.now = 1_042.0

@@ -19,6 +19,7 @@ from loopkernel import (
     Event,
     GraphPatch,
     Kernel,
+    KernelParts,
     RunStatus,
     Snapshot,
     TaskContext,
@@ -96,7 +97,7 @@ def test_a_tool_call_is_a_span_of_its_task_and_carries_the_trace_to_the_server(
         await store.open()
         try:
             async with ToolLayer(store, [faults_source()], policy_hook=allow_all) as tools:
-                kernel = Kernel(store, OneCall(), {"call": call}, tools=tools)
+                kernel = Kernel(store, OneCall(), {"call": call}, parts=KernelParts(tools=tools))
                 started = await kernel.start(app="tools-test", run_id="t")
                 outcome = await kernel.run(started.run_id)
                 assert outcome.status is RunStatus.SUCCEEDED

@@ -19,8 +19,10 @@ from loopkernel import (
     BasePlanner,
     Event,
     EventKind,
+    ExecutionConfig,
     GraphPatch,
     Kernel,
+    KernelParts,
     Snapshot,
     TaskContext,
     TaskSpec,
@@ -102,7 +104,13 @@ def test_a_sleeping_run_waits_until_its_time_then_wakes_once(backend: Backend) -
     async def body() -> None:
         store = backend.store()
         await store.open()
-        kernel = Kernel(store, Nap(), {"work": work}, poll_interval=0.01, clock=clock)
+        kernel = Kernel(
+            store,
+            Nap(),
+            {"work": work},
+            config=ExecutionConfig(poll_s=0.01),
+            parts=KernelParts(clock=clock),
+        )
         await kernel.start(app="test", run_id="nap-1")
         first = await kernel.run("nap-1")
         assert first.status is RunStatus.WAITING
@@ -163,7 +171,11 @@ def test_an_approval_nobody_answers_in_time_is_decided_by_policy_once(
         store = lite_backend.store()
         await store.open()
         kernel = Kernel(
-            store, Gated(), {"pay": pay}, poll_interval=0.01, clock=clock, approval_timeout=timeout
+            store,
+            Gated(),
+            {"pay": pay},
+            config=ExecutionConfig(poll_s=0.01),
+            parts=KernelParts(clock=clock, approval_timeout=timeout),
         )
         await kernel.start(app="test", run_id="gate")
         assert (await kernel.run("gate")).status is RunStatus.WAITING
@@ -202,9 +214,8 @@ def test_an_approval_answered_in_time_never_times_out(lite_backend: Backend) -> 
             store,
             Gated(),
             {"pay": pay},
-            poll_interval=0.01,
-            clock=clock,
-            approval_timeout=ApprovalTimeout(seconds=60),
+            config=ExecutionConfig(poll_s=0.01),
+            parts=KernelParts(clock=clock, approval_timeout=ApprovalTimeout(seconds=60)),
         )
         await kernel.start(app="test", run_id="gate")
         await kernel.run("gate")

@@ -14,6 +14,7 @@ from loopkernel import (
     Event,
     GraphPatch,
     Kernel,
+    KernelParts,
     RunStatus,
     Snapshot,
     TaskContext,
@@ -59,7 +60,12 @@ def test_a_tool_failure_is_the_runs_persisted_verdict(
         store = SQLiteStore(tmp_path / "runs.db")
         await store.open()
         async with ToolLayer(store, [source], policy_hook=allow_all) as tools:
-            kernel = Kernel(store, OneTask(), {"call": worker_calling(tool, args)}, tools=tools)
+            kernel = Kernel(
+                store,
+                OneTask(),
+                {"call": worker_calling(tool, args)},
+                parts=KernelParts(tools=tools),
+            )
             started = await kernel.start(app="tools-test")
             outcome = await kernel.run(started.run_id)
         assert outcome.status is RunStatus.FAILED
@@ -90,7 +96,7 @@ def test_an_irreversible_call_parks_the_task_until_approved(tmp_path: Path) -> N
         await store.open()
         # the default policy hook: irreversible calls wait for a human
         async with ToolLayer(store, [record_source(record)]) as tools:
-            kernel = Kernel(store, OneTask(), {"call": commit}, tools=tools)
+            kernel = Kernel(store, OneTask(), {"call": commit}, parts=KernelParts(tools=tools))
             started = await kernel.start(app="tools-test")
             parked = await kernel.run(started.run_id)
             assert parked.status is RunStatus.WAITING

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from lk_helpers import cli_env
-from loopkernel import RunStatus, TaskContext, ToolError
-from loopkernel.errors import TransientFault, UsageError
+from loopkernel import KernelParts, RunStatus, TaskContext, ToolError
+from loopkernel.errors import ToolTransientError, TransientFault, UsageError
 from loopkernel.store import SQLiteStore
 from loopkernel.testing import run_cli
 from loopkernel.tools import (
@@ -68,8 +68,8 @@ def test_a_fault_that_outlasts_the_policy_leaves_the_effect_intended(
 ) -> None:
     marker = tmp_path / "m"
     err = call(store, make_ctx, "flaky", {"marker": str(marker), "failures": 10})
-    assert type(err) is ToolError and err.attrs["kind"] == "handler_transient", err
-    assert err.attrs["transient"] is True and err.attrs["sent"] == 3
+    assert type(err) is ToolTransientError and err.attrs["kind"] == "handler_transient", err
+    assert err.spent and err.verdict()["transient"] is True and err.attrs["sent"] == 3
     assert "No space left on device" in err.message and is_transient(err)
     assert marker.read_text() == "3"  # the declared policy: 3 sends
     assert effects(store) == [("run-1/t1/0", "intended")]  # not an answer: nothing concluded
@@ -80,7 +80,7 @@ def test_an_irreversible_tool_is_never_re_sent_by_the_layer(
 ) -> None:
     marker = tmp_path / "m"
     err = call(store, make_ctx, "flaky_send", {"marker": str(marker), "failures": 1})
-    assert isinstance(err, ToolError) and err.attrs["transient"] is True, err
+    assert isinstance(err, ToolTransientError) and err.spent, err
     assert err.attrs["sent"] == 1 and err.attrs["effect"] == "irreversible"
     assert marker.read_text() == "1"
     # The handler answered that it did nothing: the journal closes the key, and the
@@ -124,7 +124,7 @@ def test_a_timeout_of_a_read_only_tool_is_retried_then_leaves_the_run_running(
         await store.open()
         source = faults_source(timeouts={"slow": 0.2})
         async with ToolLayer(store, [source], policy_hook=allow_all) as tools:
-            kernel = Kernel(store, One(), {"call": slow}, tools=tools)
+            kernel = Kernel(store, One(), {"call": slow}, parts=KernelParts(tools=tools))
             started = await kernel.start(app="t")
             with pytest.raises(TransientFault) as fault:
                 await kernel.run(started.run_id)

@@ -13,6 +13,7 @@ import pytest
 
 from loopkernel.client import Client
 from loopkernel.errors import UsageError
+from loopkernel.executor import ExecutionConfig
 from loopkernel.graph import EventKind, RunStatus
 from loopkernel.ids import RunId
 from loopkernel.store import Claim, Store, digest_of
@@ -131,7 +132,9 @@ def test_a_worker_whose_lease_is_taken_stops_the_run_and_writes_nothing(
         client = Client(store=store)
         # b outlasts the theft, however slow the machine: a run that finished is not stolen.
         await submit(client, "lk_workers:relay", "r", delays={"a": 0.01, "b": 4.0, "c": 0.01})
-        async with serving(store, worker_id="slowpoke", lease_seconds=0.6) as worker:
+        async with serving(
+            store, worker_id="slowpoke", execution=ExecutionConfig(lease_s=0.6)
+        ) as worker:
             await eventually("b to run", lambda: _running(store, "r", "b"))
             # Another worker takes the run over, as if this one had missed its heartbeats.
             claims: list[Claim] = []
@@ -228,8 +231,8 @@ def test_worker_config_is_checked() -> None:
     with pytest.raises(UsageError):
         WorkerConfig(concurrency=0)
     with pytest.raises(UsageError):
-        WorkerConfig(lease_seconds=0)
-    assert WorkerConfig(lease_seconds=9).heartbeat_seconds == 3
+        WorkerConfig(execution=ExecutionConfig(lease_s=0))
+    assert WorkerConfig(execution=ExecutionConfig(lease_s=9)).heartbeat_seconds == 3
 
 
 class PausedRelease:

@@ -18,7 +18,7 @@ import argparse
 import json
 
 from loopkernel.cli._args import count, run_id
-from loopkernel.cli._main import Handler
+from loopkernel.cli._exit import Handler
 from loopkernel.client import Client
 from loopkernel.graph import TERMINAL_RUN
 

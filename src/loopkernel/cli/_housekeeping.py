@@ -24,7 +24,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from loopkernel.cli._args import run_id
-from loopkernel.cli._main import HELD, USAGE, Handler
+from loopkernel.cli._exit import HELD, USAGE, Handler
 from loopkernel.client import PRUNED_BY_DEFAULT, Client, Pruned
 from loopkernel.errors import RunHeld, RunNotFound, StoreUnavailable
 from loopkernel.graph import RunStatus
@@ -222,9 +222,7 @@ complete -F _loopkernel loopkernel
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
-    from loopkernel.cli._main import build_parser
-
-    print(bash_completion(build_parser()), end="")
+    print(bash_completion(args.build_parser()), end="")  # the whole parser, apps' commands too
     return 0
 
 

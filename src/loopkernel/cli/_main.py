@@ -30,7 +30,7 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from loopkernel._app import App, load_app
@@ -54,8 +54,18 @@ from loopkernel.cli._door import (
     shown_url,
     version,
 )
+from loopkernel.cli._exit import (
+    BROKEN_PIPE,
+    EXIT_CODES,
+    HELD,
+    INCOMPATIBLE_VERSION,
+    NOT_A_DATABASE,
+    STORE_UNAVAILABLE,
+    USAGE,
+    Handler,
+)
 from loopkernel.cli._render import Progress, one_line, render_inspection
-from loopkernel.client import DEFAULT_STORE_RETRY, Client
+from loopkernel.client import DEFAULT_STORE_RETRY, Client, Listeners
 from loopkernel.errors import (
     IncompatibleVersion,
     LeaseLost,
@@ -67,30 +77,19 @@ from loopkernel.errors import (
     TransientFault,
     UsageError,
 )
-from loopkernel.executor import DEFAULT_MAX_EVENTS, RunOutcome, StartedRun, check_keep_finished
+from loopkernel.executor import (
+    DEFAULT_MAX_EVENTS,
+    ExecutionConfig,
+    RunOutcome,
+    StartedRun,
+    check_keep_finished,
+)
 from loopkernel.graph import JSON, RunStatus
 
 if TYPE_CHECKING:
     from loopkernel.tools import StartedServers
 
 __all__ = ["EXIT_CODES", "main"]
-
-EXIT_CODES: dict[RunStatus, int] = {
-    RunStatus.SUCCEEDED: 0,
-    RunStatus.FAILED: 1,
-    RunStatus.WAITING: 3,
-    RunStatus.ESCALATED: 4,
-    RunStatus.CANCELLED: 5,
-    RunStatus.RUNNING: 6,
-}
-USAGE = 2
-HELD = 7
-STORE_UNAVAILABLE = 8
-NOT_A_DATABASE = 9
-INCOMPATIBLE_VERSION = 10
-BROKEN_PIPE = 141
-
-Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 
 
 async def _finish(
@@ -182,13 +181,9 @@ async def _run(client: Client, args: argparse.Namespace, servers: StartedServers
     progress = None if args.quiet or args.json else Progress(sys.stdout)
     outcome = await client.execute(
         started.run_id,
-        observer=progress,
-        max_concurrency=args.concurrency,
-        store_retry=args.store_retry,
-        on_retry=_retrying(args),
-        on_tool_server=None if progress is None else progress.tool_server,
+        config=execution_config(args),
+        listeners=_listeners(args, progress),
         tool_servers=servers,
-        keep_finished=args.keep_finished,
     )
     return await _finish(client, outcome, args, started.token)
 
@@ -212,6 +207,23 @@ async def open_retrying(client: Client, args: argparse.Namespace, run: str | Non
             on_retry(exc, min(delay, left))
             await asyncio.sleep(min(delay, left))
             delay = min(delay * 2, 2.0)
+
+
+def execution_config(args: argparse.Namespace) -> ExecutionConfig:
+    """The one ``ExecutionConfig`` of ``run``/``resume``'s flags, handed down whole."""
+    return ExecutionConfig(
+        concurrency=args.concurrency,
+        store_retry_s=args.store_retry,
+        keep_finished=args.keep_finished,
+    )
+
+
+def _listeners(args: argparse.Namespace, progress: Progress | None) -> Listeners:
+    return Listeners(
+        observer=progress,
+        on_retry=_retrying(args),
+        on_tool_server=None if progress is None else progress.tool_server,
+    )
 
 
 def _retrying(args: argparse.Namespace) -> Callable[[StoreUnavailable, float], None]:
@@ -256,13 +268,7 @@ async def cmd_resume(args: argparse.Namespace) -> int:
         stack.push_async_callback(client.store.close)
         progress = None if args.quiet or args.json else Progress(sys.stdout)
         outcome = await client.execute(
-            args.run,
-            observer=progress,
-            max_concurrency=args.concurrency,
-            store_retry=args.store_retry,
-            on_retry=_retrying(args),
-            on_tool_server=None if progress is None else progress.tool_server,
-            keep_finished=args.keep_finished,
+            args.run, config=execution_config(args), listeners=_listeners(args, progress)
         )
         return await _finish(client, outcome, args)
 
@@ -607,7 +613,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(app_commands=False)
     if _command_word(raw) not in _builtin_commands(parser):
         parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv, argparse.Namespace(build_parser=build_parser))  # completion
     if args.command != "gateway":
         # The runtime never holds provider keys (docs/models.md). As the process's entry
         # point, re-execute without them, so even /proc/PID/environ is clean; called as a
@@ -659,7 +665,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"loopkernel: {one_line(str(exc))}{_resume_hint(args, exc)}", file=sys.stderr)
         return EXIT_CODES[RunStatus.RUNNING]
     except LoopKernelError as exc:
-        print(f"loopkernel: {type(exc).__name__}: {one_line(str(exc))}", file=sys.stderr)
+        print(f"loopkernel: {exc.family}: {one_line(str(exc))}", file=sys.stderr)
         return 1
     except ModuleNotFoundError as exc:
         extra = extra_for(exc.name or "")

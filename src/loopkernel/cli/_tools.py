@@ -113,7 +113,7 @@ def _quiet(args: argparse.Namespace) -> None:
 
 def _fail(exc: LoopKernelError) -> int:
     kind = exc.attrs.get("kind")
-    label = f"{type(exc).__name__}({kind})" if kind else type(exc).__name__
+    label = f"{exc.family}({kind})" if kind else exc.family
     print(f"loopkernel tools: {label}: {one_line(exc.message)}", file=sys.stderr)
     return USAGE if isinstance(exc, UsageError) else FAILED
 

@@ -26,14 +26,14 @@ import time
 
 from loopkernel.cli._args import count, positive, run_id
 from loopkernel.cli._door import db_flag
+from loopkernel.cli._exit import EXIT_CODES, Handler
 from loopkernel.cli._main import (
-    EXIT_CODES,
-    Handler,
     add_app_arguments,
     check_app_arguments,
     start_run,
 )
 from loopkernel.client import Client
+from loopkernel.executor import ExecutionConfig
 from loopkernel.graph import TERMINAL_RUN, EventKind, RunStatus
 from loopkernel.store import open_store
 from loopkernel.worker import RunWorker, WorkerConfig, default_worker_id
@@ -45,9 +45,8 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     config = WorkerConfig(
         worker_id=args.id or default_worker_id(),
         concurrency=args.concurrency,
-        lease_seconds=args.lease,
         poll_seconds=args.poll,
-        task_concurrency=args.tasks,
+        execution=ExecutionConfig(lease_s=args.lease, concurrency=args.tasks),
         apps=frozenset(args.app or ()),
     )
     # A worker may be the first to reach an empty PostgreSQL database: it makes the tables

@@ -1,5 +1,14 @@
 """The executor: the loop that runs a run, its worker context, and the crash points."""
 
+from loopkernel.executor._config import (
+    DEFAULT_KEEP_FINISHED,
+    DEFAULT_LEASE_S,
+    DEFAULT_STORE_RETRY_S,
+    ExecutionConfig,
+    KernelParts,
+    Observer,
+    PatchGuard,
+)
 from loopkernel.executor._context import (
     ModelCaller,
     NeedsApproval,
@@ -11,8 +20,6 @@ from loopkernel.executor._kernel import (
     DEFAULT_MAX_EVENTS,
     TOKEN_REQUIRED,
     Kernel,
-    Observer,
-    PatchGuard,
     RunOutcome,
     StartedRun,
     check_keep_finished,
@@ -21,10 +28,15 @@ from loopkernel.executor._kernel import (
 from loopkernel.executor._timers import ApprovalTimeout
 
 __all__ = [
+    "DEFAULT_KEEP_FINISHED",
+    "DEFAULT_LEASE_S",
     "DEFAULT_MAX_EVENTS",
+    "DEFAULT_STORE_RETRY_S",
     "TOKEN_REQUIRED",
     "ApprovalTimeout",
+    "ExecutionConfig",
     "Kernel",
+    "KernelParts",
     "ModelCaller",
     "NeedsApproval",
     "Observer",

@@ -24,9 +24,9 @@ import inspect
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from loopkernel import telemetry
 from loopkernel._hooks import crashpoint
@@ -40,12 +40,18 @@ from loopkernel.errors import (
     TransientFault,
     TripwireFired,
     UsageError,
+    family_of,
+)
+from loopkernel.executor._config import (
+    DEFAULT_KEEP_FINISHED,
+    ExecutionConfig,
+    KernelParts,
+    check_keep_finished,
+    legacy_kernel_options,
 )
 from loopkernel.executor._context import (
-    ModelCaller,
     NeedsApproval,
     TaskContext,
-    ToolCaller,
     Worker,
 )
 from loopkernel.executor._evidence import EvidenceBook
@@ -62,7 +68,6 @@ from loopkernel.executor._outcomes import (
 )
 from loopkernel.executor._spill import SpillArchive
 from loopkernel.executor._timers import (
-    ApprovalTimeout,
     due,
     is_approval_wait,
     next_wake,
@@ -84,11 +89,13 @@ from loopkernel.graph import (
     RunStatus,
     Task,
     TaskState,
+    Verdict,
+    VerdictKind,
     validate,
 )
 from loopkernel.graph.door import Entry, admit
 from loopkernel.ids import RunId, TaskId, check_id, new_run_id
-from loopkernel.planner import Flow, Planner, Proposal, Snapshot
+from loopkernel.planner import Flow, Planner, Proposal
 from loopkernel.store import (
     ArchiveSource,
     NewEvent,
@@ -105,7 +112,6 @@ __all__ = [
     "DEFAULT_KEEP_FINISHED",
     "DEFAULT_MAX_EVENTS",
     "Kernel",
-    "PatchGuard",
     "RunOutcome",
     "StartedRun",
     "check_keep_finished",
@@ -120,27 +126,9 @@ of the task, and the run stays resumable (the task runs again when it resumes)."
 DEFAULT_MAX_EVENTS = 100_000
 """The runaway guard's default: far above any run the shipped apps make (tens of events)."""
 
-DEFAULT_KEEP_FINISHED = 1000
-"""``keep_finished`` when none is given: a run of up to about this many tasks never evicts
-one; a longer run's memory stays flat."""
-
 _EVICT_LOOKS = 64
 """At most this many finished tasks are looked at for eviction per step, so that a step's
 cost stays bounded when old tasks cannot go yet (their successors have not finished)."""
-
-
-class PatchGuard(Protocol):
-    """Policy as the executor consults it: on every patch, before it is validated and applied.
-
-    Raise ``TripwireFired`` or ``BudgetExceeded`` to stop the run as ``escalated``: the
-    proposed patch is journaled as rejected by ``policy`` with the reason, once.
-    """
-
-    def check_patch(self, snapshot: Snapshot, event: Event, patch: GraphPatch) -> None: ...
-
-
-Observer = Callable[[Event, GraphState, PatchRecord | None], None]
-"""Called after each event is planned (with its patch record) and at run_finished."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -158,16 +146,6 @@ class RunOutcome:
     """``waiting`` when the executor stopped because only a human can move the run on."""
     verdict: JSON
     """Why the run stopped."""
-
-
-def check_keep_finished(keep_finished: int | None) -> None:
-    """``UsageError`` unless ``keep_finished`` is None or a whole number >= 0."""
-    if keep_finished is None:
-        return
-    if isinstance(keep_finished, bool) or not isinstance(keep_finished, int):
-        raise UsageError(f"keep_finished must be a whole number, not {keep_finished!r}")
-    if keep_finished < 0:
-        raise UsageError(f"keep_finished must be at least 0, not {keep_finished}")
 
 
 def hash_token(token: str) -> str:
@@ -188,20 +166,17 @@ class Kernel:
         planner: Planner,
         workers: Mapping[str, Callable[[TaskContext], Any]],
         *,
-        tools: ToolCaller | None = None,
-        models: ModelCaller | None = None,
-        max_concurrency: int = 16,
-        poll_interval: float = 0.2,
-        cancel_grace: float = 5.0,
-        observer: Observer | None = None,
-        guard: PatchGuard | None = None,
-        keep_finished: int | None = None,
-        clock: Callable[[], float] = time.time,
-        approval_timeout: ApprovalTimeout | None = None,
-        app_version: str | None = None,
-        compatible_with: Collection[str] | None = None,
+        config: ExecutionConfig | None = None,
+        parts: KernelParts | None = None,
+        **legacy: Any,
     ) -> None:
-        """``keep_finished``: keep at most about this many succeeded tasks in memory and
+        """``config``: the execution's knobs (``ExecutionConfig``: concurrency, poll,
+        cancel grace, ``keep_finished``); ``parts``: what the kernel works with beside its
+        planner and workers (``KernelParts``: tool and model layers, observer, guard,
+        clock, approval timeout, versions). The keyword arguments of before both
+        (``max_concurrency=``, ``tools=`` ...) still work, with a ``DeprecationWarning``.
+
+        ``keep_finished``: keep at most about this many succeeded tasks in memory and
         read older ones back from the store when a planner or a worker asks for them, so
         that a long run's memory stays flat (docs/performance.md, "Memory"). ``None``
         (the default): ``DEFAULT_KEEP_FINISHED`` (1,000). A store that reads tasks back
@@ -209,28 +184,28 @@ class Kernel:
         keeps what it evicts in a temporary file of its own (``SpillArchive``).
         ``workers``: ``async def`` callables, or plain ``def`` ones, which run in a thread
         (``as_async_worker`` states how they are cancelled)."""
-        if max_concurrency < 1:
-            raise UsageError(f"max_concurrency must be at least 1, not {max_concurrency}")
-        check_keep_finished(keep_finished)
+        config, parts = legacy_kernel_options(config, parts, legacy)
+        self.config = config
+        self.parts = parts
         self.store = store
         self.planner = planner
         self.workers = {skill: as_async_worker(skill, w) for skill, w in workers.items()}
         if isinstance(planner, Flow):
             planner.check_workers(self.workers)
-        self.tools = tools
-        self.models = models
-        self.max_concurrency = max_concurrency
-        self.poll_interval = poll_interval
-        self.cancel_grace = cancel_grace
-        self.observer = observer
-        self.guard = guard
-        self.keep_finished = DEFAULT_KEEP_FINISHED if keep_finished is None else keep_finished
-        self.clock = clock
+        self.tools = parts.tools
+        self.models = parts.models
+        self.max_concurrency = config.concurrency
+        self.poll_interval = config.poll_s
+        self.cancel_grace = config.cancel_grace_s
+        self.observer = parts.observer
+        self.guard = parts.guard
+        self.keep_finished = config.kept
+        self.clock = parts.clock
         """Wall time in seconds since the epoch, for timers (tests pass a fake one)."""
-        self.approval_timeout = approval_timeout
-        self.app_version = app_version
+        self.approval_timeout = parts.approval_timeout
+        self.app_version = parts.app_version
         """Recorded on the runs it starts and on every patch it journals."""
-        self.compatible_with = compatible_with
+        self.compatible_with = parts.compatible_with
         """Versions whose runs this one resumes (``None``: any; executor/_versions.py)."""
 
     async def start(
@@ -311,7 +286,7 @@ class _RunLoop:
         self.finished: deque[TaskId] = deque()
         """Succeeded tasks still in memory, oldest first, when finished tasks are evicted."""
         self.archive: Archive | None = None
-        """Where evicted tasks are read back from (``Kernel(keep_finished=...)``): the
+        """Where evicted tasks are read back from (``ExecutionConfig(keep_finished=...)``): the
         store, or a ``SpillArchive`` of this execution's own where the store cannot."""
 
     # -- the loop --------------------------------------------------------------------------
@@ -748,20 +723,21 @@ class _RunLoop:
 
     async def _plan_one(self, event: Event) -> tuple[PatchRecord, Delta]:
         if event.seq > self.max_events:
-            verdict = {
-                "kind": "runaway",
-                "message": f"run passed max_events={self.max_events} (event seq {event.seq}); "
+            verdict = Verdict(
+                kind=VerdictKind.RUNAWAY,
+                message=f"run passed max_events={self.max_events} (event seq {event.seq}); "
                 "raise it with --max-events if the run is legitimately this long",
-                "max_events": self.max_events,
-                "observed": event.seq,
-            }
+                details={"max_events": self.max_events, "observed": event.seq},
+            )
             return self._kernel_finish(event, "failed", verdict, "runaway guard")
         if event.kind is EventKind.CANCEL_REQUESTED:
-            verdict = {"kind": "cancelled", "reason": (event.data or {}).get("reason")}
+            reason = (event.data or {}).get("reason")
+            verdict = Verdict(kind=VerdictKind.CANCELLED, details={"reason": reason})
             return self._kernel_finish(event, "cancelled", verdict, "cancel requested")
         if event.kind is EventKind.TRIPWIRE:
-            verdict = {**event.data["error"], "task_id": event.task_id}
-            return self._kernel_finish(event, "escalated", verdict, "tripwire")
+            # the error's own verdict (``LoopKernelError.verdict``), naming its task
+            fired = {**event.data["error"], "task_id": event.task_id}
+            return self._kernel_finish(event, "escalated", fired, "tripwire")
         asked = event
         if event.kind is EventKind.TIMER_FIRED:
             answered = self._timer_fired(event)
@@ -777,7 +753,9 @@ class _RunLoop:
         except _STOPS_THE_RUN:
             raise  # the store did not answer a read (an evicted task's): no verdict on the plan
         except Exception as exc:
-            verdict = {"kind": "planner_error", "type": type(exc).__name__, "message": str(exc)}
+            verdict = Verdict(
+                kind=VerdictKind.PLANNER_ERROR, message=str(exc), details={"type": family_of(exc)}
+            )
             return self._kernel_finish(event, "failed", verdict, "the planner raised")
         if isinstance(patch, Proposal):
             return self._judge(event, clean_proposal(patch))
@@ -798,12 +776,14 @@ class _RunLoop:
             return self._kernel_patch(event, GraphPatch().resume(task.task_id), "timer fired")
         timeout = self.k.approval_timeout
         if timeout is not None and timeout.action == "escalate":
-            verdict = {
-                "kind": "approval_timeout",
-                "task_id": task.task_id,
-                "reason": task.wait_reason,
-                "after_seconds": timeout.seconds,
-            }
+            verdict = Verdict(
+                kind=VerdictKind.APPROVAL_TIMEOUT,
+                details={
+                    "task_id": task.task_id,
+                    "reason": task.wait_reason,
+                    "after_seconds": timeout.seconds,
+                },
+            )
             return self._kernel_finish(event, "escalated", verdict, "approval timed out")
         return replace(
             event,
@@ -866,12 +846,11 @@ class _RunLoop:
         try:
             delta = validate(self.state, patch, self.k.workers.keys())
         except PatchRejected as exc:
-            verdict = {
-                "kind": "patch_rejected",
-                "rule": exc.attrs.get("rule"),
-                "message": exc.message,
-                "event_seq": event.seq,
-            }
+            verdict = Verdict(
+                kind=VerdictKind.PATCH_REJECTED,
+                message=exc.message,
+                details={"rule": exc.attrs.get("rule"), "event_seq": event.seq},
+            )
             _, delta = self._kernel_finish(event, "failed", verdict, exc.message)
             return PatchRecord(
                 event_seq=event.seq, ops=patch.to_json(), outcome="rejected", reason=exc.message
@@ -879,9 +858,10 @@ class _RunLoop:
         return PatchRecord(event_seq=event.seq, ops=patch.to_json()), delta
 
     def _kernel_finish(
-        self, event: Event, status: str, verdict: JSON, reason: str
+        self, event: Event, status: str, verdict: Verdict | JSON, reason: str
     ) -> tuple[PatchRecord, Delta]:
-        patch = GraphPatch().finish(status, clean(verdict))  # type: ignore[arg-type]
+        kept = verdict.to_json() if isinstance(verdict, Verdict) else verdict
+        patch = GraphPatch().finish(status, clean(kept))  # type: ignore[arg-type]
         delta = validate(self.state, patch, self.k.workers.keys())
         return PatchRecord(
             event_seq=event.seq, ops=patch.to_json(), planner="kernel", reason=reason
@@ -890,11 +870,11 @@ class _RunLoop:
     async def _stall(self) -> None:
         """Nothing runs, nothing waits for a human, and the planner did not finish the run."""
         stuck = sorted(t.task_id for t in self.state.resident() if t.state not in TERMINAL_TASK)
-        verdict = {
-            "kind": "stalled",
-            "message": "no task can run and the planner did not finish the run",
-            "stuck_tasks": stuck[:20],
-        }
+        verdict = Verdict(
+            kind=VerdictKind.STALLED,
+            message="no task can run and the planner did not finish the run",
+            details={"stuck_tasks": list(stuck[:20])},
+        ).to_json()
         patch = GraphPatch().finish("failed", verdict)
         delta = validate(self.state, patch, self.k.workers.keys())
         self.state.apply(delta)
@@ -946,7 +926,10 @@ class _RunLoop:
             return
         if not isinstance(exc, Exception):  # SystemExit, GeneratorExit: not a verdict
             return
-        verdict = clean({"kind": "executor_error", "type": type(exc).__name__, "message": str(exc)})
+        bug = Verdict(
+            kind=VerdictKind.EXECUTOR_ERROR, message=str(exc), details={"type": family_of(exc)}
+        )
+        verdict = clean(bug.to_json())
         try:
             # What the store holds, not our memory: the bug may have struck between a
             # patch applied here and its commit.
@@ -965,10 +948,11 @@ class _RunLoop:
 
 def _stop_if_not_a_verdict(exc: BaseException | None, run_id: RunId, task_id: TaskId) -> None:
     """Raise what stops the executor instead of failing the task (``_STOPS_THE_RUN``); a
-    tool error the tool layer marked ``transient`` (its retries spent) is ``TransientFault``."""
+    run error whose retries were spent (``LoopKernelError.spent``: the tool layer or the
+    model journal gave up on a fault that may pass) is ``TransientFault``."""
     if isinstance(exc, _STOPS_THE_RUN):
         raise exc
-    if isinstance(exc, RunError) and exc.attrs.get("transient") is True:
+    if isinstance(exc, RunError) and exc.spent:
         sent = exc.attrs.get("sent")
         why = (
             "an irreversible tool is not re-sent"
@@ -977,11 +961,11 @@ def _stop_if_not_a_verdict(exc: BaseException | None, run_id: RunId, task_id: Ta
         )
         raise TransientFault(
             f"task {task_id!r} stopped on a fault that may pass: {exc.message} "
-            f"({type(exc).__name__}; {why}). The run was left running; resuming it re-sends "
+            f"({exc.family}; {why}). The run was left running; resuming it re-sends "
             "the call under the same idempotency key",
             run_id=run_id,
             task_id=task_id,
-            cause=type(exc).__name__,
+            cause=exc.family,
             **{k: v for k, v in exc.attrs.items() if k in ("tool", "kind", "sent", "effect")},
         ) from exc
 

@@ -17,7 +17,7 @@ import json
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
-from loopkernel.errors import BudgetExceeded, LoopKernelError, TripwireFired
+from loopkernel.errors import BudgetExceeded, LoopKernelError, TripwireFired, family_of
 from loopkernel.evidence import KEEP_SECRETS, redact, redact_text
 from loopkernel.executor._context import NeedsApproval
 from loopkernel.graph import JSON, Delta, EventKind, GraphPatch, Task, TaskState
@@ -124,7 +124,7 @@ def late_result(fut: asyncio.Task[JSON]) -> JSON:
         return None
     exc = fut.exception()
     if exc is not None:
-        return {"outcome": "error", "type": type(exc).__name__}
+        return {"outcome": "error", "type": family_of(exc)}
     text = json.dumps(fut.result(), sort_keys=True, default=repr)
     return {
         "outcome": "result",

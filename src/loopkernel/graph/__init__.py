@@ -15,6 +15,7 @@ from loopkernel.graph._model import (
 from loopkernel.graph._patch import Add, Cancel, Connect, Finish, GraphPatch, Op, Resume, Wait
 from loopkernel.graph._replay import state_at
 from loopkernel.graph._state import Archive, Delta, GraphState, Task, TaskTable, validate
+from loopkernel.graph._verdict import Verdict, VerdictKind
 
 __all__ = [
     "JSON",
@@ -38,6 +39,8 @@ __all__ = [
     "TaskSpec",
     "TaskState",
     "TaskTable",
+    "Verdict",
+    "VerdictKind",
     "Wait",
     "legal_transition",
     "state_at",

@@ -14,6 +14,7 @@ from typing import Literal, TypeAlias
 
 from loopkernel.errors import UsageError
 from loopkernel.graph._model import JSON, RunStatus, TaskSpec
+from loopkernel.graph._verdict import Verdict
 from loopkernel.ids import TaskId
 
 __all__ = ["Add", "Cancel", "Connect", "Finish", "GraphPatch", "Op", "Resume", "Wait"]
@@ -121,8 +122,12 @@ class GraphPatch:
     def resume(self, task_id: str, payload: JSON = None) -> GraphPatch:
         return self._with(Resume(task_id=TaskId(task_id), payload=payload))
 
-    def finish(self, status: FinishStatus | RunStatus, verdict: JSON = None) -> GraphPatch:
-        return self._with(Finish(status=RunStatus(status).value, verdict=verdict))  # type: ignore[arg-type]
+    def finish(
+        self, status: FinishStatus | RunStatus, verdict: Verdict | JSON = None
+    ) -> GraphPatch:
+        """End the run; a ``Verdict`` is kept in its journal form (``to_json``)."""
+        kept = verdict.to_json() if isinstance(verdict, Verdict) else verdict
+        return self._with(Finish(status=RunStatus(status).value, verdict=kept))  # type: ignore[arg-type]
 
     def to_json(self) -> list[dict[str, JSON]]:
         """The journal form: a list of ``{"op": ..., ...}`` objects."""

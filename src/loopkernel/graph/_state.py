@@ -172,7 +172,7 @@ class Archive(Protocol):
 
 class TaskTable(dict[TaskId, Task]):
     """``GraphState.tasks`` once the executor evicted succeeded tasks from memory
-    (``Kernel(keep_finished=N)``, ``GraphState.evict``): reading one of those
+    (``ExecutionConfig(keep_finished=N)``, ``GraphState.evict``): reading one of those
     (``table[id]``, ``get``, ``in``, iterating, ``len``) reads it back from the store's
     ``Archive``, so what a planner or a worker sees is the same either way. Only the
     executor's own state evicts; ``resident()`` is what is in memory.

@@ -4,7 +4,7 @@ The runtime never holds a provider key. It reaches models only through the gatew
 (``loopkernel gateway``, a separate process) with the gateway's address and token::
 
     client = ModelClient.from_env()          # LOOPKERNEL_GATEWAY, LOOPKERNEL_GATEWAY_TOKEN
-    kernel = Kernel(store, planner, workers, models=ModelLayer(store, client))
+    kernel = Kernel(store, planner, workers, parts=KernelParts(models=ModelLayer(store, client)))
 
     async def summarise(ctx):                # a worker
         reply = await ctx.complete([Message(role="user", content="...")], max_tokens=64)

@@ -29,8 +29,10 @@ from loopkernel.errors import (
     LoopKernelError,
     ModelError,
     ModelTimeout,
+    ModelUnauthorized,
     ModelUnavailable,
     UsageError,
+    revive,
 )
 from loopkernel.models._http import Address, parse_address, request
 from loopkernel.models._types import Completion, Message, messages_to_json
@@ -63,13 +65,12 @@ def error_from_wire(status: int, body: bytes) -> LoopKernelError:
         if not isinstance(attrs, dict):
             attrs = {}
         attrs = {k: v for k, v in attrs.items() if k.isidentifier() and k != "message"}
-        return cls(str(err["message"]), **attrs)
+        return revive(cls, {**attrs, "type": cls.family, "message": str(err["message"])})
     except (ValueError, KeyError, TypeError):
         pass
     if status == 401:
-        return ModelError(
+        return ModelUnauthorized(
             f"the gateway refused the token (401); set {ENV_TOKEN} to the gateway's token",
-            kind="unauthorized",
             status=status,
         )
     if status >= 500:

@@ -18,7 +18,7 @@ One call, in order::
                          call (an invalid reply, a provider's 4xx: ``ANSWERS``)
 
 ``ModelTimeout`` and ``ModelUnavailable`` (the client's bounded re-sends spent) leave the
-effect ``intended`` and are raised marked ``transient``: the executor stops with
+effect ``intended`` and are raised marked ``spent`` (``retries_spent``): the executor stops with
 ``TransientFault``, the run stays resumable, and ``resume`` re-sends the call with the
 same key; the gateway's ledger decides (a model call is ``resendable``: the ledger answers
 a key once).
@@ -36,8 +36,9 @@ from loopkernel.errors import (
     BudgetExceeded,
     LoopKernelError,
     ModelError,
-    ModelTimeout,
-    ModelUnavailable,
+    RunError,
+    is_retryable,
+    revive,
 )
 from loopkernel.evidence import redact_text
 from loopkernel.graph import JSON
@@ -68,7 +69,12 @@ class ModelLayer:
 
     ::
 
-        kernel = Kernel(store, planner, workers, models=ModelLayer(store, ModelClient.from_env()))
+        kernel = Kernel(
+            store,
+            planner,
+            workers,
+            parts=KernelParts(models=ModelLayer(store, ModelClient.from_env())),
+        )
     """
 
     def __init__(self, store: Store, client: ModelClient) -> None:
@@ -120,9 +126,12 @@ class ModelLayer:
                     timeout=timeout,
                     validate=validate,
                 )
-            except (ModelTimeout, ModelUnavailable) as err:  # may pass: the run stays resumable
-                attrs = {**err.attrs, "transient": True, "tool": MODEL_TOOL, "effect": MODEL_TOOL}
-                raise type(err)(err.message, **{"sent": 1, **attrs}) from None
+            except RunError as err:
+                if not is_retryable(err):
+                    raise
+                # a fault that may pass (ModelTimeout, ModelUnavailable): resumable
+                attrs = {"sent": 1, **err.attrs, "tool": MODEL_TOOL, "effect": MODEL_TOOL}
+                raise err.retries_spent(**attrs) from None
 
         plan = Plan(effect=MODEL_TOOL, send=send, settle=_settle, answer=_answer)
 
@@ -188,8 +197,6 @@ def _facts(reply: Completion) -> dict[str, JSON]:
 def _error_from_journal(error: JSON) -> ModelError | BudgetExceeded:
     if not isinstance(error, dict):
         return ModelError("the model call failed (journaled)", kind="journaled")
-    attrs = {k: v for k, v in error.items() if k not in ("type", "message") and k.isidentifier()}
-    cls: type[ModelError | BudgetExceeded] = (
-        BudgetExceeded if error.get("type") == "BudgetExceeded" else ModelError
-    )
-    return cls(str(error.get("message", "")), **attrs)
+    if error.get("type") == "BudgetExceeded":
+        return revive(BudgetExceeded, error)
+    return revive(ModelError, {**error, "type": "ModelError"})

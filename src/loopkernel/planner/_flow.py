@@ -36,7 +36,17 @@ from dataclasses import KW_ONLY, dataclass, replace
 from typing import Literal, TypeAlias, TypeVar, assert_never
 
 from loopkernel.errors import UsageError
-from loopkernel.graph import JSON, TERMINAL_TASK, Event, GraphPatch, Task, TaskSpec, TaskState
+from loopkernel.graph import (
+    JSON,
+    TERMINAL_TASK,
+    Event,
+    GraphPatch,
+    Task,
+    TaskSpec,
+    TaskState,
+    Verdict,
+    VerdictKind,
+)
 from loopkernel.planner._protocol import BasePlanner, Snapshot
 
 __all__ = [
@@ -391,7 +401,8 @@ class Flow(BasePlanner):
             return GraphPatch()
         if event.data["decision"] == "approve":
             return GraphPatch().resume(event.task_id, event.data.get("payload"))
-        verdict = {"kind": "rejected", "task_id": event.task_id, "by": event.data.get("payload")}
+        by = event.data.get("payload")
+        verdict = Verdict(kind=VerdictKind.REJECTED, details={"task_id": event.task_id, "by": by})
         return GraphPatch().cancel(event.task_id).finish("cancelled", verdict)
 
     # -- moving through the flow ----------------------------------------------------------
@@ -416,7 +427,8 @@ class Flow(BasePlanner):
                 reason = check(at)
                 if reason is None:
                     return self._next(node, at, after)
-                return GraphPatch().finish("escalated", {"kind": "guard", "reason": reason})
+                guarded = Verdict(kind=VerdictKind.GUARD, details={"reason": reason})
+                return GraphPatch().finish("escalated", guarded)
             case _:
                 assert_never(node)
 
@@ -450,11 +462,10 @@ class Flow(BasePlanner):
                     )
                 if kind == "repeat":
                     return self._next(container, outside, after)
-                verdict = {
-                    "kind": "retries_exhausted",
-                    "task_id": at.prev.task_id,
-                    "attempts": bound,
-                }
+                verdict = Verdict(
+                    kind=VerdictKind.RETRIES_EXHAUSTED,
+                    details={"task_id": at.prev.task_id, "attempts": bound},
+                )
                 return GraphPatch().finish("escalated", verdict)
             case _:
                 assert_never(container)

@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from loopkernel.errors import ModelUnauthorized, ModelUnavailable
 from loopkernel.evidence import Evidence
 from loopkernel.graph import JSON, Event, GraphPatch, GraphState
 from loopkernel.ids import RunId
@@ -285,10 +286,9 @@ class LLMPlanner:
         """The named reason of a failed call; an unreachable gateway or a refused token is
         ``model_unavailable``, said once on stderr (the rules plan every event meanwhile)."""
         kind = getattr(exc, "attrs", {}).get("kind") if hasattr(exc, "attrs") else None
-        code = getattr(exc, "code", None)
         if kind in ("breaker_open", "provider_fault"):
             return str(kind)  # the gateway's breaker, a reply that was no answer
-        if code != "model_unavailable" and kind != "unauthorized":
+        if not isinstance(exc, ModelUnavailable | ModelUnauthorized):
             return _reason_of(exc)
         if not self._warned:
             self._warned = True
@@ -351,7 +351,7 @@ def check_gateway(client: Any, *, timeout: float = 5.0) -> None:
     """Before a run plans with a model: ``UsageError`` when the gateway refuses the token
     (nothing would ever be answered); one line on stderr when it cannot be reached (the
     rules plan each event until it can). Asked once per gateway and token in a process."""
-    from loopkernel.errors import ModelError, UsageError
+    from loopkernel.errors import ModelError, ModelUnauthorized, UsageError
 
     if client is None:
         return
@@ -363,9 +363,9 @@ def check_gateway(client: Any, *, timeout: float = 5.0) -> None:
     def ask() -> str | None:
         try:
             asyncio.run(client.health(timeout=timeout))
-        except ModelError as err:
-            if err.attrs.get("kind") == "unauthorized":
-                return "unauthorized"
+        except ModelUnauthorized:
+            return "unauthorized"
+        except ModelError:
             return None
         except Exception as err:
             return f"unreachable: {type(err).__name__}: {err}"

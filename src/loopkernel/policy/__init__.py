@@ -6,7 +6,7 @@
         budget=Budget(max_usd=1.0, max_tool_calls=50),
         tripwires=Tripwires(irreversible="approve", verify_stuck_after=3),
     )
-    Kernel(store, planner, workers, guard=policy.guard())   # every patch
+    Kernel(store, planner, workers, parts=KernelParts(guard=policy.guard()))   # every patch
     policy.check_call(ToolCall(...), usage)                 # before every tool call
 
 Pure: imports nothing above ``loopkernel.graph``; time comes from an injected clock.

@@ -218,7 +218,7 @@ class Claim:
 @runtime_checkable
 class ArchiveSource(Protocol):
     """A store that reads a run's tasks back synchronously, where an executor that evicts
-    finished tasks from memory (``Kernel(keep_finished=...)``) reads them: SQLite.
+    finished tasks from memory (``ExecutionConfig(keep_finished=...)``) reads them: SQLite.
     PostgreSQL answers only asynchronously, so its executor keeps what it evicts in a
     temporary file of its own (``executor/_spill.py``)."""
 

@@ -54,10 +54,14 @@ from loopkernel._effects import Call, EffectJournal, NoEffect, OutcomeUnknown, P
 from loopkernel._hooks import CallContext, NeedsApproval
 from loopkernel.errors import (
     LoopKernelError,
+    RunError,
     ToolError,
+    ToolServerDied,
     ToolTimeout,
     ToolUnavailable,
     UsageError,
+    is_retryable,
+    revive,
 )
 from loopkernel.evidence import redact, redact_text
 from loopkernel.graph import JSON
@@ -137,7 +141,9 @@ def _same(value: JSON) -> JSON:
 
 def _redacted_error(err: ToolError) -> ToolError:
     """``err`` with credential-shaped text in its message and string attributes redacted."""
-    attrs = {k: redact_text(v) if isinstance(v, str) else v for k, v in err.attrs.items()}
+    attrs: dict[str, Any] = {
+        k: redact_text(v) if isinstance(v, str) else v for k, v in err.attrs.items()
+    }
     return type(err)(redact_text(err.message), **attrs)
 
 
@@ -185,7 +191,7 @@ class ToolLayer:
     ::
 
         async with ToolLayer(store, [ToolSource.python_module("rec", "my.tools")]) as tools:
-            kernel = Kernel(store, planner, workers, tools=tools)
+            kernel = Kernel(store, planner, workers, parts=KernelParts(tools=tools))
             await kernel.run(run_id)
 
     Sessions open lazily, one per source, on the first call that needs them, and stay open
@@ -501,18 +507,18 @@ class ToolLayer:
             self.sent += 1
             try:
                 return await session.call(tool.name, args, key=key, time_limit=limit)
-            except ToolUnavailable as err:
-                if err.attrs.get("kind") != "server_died":
-                    await self._fail(slot, session, err)
-                    raise
+            except ToolServerDied as err:
                 restarted = await self._restart(slot, session, err, ctx, tool.name)
                 if not resendable:  # the server is replaced for later calls; not this one
                     raise OutcomeUnknown(f"its server died: {err.message}") from None
                 if not restarted:
-                    raise ToolUnavailable(
+                    raise ToolServerDied(
                         f"{err.message} (it died again after {slot.restarts} restart(s))",
                         **err.attrs,
                     ) from None
+            except ToolUnavailable as err:
+                await self._fail(slot, session, err)
+                raise
 
     # -- sessions --------------------------------------------------------------------------
 
@@ -553,22 +559,21 @@ class ToolLayer:
                 await session.open()
             else:
                 await session.wait_ready()
-        except ToolUnavailable as err:
-            if err.attrs.get("kind") != "server_died":
-                slot.failed = err  # a setup that is wrong: final for this layer
-                raise _again(err, tool) from None
+        except ToolServerDied:
             # killed while it started: one more start, then a fault that may pass
             # (the run stays resumable; nothing was sent)
             session = SourceSession(slot.source, schemas=self._schemas)
             self.spawns += 1
             try:
                 await session.open()
+            except ToolServerDied as again:
+                raise _again(again, tool).retries_spent() from None
             except ToolUnavailable as again:
-                if again.attrs.get("kind") != "server_died":
-                    slot.failed = again
-                    raise _again(again, tool) from None
-                attrs = {**_again(again, tool).attrs, "transient": True}
-                raise ToolUnavailable(again.message, **attrs) from None
+                slot.failed = again
+                raise _again(again, tool) from None
+        except ToolUnavailable as err:
+            slot.failed = err  # a setup that is wrong: final for this layer
+            raise _again(err, tool) from None
         if self.on_server is not None:
             self.on_server(slot.source.name, "ready")
         return session
@@ -619,23 +624,18 @@ class ToolLayer:
 
 def is_transient(err: LoopKernelError) -> bool:
     """Whether a tool error is a fault that may pass (retry, then leave the run resumable)
-    or an answer (the task fails with it). ``docs/tools.md`` has the table.
+    or an answer (the task fails with it): the error's ``retryable`` (``errors``' one rule).
+    ``docs/tools.md`` has the table.
 
     - ``ToolTimeout`` (MCP error -32001, the client's deadline): may pass.
-    - ``ToolUnavailable`` of kind ``server_died`` (MCP -32000, the connection closed; the
-      layer already restarted the server once): may pass. ``cannot_start`` and
-      ``not_mcp`` are a setup that is wrong: final.
-    - ``ToolError`` of kind ``handler_transient`` (the handler raised ENOSPC, EIO,
-      ``TimeoutError`` ...): may pass. Every other kind (bad arguments, bad output, a
-      handler that raised anything else, MCP -32602 and -32603): final.
+    - ``ToolServerDied`` (MCP -32000, the connection closed; the layer already restarted
+      the server once): may pass. ``ToolCannotStart`` and ``ToolNotMCP`` are a setup that
+      is wrong: final.
+    - ``ToolTransientError`` (the handler raised ENOSPC, EIO, ``TimeoutError`` ...): may
+      pass. Every other ``ToolError`` (bad arguments, bad output, a handler that raised
+      anything else, MCP -32602 and -32603): final.
     """
-    if isinstance(err, ToolTimeout):
-        return True
-    if isinstance(err, ToolUnavailable):
-        return err.attrs.get("kind") == "server_died"
-    if isinstance(err, ToolError):
-        return err.attrs.get("kind") == "handler_transient"
-    return False
+    return isinstance(err, ToolError | ToolTimeout | ToolUnavailable) and is_retryable(err)
 
 
 def _gave_up(
@@ -644,31 +644,28 @@ def _gave_up(
     """The error again, marked as a fault that may pass that the layer stopped re-sending:
     the executor leaves the run resumable instead of failing the task (``TransientFault``).
     A worker that catches it may still decide otherwise."""
-    return type(err)(
-        err.message, **{**err.attrs, "transient": True, "sent": sent, "effect": tool.effect}
-    )
+    return err.retries_spent(sent=sent, effect=tool.effect)
 
 
 def _again(err: ToolUnavailable, tool: str | None) -> ToolUnavailable:
-    """A fresh copy of a source's failure, naming the tool this call wanted."""
+    """A fresh copy of a source's failure (its class kept), naming the tool this call
+    wanted."""
     attrs: dict[str, Any] = dict(err.attrs)
     if tool is not None:
         attrs["tool"] = tool
-    return ToolUnavailable(err.message, **attrs)
+    return type(err)(err.message, **attrs)
 
 
-_ERRORS: dict[str, type[ToolError | ToolTimeout | ToolUnavailable]] = {
-    "ToolError": ToolError,
-    "ToolTimeout": ToolTimeout,
-    "ToolUnavailable": ToolUnavailable,
-}
+_FAMILIES = frozenset({"ToolError", "ToolTimeout", "ToolUnavailable"})
 
 
 def _error_from_journal(error: JSON, tool: str) -> ToolError | ToolTimeout | ToolUnavailable:
     """The error a journaled failure stands for, rebuilt so its verdict is the same."""
     if not isinstance(error, dict):
         return ToolError(f"{tool}: failed (journaled)", tool=tool, kind="handler_error")
-    cls = _ERRORS.get(str(error.get("type")), ToolError)
-    attrs = {k: v for k, v in error.items() if k not in ("type", "message")}
-    attrs.setdefault("tool", tool)
-    return cls(str(error.get("message", "")), **attrs)
+    data = {"tool": tool, **error}
+    if data.get("type") not in _FAMILIES:
+        data["type"] = "ToolError"
+    err = revive(RunError, data)
+    assert isinstance(err, ToolError | ToolTimeout | ToolUnavailable)
+    return err

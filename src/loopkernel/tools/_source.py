@@ -14,11 +14,12 @@ Failures are mapped onto the three errors a caller can tell apart:
 ==========================================  =====================================
 what happened                               raised
 ==========================================  =====================================
-bad arguments, bad output, handler raised   ``ToolError`` (kind names which)
+bad arguments, bad output, handler raised   ``ToolError`` (kind names which; a
+                                            fault that may pass: ``ToolTransientError``)
 the deadline passed (request cancelled)     ``ToolTimeout`` (kind ``timeout``)
-command missing / server exits at start     ``ToolUnavailable`` (``cannot_start``)
-garbage on stdout, no MCP handshake         ``ToolUnavailable`` (``not_mcp``)
-server died, or was killed while starting  ``ToolUnavailable`` (``server_died``)
+command missing / server exits at start     ``ToolCannotStart`` (``cannot_start``)
+garbage on stdout, no MCP handshake         ``ToolNotMCP`` (``not_mcp``)
+server died, or was killed while starting  ``ToolServerDied`` (``server_died``)
 ==========================================  =====================================
 
 ``mcp`` is imported only when a session opens, after its server was spawned.
@@ -38,7 +39,16 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
 from loopkernel import telemetry
-from loopkernel.errors import ToolError, ToolTimeout, ToolUnavailable, UsageError
+from loopkernel.errors import (
+    ToolCannotStart,
+    ToolError,
+    ToolNotMCP,
+    ToolServerDied,
+    ToolTimeout,
+    ToolUnavailable,
+    UsageError,
+    revive,
+)
 from loopkernel.graph import JSON
 from loopkernel.tools import _stdio
 from loopkernel.tools._defs import EFFECTS, Effect, ToolDef, ToolDefs, effect_of, retry_of
@@ -302,7 +312,7 @@ class SourceSession:
                     # killed from outside mid-handshake (an OOM killer, an operator, a
                     # chaos run): a fault that may pass, not a setup that is wrong
                     error = _unavailable(
-                        src, "server_died", f"killed by a signal while starting ({error.message})"
+                        src, ToolServerDied, f"killed by a signal while starting ({error.message})"
                     )
                 self._ready.set_exception(error)
         finally:
@@ -310,7 +320,7 @@ class SourceSession:
             self._eof = True
             if not self._ready.done():  # left without an error: never leave open() waiting
                 self._ready.set_exception(
-                    _unavailable(src, "cannot_start", "the session ended before it was ready")
+                    _unavailable(src, ToolCannotStart, "the session ended before it was ready")
                 )
             if proc is not None:
                 await _stdio.stop(proc, grace=self._grace)
@@ -395,31 +405,33 @@ class SourceSession:
         if isinstance(exc, ToolUnavailable):
             return exc
         if isinstance(exc, _SchemaMismatch):
-            return _unavailable(src, "schema_mismatch", f"{exc}{tail}")
+            return _unavailable(src, ToolUnavailable, f"{exc}{tail}", kind="schema_mismatch")
         if isinstance(exc, FileNotFoundError):
-            return _unavailable(src, "cannot_start", f"command not found: {cmd!r}")
+            return _unavailable(src, ToolCannotStart, f"command not found: {cmd!r}")
         if self._garbage is not None:
             return _unavailable(
-                src, "not_mcp", f"it wrote a line that is not JSON-RPC on stdout: {self._garbage}"
+                src, ToolNotMCP, f"it wrote a line that is not JSON-RPC on stdout: {self._garbage}"
             )
         if isinstance(exc, TimeoutError):  # before OSError: TimeoutError is one
             return _unavailable(
                 src,
-                "not_mcp",
+                ToolNotMCP,
                 f"no MCP answer to initialize within {src.start_timeout:g} s "
                 f"(is {cmd!r} a stdio MCP server?){tail}",
             )
         if isinstance(exc, OSError):
-            return _unavailable(src, "cannot_start", f"cannot run {cmd!r}: {exc.strerror or exc}")
+            return _unavailable(src, ToolCannotStart, f"cannot run {cmd!r}: {exc.strerror or exc}")
         if isinstance(exc, ImportError):  # the SDK is installed but cannot be imported
-            return _unavailable(src, "cannot_start", f"the mcp SDK cannot be imported: {exc}")
+            return _unavailable(src, ToolCannotStart, f"the mcp SDK cannot be imported: {exc}")
         from mcp import MCPError  # imported by now: the handshake is what failed
 
         if isinstance(exc, MCPError) and exc.code == -32000:
             return _unavailable(
-                src, "cannot_start", f"the server exited before it finished the MCP handshake{tail}"
+                src,
+                ToolCannotStart,
+                f"the server exited before it finished the MCP handshake{tail}",
             )
-        return _unavailable(src, "not_mcp", f"the MCP handshake failed: {_one_line(exc)}{tail}")
+        return _unavailable(src, ToolNotMCP, f"the MCP handshake failed: {_one_line(exc)}{tail}")
 
     # -- calls -----------------------------------------------------------------------------
 
@@ -491,11 +503,15 @@ class SourceSession:
             err_meta = (result.meta or {}).get(ERROR_META_KEY)
             kind = err_meta.get("kind") if isinstance(err_meta, dict) else None
             text = " ".join(b.text for b in result.content if b.type == "text").strip()
-            raise ToolError(
-                text or f"{tool.name}: the tool reported an error without a message",
-                tool=tool.name,
-                kind=kind if kind in _ERROR_KINDS else "handler_error",
-                source=self.source.name,
+            known = kind if kind in _ERROR_KINDS else "handler_error"
+            raise revive(
+                ToolError,
+                {
+                    "message": text or f"{tool.name}: the tool reported an error without a message",
+                    "tool": tool.name,
+                    "kind": known,
+                    "source": self.source.name,
+                },
             )
         if result.structured_content is not None:
             value: JSON = result.structured_content
@@ -511,7 +527,7 @@ class SourceSession:
         try:
             check_output(self.schemas, tool, value)
         except ToolError as err:
-            raise ToolError(err.message, **err.attrs, source=self.source.name) from None
+            raise type(err)(err.message, **{**err.attrs, "source": self.source.name}) from None
         return value
 
     def _lost(self, name: str) -> ToolUnavailable:
@@ -519,14 +535,14 @@ class SourceSession:
         if self._garbage is not None:
             return _unavailable(
                 self.source,
-                "not_mcp",
+                ToolNotMCP,
                 f"it wrote a line that is not JSON-RPC on stdout: {self._garbage}",
                 tool=name,
             )
         stderr = self.stderr_tail()
         return _unavailable(
             self.source,
-            "server_died",
+            ToolServerDied,
             f"the server process ended during or before {name!r}"
             + (f"; the end of its stderr: {stderr}" if stderr else ""),
             tool=name,
@@ -549,12 +565,20 @@ async def _killed_by_signal(proc: asyncio.subprocess.Process | None) -> bool:
 
 
 def _unavailable(
-    src: ToolSource, kind: str, detail: str, *, tool: str | None = None
+    src: ToolSource,
+    cls: type[ToolUnavailable],
+    detail: str,
+    *,
+    tool: str | None = None,
+    kind: str | None = None,
 ) -> ToolUnavailable:
-    attrs: dict[str, Any] = {"kind": kind, "source": src.name}
+    """``cls`` for ``src``; ``kind`` only for the plain ``ToolUnavailable`` (its
+    subclasses name their own)."""
+    named = cls.kind or kind
+    attrs: dict[str, Any] = {"kind": named, "source": src.name}
     if tool is not None:
         attrs["tool"] = tool
-    return ToolUnavailable(f"tool server {src.name!r} unavailable ({kind}): {detail}", **attrs)
+    return cls(f"tool server {src.name!r} unavailable ({named}): {detail}", **attrs)
 
 
 async def _list_all(session: ClientSession) -> list[mcp_types.Tool]:

@@ -11,7 +11,7 @@ on its first call that needs it (``ToolLayer.adopt``)::
         ... open the store, journal the run ...
         async with ToolLayer(store, sources) as tools:
             tools.adopt(servers)                        # the first call takes one over
-            await Kernel(store, planner, workers, tools=tools).run(run_id)
+            await Kernel(store, planner, workers, parts=KernelParts(tools=tools)).run(run_id)
 
 Rules that keep the semantics of a session opened on the first call:
 

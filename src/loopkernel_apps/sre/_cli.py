@@ -95,7 +95,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
 async def cmd_investigate(args: argparse.Namespace) -> int:
     from loopkernel import RunStatus, UsageError
     from loopkernel.cli import EXIT_CODES, Progress
-    from loopkernel.client import Client
+    from loopkernel.client import Client, Listeners
 
     dump = _check_dump(args.dump, args.namespace)
     if args.model:
@@ -125,7 +125,9 @@ async def cmd_investigate(args: argparse.Namespace) -> int:
         from loopkernel.cli import shown_url  # never the URL's password
 
         print(f"run {started.run_id} started in {shown_url(client.store.url)}", file=sys.stderr)
-        outcome = await client.execute(started.run_id, observer=Progress(sys.stderr))
+        outcome = await client.execute(
+            started.run_id, listeners=Listeners(observer=Progress(sys.stderr))
+        )
         if outcome.status is not RunStatus.SUCCEEDED:
             print(
                 f"run {outcome.run_id}: {outcome.status.value} {json.dumps(outcome.verdict)}",

@@ -1,0 +1,303 @@
+"""The size ratchet: measures of the tree that may only go down (docs/structure.md).
+
+Four measures, each with a limit; whatever passes its limit today is listed in
+``tests/ratchet_baseline.json`` with its measure, and may not grow:
+
+==================  =====  ==================================================
+measure             limit  of what
+==================  =====  ==================================================
+``module_lines``    800    every ``.py`` module under src/ and bench/
+``function_lines``  80     every function and method (its ``def`` to its end)
+``complexity``      15     McCabe complexity per function, as ruff's C901 says
+``parameters``      6      parameters of a public function (``self``/``cls``
+                           not counted; ``*args``/``**kwargs`` count one each)
+==================  =====  ==================================================
+
+``python scripts/_ratchet.py`` prints the current measures over their limits beside the
+baseline; ``--write`` rewrites the baseline from the tree and the ruff per-file ignores
+of C901 in pyproject.toml (between the ratchet's markers). ``tests/test_ratchet.py``
+fails when an item grows, a new one appears, or one shrank below its entry (lower the
+baseline then: ``--write``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BASELINE = ROOT / "tests" / "ratchet_baseline.json"
+PYPROJECT = ROOT / "pyproject.toml"
+MEASURED = ("src", "bench")
+"""Where sizes and parameter counts are measured (tests and scripts are not)."""
+COMPLEXITY_MEASURED = ("src", "tests", "bench", "scripts")
+"""Where ruff's C901 applies (everything ruff checks)."""
+
+LIMITS = {"module_lines": 800, "function_lines": 80, "complexity": 15, "parameters": 6}
+BEGIN = "# ratchet: begin (scripts/ratchet --write; may only shrink)"
+END = "# ratchet: end"
+
+Measures = dict[str, dict[str, int]]
+
+
+def _modules(roots: tuple[str, ...]) -> Iterator[Path]:
+    for root in roots:
+        for path in sorted((ROOT / root).rglob("*.py")):
+            if "__pycache__" not in path.parts:
+                yield path
+
+
+def _rel(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def _functions(tree: ast.AST) -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """Every function with its dotted name (``Class.method``, ``outer.inner``)."""
+
+    def walk(node: ast.AST, prefix: str) -> Iterator[tuple[str, Any]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                name = f"{prefix}{child.name}"
+                yield name, child
+                yield from walk(child, f"{name}.")
+            elif isinstance(child, ast.ClassDef):
+                yield from walk(child, f"{prefix}{child.name}.")
+            else:
+                yield from walk(child, prefix)
+
+    yield from walk(tree, "")
+
+
+def _parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef, in_class: bool) -> int:
+    a = fn.args
+    names = [*a.posonlyargs, *a.args, *a.kwonlyargs]
+    count = len(names) + (a.vararg is not None) + (a.kwarg is not None)
+    if in_class and names and names[0].arg in ("self", "cls"):
+        count -= 1
+    return count
+
+
+def _public(dotted: str) -> bool:
+    """A name any part of which is private (``_x``) is not public; ``__init__`` is."""
+    return not any(p.startswith("_") and p != "__init__" for p in dotted.split("."))
+
+
+def _put(table: dict[str, int], key: str, value: int) -> None:
+    table[key] = max(value, table.get(key, 0))
+
+
+def measure() -> Measures:
+    """The items over their limits now, by measure."""
+    out: Measures = {name: {} for name in LIMITS}
+    for path in _modules(MEASURED):
+        text = path.read_text()
+        rel = _rel(path)
+        lines = len(text.splitlines())
+        if lines > LIMITS["module_lines"]:
+            out["module_lines"][rel] = lines
+        tree = ast.parse(text)
+        methods = {id(f) for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for f in c.body}
+        for dotted, fn in _functions(tree):
+            length = (fn.end_lineno or fn.lineno) - fn.lineno + 1
+            if length > LIMITS["function_lines"]:
+                _put(out["function_lines"], f"{rel}::{dotted}", length)
+            params = _parameters(fn, id(fn) in methods)
+            if params > LIMITS["parameters"] and _public(dotted):
+                _put(out["parameters"], f"{rel}::{dotted}", params)
+    out["complexity"] = complexity()
+    return out
+
+
+_TOO_COMPLEX = re.compile(r"^`(?P<name>[^`]+)` is too complex \((?P<n>\d+) > \d+\)$")
+
+
+def complexity() -> dict[str, int]:
+    """McCabe complexity over the limit, per ``path::function``, from ruff's C901 with
+    no configuration (so the per-file ignores that keep the tree green do not hide it)."""
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or "ruff"
+    limit = LIMITS["complexity"]
+    done = subprocess.run(
+        [
+            ruff,
+            "check",
+            "--isolated",
+            "--select",
+            "C901",
+            "--config",
+            f"lint.mccabe.max-complexity = {limit}",
+            "--output-format",
+            "json",
+            "--exit-zero",
+            *COMPLEXITY_MEASURED,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found: dict[str, int] = {}
+    for item in json.loads(done.stdout):
+        match = _TOO_COMPLEX.match(item["message"])
+        assert match, item["message"]
+        rel = _rel(Path(item["filename"]))
+        _put(found, f"{rel}::{match['name']}", int(match["n"]))
+    return found
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT / "src").with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package modules it imports (at the top or inside a function)."""
+    paths = {_module_name(p): p for p in _modules(("src",))}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, *([base] if base else [])])
+                targets = [f"{base}.{a.name}" for a in node.names] + [base]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            found.update(t for t in targets if t in paths and t != name)
+        graph[name] = found
+    return graph
+
+
+def circles() -> list[list[str]]:
+    """The import graph's strongly connected components of more than one module
+    (Tarjan), each sorted; a package's ``__init__`` importing its own modules is not
+    counted (that edge always exists)."""
+    graph = import_graph()
+    for name, deps in graph.items():
+        graph[name] = {d for d in deps if not d.startswith(f"{name}.")}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    sys.setrecursionlimit(10_000)
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def load_baseline() -> Measures:
+    data = json.loads(BASELINE.read_text())
+    return {name: dict(data.get(name, {})) for name in LIMITS}
+
+
+def compare(now: Measures, baseline: Measures) -> list[str]:
+    """What the test refuses: growth, newcomers, and entries above what they measure."""
+    problems: list[str] = []
+    for name, limit in LIMITS.items():
+        base, cur = baseline[name], now[name]
+        for key in sorted(set(base) | set(cur)):
+            was, is_ = base.get(key), cur.get(key)
+            if was is None:
+                problems.append(f"{name}: {key} is {is_} (limit {limit}): split it")
+            elif is_ is None:
+                problems.append(
+                    f"{name}: {key} is within the limit now (baseline {was}): "
+                    "drop it from the baseline (scripts/ratchet --write)"
+                )
+            elif is_ > was:
+                problems.append(f"{name}: {key} grew {was} -> {is_} (limit {limit}): split it")
+            elif is_ < was:
+                problems.append(
+                    f"{name}: {key} shrank {was} -> {is_}: lower the baseline "
+                    "(scripts/ratchet --write)"
+                )
+    return problems
+
+
+def write(now: Measures) -> None:
+    BASELINE.write_text(json.dumps(now, indent=1, sort_keys=True) + "\n")
+    files = sorted({key.split("::")[0] for key in now["complexity"]})
+    block = "\n".join([BEGIN, *(f'"{f}" = ["C901"]' for f in files), END])
+    text = PYPROJECT.read_text()
+    start, stop = text.index(BEGIN), text.index(END) + len(END)
+    PYPROJECT.write_text(text[:start] + block + text[stop:])
+
+
+def report(now: Measures, baseline: Measures) -> str:
+    rows = []
+    for name, limit in LIMITS.items():
+        rows.append(f"\n{name} (limit {limit}): {len(now[name])} over")
+        for key, value in sorted(now[name].items(), key=lambda kv: -kv[1]):
+            was = baseline[name].get(key)
+            mark = "new" if was is None else ("" if was == value else f"baseline {was}")
+            rows.append(f"  {value:>5}  {key}  {mark}".rstrip())
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--write", action="store_true", help="rewrite the baseline")
+    parser.add_argument("--json", action="store_true", help="print the measures as JSON")
+    parser.add_argument("--circles", action="store_true", help="print the import circles")
+    args = parser.parse_args(argv)
+    if args.circles:
+        found = circles()
+        for group in found:
+            print("  " + " <-> ".join(group))
+        print(f"{len(found)} import circle(s) under src/")
+        return 0
+    now = measure()
+    if args.write:
+        write(now)
+        print(f"wrote {_rel(BASELINE)} and the C901 ignores of {_rel(PYPROJECT)}")
+        return 0
+    if args.json:
+        print(json.dumps(now, indent=1, sort_keys=True))
+        return 0
+    baseline = load_baseline() if BASELINE.exists() else {n: {} for n in LIMITS}
+    print(report(now, baseline))
+    problems = compare(now, baseline)
+    print(f"\n{len(problems)} difference(s) from the baseline")
+    for p in problems:
+        print(f"  {p}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""``hold_lease``: one lifetime of a run's lease, written once for every executor.
+
+``Client.execute`` (a ``loopkernel run``/``resume`` process) and ``RunWorker`` (a claimed
+run) hold a lease the same way::
+
+    async with hold_lease(store, claim, lease_s=...):
+        outcome = await client.run_owned(run_id)     # the body
+
+While the body runs, a heartbeat renews the lease every third of ``lease_s``. If the
+store answers that the lease moved on (``LeaseLost``: another executor took the run over),
+the body is cancelled and ``LeaseLost`` leaves the block instead of the cancellation: the
+body wrote nothing after it, since fencing refuses its writes. A heartbeat the store did
+not answer (``StoreUnavailable``) is told to ``on_fault`` and tried again at the next beat:
+the body's own writes fail the same way, and if the lease runs out meanwhile fencing
+refuses whatever comes after.
+
+The heartbeat is one task owned by the block: started on entry, cancelled and awaited on
+exit, whatever the body did. It is not under an ``asyncio.TaskGroup`` because the body is
+the caller's own task (a TaskGroup around a ``yield`` would wrap the body's errors in an
+``ExceptionGroup``); the ownership is the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+
+from loopkernel.errors import LeaseLost, StoreUnavailable
+from loopkernel.store import Claim, Leases
+
+__all__ = ["hold_lease"]
+
+
+@contextlib.asynccontextmanager
+async def hold_lease(
+    store: Leases,
+    claim: Claim,
+    *,
+    lease_s: float,
+    on_fault: Callable[[StoreUnavailable], None] | None = None,
+) -> AsyncIterator[None]:
+    """Hold ``claim``'s lease while the block runs; ``LeaseLost`` if it is taken over."""
+    body = asyncio.current_task()
+    assert body is not None, "hold_lease runs inside a task"
+    lost: list[LeaseLost] = []
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(lease_s / 3)
+            try:
+                await store.heartbeat(claim.run_id, claim.epoch, lease_s)
+            except LeaseLost as exc:
+                lost.append(exc)
+                body.cancel()
+                return
+            except StoreUnavailable as exc:
+                if on_fault is not None:
+                    on_fault(exc)
+
+    heart = asyncio.create_task(beat(), name=f"heartbeat {claim.run_id}")
+    try:
+        yield
+    except asyncio.CancelledError:
+        if lost and body.uncancel() == 0:  # our cancellation, nobody else's: say why
+            raise lost[0] from None
+        raise
+    finally:
+        heart.cancel()
+        await asyncio.wait([heart])
