@@ -28,6 +28,7 @@ from loopkernel import (
     TaskSpec,
 )
 from loopkernel.errors import BudgetExceeded, ModelTimeout, ModelUnavailable, TransientFault
+from loopkernel.executor import KernelParts
 from loopkernel.gateway import Limits
 from loopkernel.gateway._guard import MAX_REPLY_BYTES, reply_cap
 from loopkernel.ids import RunId
@@ -225,14 +226,16 @@ def test_a_poisoned_reply_leaves_the_run_resumable_and_the_resume_finishes(
             ScriptedProvider([huge, "answer"]) as p,
             gateway_for(p, tmp_path, retries=0) as (_gw, client),
         ):
-            kernel = Kernel(store, _One(), {"ask": _ask}, models=ModelLayer(store, client))
+            kernel = Kernel(
+                store, _One(), {"ask": _ask}, parts=KernelParts(models=ModelLayer(store, client))
+            )
             await kernel.start(app="t", run_id="r")
             with pytest.raises(TransientFault):
                 await kernel.run("r")
             effects = await store.effects(RunId("r"))
             assert [e.status for e in effects] == ["intended"]  # not answered, not failed
             outcome = await Kernel(
-                store, _One(), {"ask": _ask}, models=ModelLayer(store, client)
+                store, _One(), {"ask": _ask}, parts=KernelParts(models=ModelLayer(store, client))
             ).run("r")
             assert outcome.status is RunStatus.SUCCEEDED
             assert outcome.verdict == {"text": "answer"}
