@@ -309,11 +309,12 @@ async def call_with_retries(
         except Retryable as err:
             if tries >= retries:
                 fault = err.fault.value if isinstance(err, ProviderFault) else None
+                extra: dict[str, Any] = {} if fault is None else {"fault": fault}
                 raise ModelUnavailable(
                     f"{err} (gave up after {tries} retries)",
                     kind="provider_unavailable" if fault is None else "provider_fault",
                     status=err.status if err.status is not None else 0,
-                    **({} if fault is None else {"fault": fault}),
+                    **extra,
                 ) from None
             wait = min(_BACKOFF_CAP, backoff * 2**tries) * (0.5 + random.random() / 2)
             if err.retry_after is not None:
