@@ -102,10 +102,10 @@ def test_revive_falls_back_to_the_named_class_then_the_family() -> None:
 def test_retries_spent_marks_the_copy_and_the_verdict_keeps_the_old_key() -> None:
     err = ToolServerDied("gone", tool="t")
     spent = err.retries_spent(sent=3, effect="read_only")
-    assert not err.spent and spent.spent and type(spent) is ToolServerDied
+    assert not err.gave_up and spent.gave_up and type(spent) is ToolServerDied
     assert spent.verdict() == {**err.verdict(), "sent": 3, "effect": "read_only", "transient": True}
-    assert pickle.loads(pickle.dumps(spent)).spent
-    assert revive(RunError, spent.verdict()).spent
+    assert pickle.loads(pickle.dumps(spent)).gave_up
+    assert revive(RunError, spent.verdict()).gave_up
 
 
 def test_family_of_a_foreign_exception_is_its_class_name() -> None:

@@ -69,6 +69,9 @@ def test_layers_import_downward_only() -> None:
             "loopkernel.graph",
             "loopkernel.evidence",
             "loopkernel.store",
+            # the crash points only (the group commit's batch_written/batch_committed);
+            # _hooks itself imports nothing but the bottom (ROOMS below)
+            "loopkernel._hooks",
         },
     }
     for layer, ok in allowed.items():
@@ -180,6 +183,7 @@ def test_apps_use_the_public_api_only() -> None:
         "loopkernel.cli",
         "loopkernel.client",
         "loopkernel.planner",
+        "loopkernel.planner.llm",  # a public module: the allowlist's postconditions
         "loopkernel.policy",
         "loopkernel.testing",
         "loopkernel.tools",

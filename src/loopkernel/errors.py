@@ -102,8 +102,9 @@ class LoopKernelError(Exception):
     """The ``kind`` attribute a refining subclass stands for (``server_died`` ...)."""
     retryable: bool = False
     """Whether the fault may pass: the class's answer unless the instance was told."""
-    spent: bool = False
-    """A retry loop gave up on this fault: the executor leaves the run resumable."""
+    gave_up: bool = False
+    """A retry loop gave up on this fault: the executor leaves the run resumable. (Not
+    ``spent``: an attribute of that name is a budget's amount, ``BudgetExceeded.spent``.)"""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -123,7 +124,7 @@ class LoopKernelError(Exception):
 
     def __reduce__(self) -> tuple[Any, ...]:
         told = self.__dict__.get("retryable")
-        return (_rebuild, (type(self), self.message, self.attrs, told, self.spent))
+        return (_rebuild, (type(self), self.message, self.attrs, told, self.gave_up))
 
     def verdict(self) -> dict[str, Any]:
         """The JSON verdict a run keeps when this error stops it."""
@@ -133,16 +134,16 @@ class LoopKernelError(Exception):
             "message": self.message,
             **{k: v for k, v in self.attrs.items() if isinstance(v, str | int | float | bool)},
         }
-        if self.spent:
+        if self.gave_up:
             out["transient"] = True
         return out
 
     def retries_spent(self: E, **attrs: Any) -> E:
-        """This error again, marked as a fault whose retries were spent (``spent``), with
+        """This error again, marked as a fault whose retries were spent (``gave_up``), with
         ``attrs`` added: raised by a retry loop that gives up."""
         told = self.__dict__.get("retryable")
         again = type(self)(self.message, retryable=told, **{**self.attrs, **attrs})
-        again.spent = True
+        again.gave_up = True
         return again
 
 
@@ -151,10 +152,10 @@ def _rebuild(
     message: str,
     attrs: dict[str, Any],
     retryable: bool | None = None,
-    spent: bool = False,
+    gave_up: bool = False,
 ) -> LoopKernelError:
     err = cls(message, retryable=retryable, **attrs)
-    err.spent = spent
+    err.gave_up = gave_up
     return err
 
 
@@ -182,7 +183,7 @@ def revive(family: type[E], data: Mapping[str, Any], *, default: str | None = No
     }
     cls = _refined(family, name, attrs.get("kind"))
     err = cls(str(data.get("message", "")), **attrs)
-    err.spent = data.get("transient") is True
+    err.gave_up = data.get("transient") is True
     return err
 
 

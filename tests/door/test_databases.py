@@ -97,8 +97,9 @@ def test_an_empty_sqlite_file_is_a_new_database_only_for_commands_that_create_ru
     [
         ("directory", "is a directory"),
         ("text", "is not a SQLite database"),
-        ("truncated", "not a usable LoopKernel database"),
-        ("corrupt", "not a usable LoopKernel database"),
+        # a damaged file is named as such, with the way out (store/_damage.py)
+        ("truncated", "is damaged"),
+        ("corrupt", "is damaged"),
         ("meta_value", "damaged meta table"),
         ("meta_columns", "not a usable LoopKernel database"),
     ],
@@ -202,7 +203,7 @@ def test_a_database_with_one_corrupt_page_gives_one_line_and_exit_9(tmp_path: Pa
         ["run", "speculation", "--scenario", "fast"],
     ]
     for args in commands:
-        one_line(cli("--db", str(db), *args), 9, "corrupt")
+        one_line(cli("--db", str(db), *args), 9, "is damaged")
     assert not (tmp_path / "out.db").exists()
 
 

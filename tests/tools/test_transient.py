@@ -69,7 +69,7 @@ def test_a_fault_that_outlasts_the_policy_leaves_the_effect_intended(
     marker = tmp_path / "m"
     err = call(store, make_ctx, "flaky", {"marker": str(marker), "failures": 10})
     assert type(err) is ToolTransientError and err.attrs["kind"] == "handler_transient", err
-    assert err.spent and err.verdict()["transient"] is True and err.attrs["sent"] == 3
+    assert err.gave_up and err.verdict()["transient"] is True and err.attrs["sent"] == 3
     assert "No space left on device" in err.message and is_transient(err)
     assert marker.read_text() == "3"  # the declared policy: 3 sends
     assert effects(store) == [("run-1/t1/0", "intended")]  # not an answer: nothing concluded
@@ -80,7 +80,7 @@ def test_an_irreversible_tool_is_never_re_sent_by_the_layer(
 ) -> None:
     marker = tmp_path / "m"
     err = call(store, make_ctx, "flaky_send", {"marker": str(marker), "failures": 1})
-    assert isinstance(err, ToolTransientError) and err.spent, err
+    assert isinstance(err, ToolTransientError) and err.gave_up, err
     assert err.attrs["sent"] == 1 and err.attrs["effect"] == "irreversible"
     assert marker.read_text() == "1"
     # The handler answered that it did nothing: the journal closes the key, and the

@@ -948,11 +948,11 @@ class _RunLoop:
 
 def _stop_if_not_a_verdict(exc: BaseException | None, run_id: RunId, task_id: TaskId) -> None:
     """Raise what stops the executor instead of failing the task (``_STOPS_THE_RUN``); a
-    run error whose retries were spent (``LoopKernelError.spent``: the tool layer or the
+    run error whose retries were spent (``LoopKernelError.gave_up``: the tool layer or the
     model journal gave up on a fault that may pass) is ``TransientFault``."""
     if isinstance(exc, _STOPS_THE_RUN):
         raise exc
-    if isinstance(exc, RunError) and exc.spent:
+    if isinstance(exc, RunError) and exc.gave_up:
         sent = exc.attrs.get("sent")
         why = (
             "an irreversible tool is not re-sent"

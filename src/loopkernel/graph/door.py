@@ -225,8 +225,9 @@ def parse(text: str | bytes, entry: Entry) -> Any:
     try:
         value = json.loads(text, parse_constant=_no_constant)
     except ValueError as exc:  # JSONDecodeError is one
-        rule = Rule.NOT_FINITE if "not a JSON number" in str(exc) else Rule.NOT_JSON
-        raise _refuse(entry, rule, "$", str(exc)) from None
+        if "not a JSON number" in str(exc):
+            raise _refuse(entry, Rule.NOT_FINITE, "$", str(exc)) from None
+        raise _refuse(entry, Rule.NOT_JSON, "$", f"the text is not JSON: {exc}") from None
     return admit(value, entry)
 
 
