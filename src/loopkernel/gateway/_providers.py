@@ -35,7 +35,6 @@ __all__ = [
     "ProviderReply",
     "Retryable",
     "call_with_retries",
-    "make_provider",
 ]
 
 _BACKOFF_CAP = 8.0
@@ -251,29 +250,6 @@ def _status_error(status: int, headers: Any) -> Exception:
         404: "the provider does not know this model or endpoint",
     }.get(status, "the provider refused the request")
     return ModelError(f"{hint} ({status})", kind="provider_rejected", status=status)
-
-
-def make_provider(
-    config: ProviderConfig, api_key: str | None, base_url: str | None = None
-) -> Provider:
-    """The provider for ``config`` (``base_url`` overrides it: the local model's server)."""
-    if base_url is not None:
-        from dataclasses import replace
-
-        config = replace(config, base_url=base_url)
-    if config.kind == "anthropic":
-        return AnthropicProvider(config, api_key)
-    if config.kind in ("azure", "gemini", "ollama"):
-        from loopkernel.gateway import _more_providers as more
-
-        kinds: dict[str, Any] = {
-            "azure": more.AzureOpenAIProvider,
-            "gemini": more.GeminiProvider,
-            "ollama": more.OllamaProvider,
-        }
-        made: Provider = kinds[config.kind](config, api_key)
-        return made
-    return OpenAIProvider(config, api_key)
 
 
 async def call_with_retries(

@@ -55,6 +55,7 @@ from loopkernel.errors import (
     UsageError,
 )
 from loopkernel.gateway._config import GatewayConfig, ProviderConfig
+from loopkernel.gateway._factory import make_provider
 from loopkernel.gateway._guard import Measured, RunGuard, inspect_reply, measure
 from loopkernel.gateway._harden import dumpable
 from loopkernel.gateway._ledger import Ledger, utc_day
@@ -65,7 +66,6 @@ from loopkernel.gateway._providers import (
     ProviderReply,
     Retryable,
     call_with_retries,
-    make_provider,
 )
 from loopkernel.models import Completion, Message, check_reply
 from loopkernel.models._client import schema_problem
