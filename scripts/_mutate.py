@@ -226,8 +226,8 @@ MUTATIONS = [
         name="export-skips-a-table",
         guards="export keeps its run's rows alone in every table (evidence included)",
         file="loopkernel/store/_sqlite.py",
-        old="for table in TABLES:\n                    dest.execute",
-        new="for table in TABLES[:-1]:\n                    dest.execute",
+        old="for table in TABLES:\n                        dest.execute",
+        new="for table in TABLES[:-1]:\n                        dest.execute",
         tests=("tests/store/test_engine.py",),
     ),
     Mutation(
