@@ -111,6 +111,31 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# Modules whose tests take minutes each (the bundled local model answering on the CPU):
+# run first, so that on two cores they overlap the rest of the suite instead of being its
+# tail. The rest keep xdist's own order (largest module first); scripts/test turns that
+# reorder off (--no-loadscope-reorder) so that this order is the one the workers get.
+LONG_MODULES = ("tests/planner/test_llm_apps.py", "tests/sre/test_model.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    sizes: dict[str, int] = {}
+    for item in items:
+        sizes[_module_of(item)] = sizes.get(_module_of(item), 0) + 1
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        module = _module_of(item)
+        if module in LONG_MODULES:
+            return (LONG_MODULES.index(module), 0)
+        return (len(LONG_MODULES), -sizes[module])
+
+    items.sort(key=rank)  # stable: a module's tests keep their order
+
+
+def _module_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.skipped and isinstance(report.longrepr, tuple):
         reason = str(report.longrepr[2])
