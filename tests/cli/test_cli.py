@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -186,3 +187,30 @@ def test_the_apps_evicting_every_finished_task_end_as_they_do_keeping_them(
         ends.append((out.returncode, ins["status"], ins["verdict"], ins["digest"]))
     assert ends[0] == ends[1]
     assert ends[0][1] in ("succeeded", "escalated"), ends[0]
+
+
+def test_hints_spell_the_command_as_it_was_started_when_it_is_not_on_path(
+    tmp_path: Path,
+) -> None:
+    """After ``bash scripts/demo`` the virtualenv is not activated: a printed hint names the
+    program by its path, so that it works pasted; on PATH it is plain ``loopkernel``."""
+    script = Path(sys.executable).parent / "loopkernel"
+
+    def gate(run: str, path: str) -> str:
+        out = subprocess.run(
+            [str(script), "--db", "r.db", "run", "lk_testapps:gate", "--run-id", run],
+            env=cli_env(PATH=path),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+        assert out.returncode == 3, out.stderr
+        return out.stdout
+
+    hidden = gate("g1", "/usr/bin:/bin")
+    assert f"    {script} --db r.db approve g1 gate" in hidden
+    assert f"then: {script} --db r.db resume g1" in hidden
+    shown = gate("g2", f"{script.parent}:/usr/bin:/bin")
+    assert "    loopkernel --db r.db approve g2 gate" in shown
+    assert "then: loopkernel --db r.db resume g2" in shown

@@ -164,6 +164,34 @@ def test_runs_shows_start_and_age_filters_by_date_and_pages(backend: Backend) ->
         page = cli("--db", db, "runs", *more.group(1).split())
     assert seen == ["r4", "r3", "r2", "r1"]
 
+    # the next page's command keeps the filters, an age as the moment it meant
+    page, seen = (
+        cli(
+            "--db",
+            db,
+            "runs",
+            "--limit",
+            "1",
+            "--app",
+            "speculation",
+            "--status",
+            "succeeded",
+            "--since",
+            "7d",
+        ),
+        [],
+    )
+    while True:
+        seen += [line.split()[0] for line in page.stdout.splitlines()]
+        more = re.search(r"\(more: loopkernel --db \S+ runs (.*)\)", page.stderr)
+        if more is None:
+            break
+        words = more.group(1).split()
+        assert words[2:8] == ["--limit", "1", "--status", "succeeded", "--app", "speculation"]
+        assert words[8] == "--since" and re.fullmatch(r"\d{4}-.*T.*[+-]\d\d:\d\d", words[9])
+        page = cli("--db", db, "runs", *words)
+    assert seen == ["r4", "r3", "r2"]
+
 
 def _wait_for_line(proc: subprocess.Popen[str], pattern: str) -> str:
     assert proc.stderr is not None

@@ -7,7 +7,9 @@ from __future__ import annotations
 import argparse
 import logging
 import shlex
+import shutil
 import sys
+from pathlib import Path
 from typing import Any, NoReturn
 
 from loopkernel.cli._render import one_line
@@ -19,6 +21,7 @@ __all__ = [
     "db_flag",
     "extra_for",
     "missing_extra",
+    "prog",
     "resume_command",
     "setup_logging",
     "shown_url",
@@ -117,7 +120,24 @@ def add_logging_flags(p: argparse.ArgumentParser, *, top: bool = False) -> None:
 def resume_command(args: argparse.Namespace, run: str) -> str:
     """``loopkernel [--db DB] resume RUN``: with ``--db`` whenever one was given, so that
     the line works pasted as it is."""
-    return f"loopkernel{db_flag(args)} resume {shlex.quote(str(run))}"
+    return f"{prog()}{db_flag(args)} resume {shlex.quote(str(run))}"
+
+
+def prog() -> str:
+    """The command as a printed hint spells it: ``loopkernel`` when that name on PATH is
+    the program running, else the path it was started by (``.venv/bin/loopkernel`` after
+    ``bash scripts/demo``, where the virtualenv is not activated), so the hint works pasted."""
+    started = Path(sys.argv[0])
+    if started.name != "loopkernel":  # python -m loopkernel, or called in-process
+        return "loopkernel"
+    found = shutil.which("loopkernel")
+    if found and Path(found).resolve() == started.resolve():
+        return "loopkernel"
+    try:
+        shown = str(started.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        shown = str(started.absolute())
+    return shlex.quote(shown if "/" in shown else f"./{shown}")
 
 
 def db_flag(args: argparse.Namespace) -> str:

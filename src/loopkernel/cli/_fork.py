@@ -18,6 +18,7 @@ import argparse
 import json
 
 from loopkernel.cli._args import count, run_id
+from loopkernel.cli._door import db_flag, prog
 from loopkernel.cli._exit import Handler
 from loopkernel.client import Client
 from loopkernel.graph import TERMINAL_RUN
@@ -41,7 +42,7 @@ async def cmd_fork(args: argparse.Namespace) -> int:
         print(f"run {started.run_id} forked from {args.run} at event #{args.at}: {info.status}")
         print(f"approval token (shown once): {started.token}")
         if info.status not in TERMINAL_RUN:
-            print(f"next: loopkernel resume {started.run_id}")
+            print(f"next: {prog()}{db_flag(args)} resume {started.run_id}")
         return 0
 
 

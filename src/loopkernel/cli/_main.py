@@ -31,6 +31,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from loopkernel._app import App, load_app
@@ -49,6 +50,7 @@ from loopkernel.cli._door import (
     db_flag,
     extra_for,
     missing_extra,
+    prog,
     resume_command,
     setup_logging,
     shown_url,
@@ -115,7 +117,7 @@ async def _finish(
             for task in waiting:
                 print(f"  {task.task_id}: {task.wait_reason}")
                 print(
-                    f"    loopkernel{db_flag(args)} approve {outcome.run_id} {task.task_id} "
+                    f"    {prog()}{db_flag(args)} approve {outcome.run_id} {task.task_id} "
                     "[--payload JSON]   (or reject)"
                 )
             print(f"  then: {resume_command(args, outcome.run_id)}")
@@ -332,12 +334,24 @@ async def cmd_runs(args: argparse.Namespace) -> int:
             )
         if len(found) == args.limit and len(shown) == len(found):
             # stdout stays the list (for pipes); the next page's command goes to stderr
-            print(
-                f"(more: loopkernel{db_flag(args)} runs --before {found[-1].run_id}"
-                f"{' --limit ' + str(args.limit) if args.limit != 50 else ''})",
-                file=sys.stderr,
-            )
+            print(f"(more: {_next_page(args, str(found[-1].run_id))})", file=sys.stderr)
         return 0
+
+
+def _next_page(args: argparse.Namespace, last: str) -> str:
+    """The ``runs`` command for the page after ``last``, with this one's filters kept (an
+    age given to ``--since`` as the moment it meant, so the pages do not drift)."""
+    words = [f"{prog()}{db_flag(args)} runs --before {last}"]
+    if args.limit != 50:
+        words.append(f"--limit {args.limit}")
+    if args.status is not None:
+        words.append(f"--status {args.status}")
+    if args.app is not None:
+        words.append(f"--app {shlex.quote(args.app)}")
+    if args.since is not None:
+        since = datetime.fromtimestamp(args.since).astimezone().isoformat(timespec="seconds")
+        words.append(f"--since {since}")
+    return " ".join(words)
 
 
 async def cmd_export(args: argparse.Namespace) -> int:
@@ -596,7 +610,7 @@ def _resume_hint(args: argparse.Namespace, exc: LoopKernelError) -> str:
     if args.db:
         where = str(exc.attrs.get("url") or args.db)
         db = f" --db {shlex.quote(where.removeprefix('sqlite:///'))}"
-    return f"; run {run_id} is left resumable: loopkernel{db} resume {run_id}"
+    return f"; run {run_id} is left resumable: {prog()}{db} resume {run_id}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

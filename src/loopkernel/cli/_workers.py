@@ -25,7 +25,7 @@ import sys
 import time
 
 from loopkernel.cli._args import count, positive, run_id
-from loopkernel.cli._door import db_flag
+from loopkernel.cli._door import db_flag, prog
 from loopkernel.cli._exit import EXIT_CODES, Handler
 from loopkernel.cli._main import (
     add_app_arguments,
@@ -131,13 +131,13 @@ async def cmd_wait(args: argparse.Namespace) -> int:
             if task.task_id in answered:
                 print(
                     f"task {task.task_id}: answered, not taken up yet: a worker picks it up "
-                    f"if the run was submitted; else: loopkernel{db} resume {info.run_id}"
+                    f"if the run was submitted; else: {prog()}{db} resume {info.run_id}"
                 )
                 continue
             print(
                 f"waiting for a human: task {task.task_id}: {task.wait_reason}\n"
-                f"  loopkernel{db} approve {info.run_id} {task.task_id} (or reject); then a "
-                f"worker picks it up if the run was submitted, else: loopkernel{db} resume "
+                f"  {prog()}{db} approve {info.run_id} {task.task_id} (or reject); then a "
+                f"worker picks it up if the run was submitted, else: {prog()}{db} resume "
                 f"{info.run_id}"
             )
     return EXIT_CODES[info.status]
