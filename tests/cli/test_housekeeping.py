@@ -8,6 +8,7 @@ import asyncio
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -243,6 +244,10 @@ def test_serve_with_retention_prunes_old_finished_runs(tmp_path: Path) -> None:
     assert re.findall(r"^(\S+)", cli("--db", db, "runs").stdout, re.M) == ["new"]
 
 
+# The loopkernel program itself, as completion calls it back (COMP_WORDS[0]) for run ids.
+PROG = (str(Path(sys.executable).parent / "loopkernel"),)
+
+
 def test_bash_completion_is_generated_from_the_parser(tmp_path: Path) -> None:
     out = cli("completion", "bash")
     assert out.returncode == 0 and "complete -F _loopkernel loopkernel" in out.stdout
@@ -266,6 +271,24 @@ def test_bash_completion_is_generated_from_the_parser(tmp_path: Path) -> None:
     assert complete("loopkernel", "--db", "x.db", "runs", "--si") == ["--since"]
     assert "--older-than" in complete("loopkernel", "prune", "--")
     assert complete("loopkernel", "--ver") == ["--verbose", "--version"]
+
+    # a positional is completed by what it names: apps, the database's runs, a shell
+    assert {"looplab", "speculation", "sre"} <= set(complete("loopkernel", "run", ""))
+    assert complete("loopkernel", "submit", "--scenario", "x", "spec") == ["speculation"]
+    assert complete("loopkernel", "completion", "") == ["bash"]
+    db = tmp_path / "runs.db"
+    for run in ("alpha", "beta"):
+        args = ["--db", str(db), "run", "speculation", "--scenario", "fast", "--run-id", run]
+        assert cli(*args, "--quiet").returncode == 0
+    assert complete(*PROG, "--db", str(db), "inspect", "") == ["beta", "alpha"]  # newest first
+    assert complete(*PROG, "inspect", "--db", str(db), "--journal", "al") == ["alpha"]
+    assert complete(*PROG, "--db", str(db), "delete", "alpha", "b") == ["beta"]
+    task = complete(*PROG, "--db", str(db), "approve", "alpha", "")  # a task: file names
+    assert task and not {"alpha", "beta"} & set(task)
+    (tmp_path / "scenario.json").write_text("{}")
+    assert complete(*PROG, "run", "--set", str(tmp_path / "scen")) == [
+        str(tmp_path / "scenario.json")
+    ]
 
 
 def test_the_sync_client_deletes_and_prunes_too(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from loopkernel.cli._args import run_id
+from loopkernel.cli._complete import bash_completion
 from loopkernel.cli._exit import HELD, USAGE, Handler
 from loopkernel.client import PRUNED_BY_DEFAULT, Client, Pruned
 from loopkernel.errors import RunHeld, RunNotFound, StoreUnavailable
@@ -159,66 +160,6 @@ def add_retention_flag(p: argparse.ArgumentParser) -> None:
         help="delete finished runs whose last change is older than AGE (30d, 12h), at start "
         "and every hour (default: keep every run)",
     )
-
-
-def _words(parser: argparse.ArgumentParser) -> tuple[list[str], dict[str, list[str]]]:
-    """The commands and each one's options, read from the parser itself."""
-    commands: dict[str, list[str]] = {}
-    top: list[str] = []
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                commands[name] = sorted(
-                    o
-                    for a in sub._actions
-                    if a.help is not argparse.SUPPRESS or "--db" in a.option_strings
-                    for o in a.option_strings
-                    if o.startswith("--")
-                )
-        else:
-            top.extend(o for o in action.option_strings if o.startswith("--"))
-    return sorted(top), commands
-
-
-def bash_completion(parser: argparse.ArgumentParser) -> str:
-    """A bash completion script for ``loopkernel``, generated from its parser."""
-    top, commands = _words(parser)
-    cases = "\n".join(
-        f"        {name}) opts={' '.join(opts)!r} ;;".replace("'", '"')
-        for name, opts in sorted(commands.items())
-    )
-    return f"""# bash completion for loopkernel (generated: loopkernel completion bash)
-_loopkernel() {{
-    local cur cmd i opts
-    cur="${{COMP_WORDS[COMP_CWORD]}}"
-    cmd=""
-    for ((i = 1; i < COMP_CWORD; i++)); do
-        case "${{COMP_WORDS[i]}}" in
-            --db|--log-level) ((i++)) ;;
-            -*) ;;
-            *) cmd="${{COMP_WORDS[i]}}"; break ;;
-        esac
-    done
-    if [[ -z "$cmd" ]]; then
-        if [[ "$cur" == -* ]]; then
-            COMPREPLY=($(compgen -W "{" ".join(top)}" -- "$cur"))
-        else
-            COMPREPLY=($(compgen -W "{" ".join(sorted(commands))}" -- "$cur"))
-        fi
-        return
-    fi
-    case "$cmd" in
-{cases}
-        *) opts="" ;;
-    esac
-    if [[ "$cur" == -* ]]; then
-        COMPREPLY=($(compgen -W "$opts" -- "$cur"))
-    else
-        COMPREPLY=($(compgen -f -- "$cur"))
-    fi
-}}
-complete -F _loopkernel loopkernel
-"""
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
