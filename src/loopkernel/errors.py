@@ -84,6 +84,7 @@ __all__ = [
     "TripwireFired",
     "UsageError",
     "family_of",
+    "install_hint",
     "is_retryable",
     "revive",
 ]
@@ -382,3 +383,11 @@ class TripwireFired(RunError):
 
 class RunawayRun(RunError):
     code = "runaway"
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs an optional extra, as every one-line message says it.
+    One install story (docs/operations.md, "Installing"): no public index serves LoopKernel
+    yet, so an extra comes from a clone (``pip install -e '.[tools]'``) or with the wheel
+    built from one (``pip install 'dist/loopkernel-…-py3-none-any.whl[tools]'``)."""
+    return f"pip install -e '.[{extra}]' in a clone (or the built wheel with [{extra}])"

@@ -91,7 +91,7 @@ def test_without_the_tools_extra_one_line_names_the_install(
 ) -> None:
     db = tmp_path / "runs.db"
     out = cli("--db", str(db), *command, env=no_tools_extra, cwd=tmp_path)
-    one_line(out, 2, "pip install 'loopkernel[tools]'", "pip install -e '.[tools]'")
+    one_line(out, 2, "pip install -e '.[tools]' in a clone", "the built wheel with [tools]")
     assert not db.exists()
 
 

@@ -51,7 +51,7 @@ def test_tools_list_without_the_tools_extra_says_so_at_once(
     server = f"{sys.executable} -m loopkernel.tools.testkit.faults"
     out = run(["tools", "list", "--server-cmd", server], no_mcp, tmp_path)  # hung forever
     assert out.returncode == 2, out.stderr
-    assert "pip install 'loopkernel[tools]'" in out.stderr
+    assert "pip install -e '.[tools]' in a clone" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
 
 
@@ -62,8 +62,8 @@ def test_run_looplab_without_the_tools_extra_is_one_line_and_writes_nothing(
     out = run(["--db", str(db), "run", "looplab"], no_mcp, tmp_path)
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip().splitlines() == [
-        "loopkernel: the tool layer needs the tools extra: pip install 'loopkernel[tools]' "
-        "(No module named 'mcp')"
+        "loopkernel: the tool layer needs the tools extra: pip install -e '.[tools]' in a clone "
+        "(or the built wheel with [tools]) (No module named 'mcp')"
     ]
     assert not db.exists()
 
@@ -76,4 +76,4 @@ def test_a_tool_server_without_the_sdk_exits_with_one_line(
         env=no_mcp, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert out.returncode == 2
-    assert "pip install 'loopkernel[tools]'" in out.stderr and "Traceback" not in out.stderr
+    assert "pip install -e '.[tools]' in a clone" in out.stderr and "Traceback" not in out.stderr

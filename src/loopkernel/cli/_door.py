@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from loopkernel.cli._render import one_line
+from loopkernel.errors import install_hint
 
 __all__ = [
     "LOG_LEVELS",
@@ -200,9 +201,6 @@ def extra_for(module: str) -> str | None:
 
 
 def missing_extra(extra: str, exc: ImportError) -> str:
-    """The one line for a missing optional dependency: the install command, from an index
-    and from a clone (LoopKernel is not published yet)."""
-    return (
-        f"this needs the {extra} extra: pip install 'loopkernel[{extra}]' "
-        f"(in a clone: pip install -e '.[{extra}]') ({exc})"
-    )
+    """The one line for a missing optional dependency, with the command that installs it
+    (LoopKernel is not published yet: ``loopkernel._install``)."""
+    return f"this needs the {extra} extra: {install_hint(extra)} ({exc})"

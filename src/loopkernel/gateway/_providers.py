@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from loopkernel.errors import ModelError, ModelTimeout, ModelUnavailable, UsageError
+from loopkernel.errors import ModelError, ModelTimeout, ModelUnavailable, UsageError, install_hint
 from loopkernel.gateway._config import ProviderConfig
 from loopkernel.models import Message
 
@@ -98,7 +98,7 @@ class Provider(Protocol):
 
 
 def _extra() -> str:
-    return "pip install 'loopkernel[models]'"
+    return install_hint("models")
 
 
 def _retry_after(headers: Any) -> float | None:

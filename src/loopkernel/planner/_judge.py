@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from loopkernel.errors import PatchRejected, UsageError
+from loopkernel.errors import PatchRejected, UsageError, install_hint
 from loopkernel.graph import JSON, Delta, Event, EventKind, GraphPatch, GraphState, validate
 from loopkernel.graph._patch import Add, Finish
 from loopkernel.planner._rules import RULES, Postconditions, check
@@ -217,7 +217,7 @@ def _validator(schema: Mapping[str, Any]) -> Any:
             import jsonschema  # type: ignore[import-untyped]
         except ImportError:  # pragma: no cover - the models extra brings it
             raise UsageError(
-                "checking proposals needs jsonschema: pip install 'loopkernel[models]'"
+                f"checking proposals needs jsonschema: {install_hint('models')}"
             ) from None
         cls = jsonschema.validators.validator_for(schema)
         cls.check_schema(schema)

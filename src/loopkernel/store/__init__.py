@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from loopkernel.errors import UsageError
+from loopkernel.errors import UsageError, install_hint
 from loopkernel.store._codec import digest_of, dump_of_state
 from loopkernel.store._fork import Fork
 from loopkernel.store._protocol import (
@@ -67,8 +67,7 @@ def open_store(url: str | None = None, *, create: bool = True) -> Store:
             from loopkernel.store._postgres import PostgresStore  # type: ignore[import-not-found,unused-ignore]
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise UsageError(
-                "the PostgreSQL store needs the postgres extra: pip install 'loopkernel[postgres]'"
-                f" ({exc})"
+                f"the PostgreSQL store needs the postgres extra: {install_hint('postgres')} ({exc})"
             ) from None
         store: Store = PostgresStore(url, create=create)
         return store

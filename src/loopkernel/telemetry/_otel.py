@@ -17,6 +17,8 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from loopkernel.errors import install_hint
+
 __all__ = ["Span", "Tracer", "from_env", "from_global"]
 
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -247,7 +249,7 @@ def from_env() -> Tracer | None:
     except ImportError:
         print(
             "loopkernel: OTEL_* asks for traces but the OpenTelemetry SDK is not installed: "
-            "pip install 'loopkernel[otel]'",
+            f"{install_hint('otel')}",
             file=sys.stderr,
         )
         return None

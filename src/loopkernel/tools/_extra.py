@@ -5,11 +5,11 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-from loopkernel.errors import UsageError
+from loopkernel.errors import UsageError, install_hint
 
 __all__ = ["TOOLS_EXTRA", "require_mcp"]
 
-TOOLS_EXTRA = "pip install 'loopkernel[tools]'"
+TOOLS_EXTRA = install_hint("tools")
 
 
 def require_mcp() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from loopkernel.errors import UsageError
+from loopkernel.errors import UsageError, install_hint
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -27,9 +27,7 @@ def require_extra() -> None:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
-        raise UsageError(
-            f"the web inspector needs {exc.name}: pip install 'loopkernel[web]'"
-        ) from None
+        raise UsageError(f"the web inspector needs {exc.name}: {install_hint('web')}") from None
 
 
 def create_app(client: Client, **options: Any) -> Starlette:

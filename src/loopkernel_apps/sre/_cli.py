@@ -58,7 +58,7 @@ def add_parser(sub: Any) -> None:
         description="Read a live cluster through the official kubernetes client and write "
         "the 'kubectl cluster-info dump --output-directory' layout, plus "
         "NS/POD/logs-C-previous.txt for every restarted container. Needs "
-        "pip install 'loopkernel[sre-live]'.",
+        "pip install -e '.[sre-live]' in a clone.",
     )
     c.add_argument("--out", required=True, help="the directory to write (must not exist)")
     c.add_argument("--namespace", action="append", help="a namespace (repeatable; default all)")

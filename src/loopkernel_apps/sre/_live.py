@@ -24,6 +24,9 @@ from loopkernel import UsageError
 
 __all__ = ["LISTS", "collect"]
 
+# As loopkernel.errors.install_hint says it (the apps use the public API only).
+LIVE_INSTALL = "pip install -e '.[sre-live]' in a clone (or the built wheel with [sre-live])"
+
 LISTS = (
     ("events", "core", "list_namespaced_event"),
     ("pods", "core", "list_namespaced_pod"),
@@ -48,7 +51,7 @@ def _client(kubeconfig: str | None, context: str | None) -> Any:
         from kubernetes import config
     except ImportError:
         raise UsageError(
-            "live mode needs the kubernetes client: pip install 'loopkernel[sre-live]'"
+            f"live mode needs the kubernetes client: {LIVE_INSTALL}"
         ) from None
     try:
         return config.new_client_from_config(config_file=kubeconfig, context=context)  # type: ignore[no-untyped-call]
