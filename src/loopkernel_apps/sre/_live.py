@@ -4,7 +4,7 @@
 ``load_dump`` reads, plus ``NS/POD/logs-C-previous.txt`` for every container that
 restarted (what ``kubectl logs --previous`` returns). Lists are fetched raw
 (``_preload_content=False``), so the files hold the API server's JSON exactly, as kubectl
-writes it. Needs ``pip install 'loopkernel[sre-live]'``.
+writes it. Needs the sre-live extra (``pip install -e '.[sre-live]'`` in a clone).
 
 Beyond what ``kubectl cluster-info dump`` writes, it reads the kinds the dump lacks and the
 investigator uses when present: Endpoints, PersistentVolumeClaims, HorizontalPodAutoscalers,
