@@ -81,6 +81,7 @@ from loopkernel.store import (
     Fork,
     NewEvent,
     PatchRecord,
+    Reclaimed,
     RunInfo,
     SQLiteStore,
     Store,
@@ -201,6 +202,9 @@ class Pruned:
     """Old enough, but an executor holds them: kept."""
     dry_run: bool
     """Nothing was deleted."""
+    reclaimed: Reclaimed | None = None
+    """The space given back after the deletes (SQLite), in bytes; None when nothing was
+    deleted, on a dry run, or where the server's vacuum reuses it (PostgreSQL)."""
 
 
 def approver(actor: str, known: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -1000,10 +1004,13 @@ class Client:
         statuses: Collection[RunStatus] = PRUNED_BY_DEFAULT,
         dry_run: bool = False,
         now: float | None = None,
+        vacuum: bool = False,
     ) -> Pruned:
         """Delete the runs in ``statuses`` (default: the finished ones) whose last change
         (``updated_at``) is more than ``older_than`` seconds ago. A run an executor holds
-        is kept and named in ``held``. ``dry_run``: delete nothing, name what would go."""
+        is kept and named in ``held``. ``dry_run``: delete nothing, name what would go.
+        Then the space is given back (``Store.reclaim``): at once in a file made by this
+        version; ``vacuum`` rewrites an older SQLite file once so that it is too."""
         if not older_than >= 0:
             raise UsageError(f"older_than must be seconds >= 0, not {older_than!r}")
         cutoff = (time.time() if now is None else now) - older_than
@@ -1031,4 +1038,9 @@ class Client:
                 if len(page) < 500:
                     break
                 before = (page[-1].created_at, page[-1].run_id)
-        return Pruned(deleted=tuple(deleted), held=tuple(held), dry_run=dry_run)
+        reclaimed = None
+        if (deleted or vacuum) and not dry_run:
+            reclaimed = await self.store.reclaim(full=vacuum)
+        return Pruned(
+            deleted=tuple(deleted), held=tuple(held), dry_run=dry_run, reclaimed=reclaimed
+        )

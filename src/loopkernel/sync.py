@@ -327,9 +327,13 @@ class Client:
         *,
         statuses: Collection[RunStatus] | None = None,
         dry_run: bool = False,
+        vacuum: bool = False,
     ) -> Pruned:
-        """Delete runs not changed for ``older_than`` seconds (``Client.prune``)."""
+        """Delete runs not changed for ``older_than`` seconds, and give their space back
+        (``Client.prune``)."""
         from loopkernel.client import PRUNED_BY_DEFAULT
 
         chosen = PRUNED_BY_DEFAULT if statuses is None else statuses
-        return self.run(lambda c: c.prune(older_than, statuses=chosen, dry_run=dry_run))
+        return self.run(
+            lambda c: c.prune(older_than, statuses=chosen, dry_run=dry_run, vacuum=vacuum)
+        )

@@ -302,3 +302,62 @@ def test_the_sync_client_deletes_and_prunes_too(tmp_path: Path) -> None:
         assert client.prune(0.0, dry_run=True).deleted == ("s2",)
         asyncio.run(asyncio.sleep(0))  # an event loop in this thread changes nothing
         assert client.prune(3600.0).deleted == ()
+
+
+def test_prune_gives_the_space_back_and_says_how_much(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    _runs(db, "s", 12)
+    full = db.stat().st_size
+    out = cli("--db", str(db), "prune", "--older-than", "0s")
+    assert out.returncode == 0, out.stderr
+    space = re.search(r"space: ([\d,]+) -> ([\d,]+) bytes \(([\d,]+) returned; (.*)\)", out.stdout)
+    assert space is not None, out.stdout
+    before, after, returned = (int(space.group(i).replace(",", "")) for i in (1, 2, 3))
+    assert space.group(4) == "incremental vacuum" and returned == before - after
+    assert before >= full > after == db.stat().st_size  # the WAL folded in and truncated
+    assert _free_pages(db) == 0  # every page the runs had is back with the file system
+
+    # a file made before auto_vacuum was set: prune says so, --vacuum rewrites it once
+    old = tmp_path / "old.db"
+    _runs(old, "o", 12)
+    _make_old(old)
+    kept = cli("--db", str(old), "prune", "--older-than", "0s")
+    assert "none: an older file (prune --vacuum rewrites it once)" in kept.stdout, kept.stdout
+    assert _free_pages(old) > 0
+    vac = cli("--db", str(old), "prune", "--older-than", "0s", "--vacuum")
+    assert "deleted 0 run(s)" in vac.stdout and "; vacuum)" in vac.stdout, vac.stdout
+    assert _free_pages(old) == 0 and old.stat().st_size < full
+    _runs(old, "p", 2)
+    later = cli("--db", str(old), "prune", "--older-than", "0s")
+    assert "; incremental vacuum)" in later.stdout, later.stdout  # incremental from then on
+    dry = cli("--db", str(old), "prune", "--older-than", "0s", "--dry-run")
+    assert "space:" not in dry.stdout  # a dry run gives nothing back
+
+
+def _runs(db: Path, prefix: str, n: int) -> None:
+    for i in range(n):
+        args = ["run", "speculation", "--scenario", "fast", "--run-id", f"{prefix}{i}", "--quiet"]
+        assert cli("--db", str(db), *args).returncode == 0
+
+
+def _free_pages(db: Path) -> int:
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    try:
+        return int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def _make_old(path: Path) -> None:
+    """The file as an earlier version made it: no auto_vacuum."""
+    import sqlite3
+
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA auto_vacuum = NONE")
+        conn.execute("VACUUM")
+        assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
+    finally:
+        conn.close()

@@ -4,7 +4,7 @@
 ::
 
     loopkernel delete RUN [RUN ...]                    # every row of each run, at once
-    loopkernel prune --older-than 30d [--status failed]... [--dry-run]
+    loopkernel prune --older-than 30d [--status failed]... [--dry-run] [--vacuum]
     loopkernel worker --retention 30d                  # prunes finished runs every hour
     source <(loopkernel completion bash)
 
@@ -101,11 +101,16 @@ def _report(pruned: Pruned, out: Callable[[str], None]) -> None:
         out(f"kept run {run}: an executor holds it")
     kept = f", kept {len(pruned.held)} held by an executor" if pruned.held else ""
     out(f"{verb} {len(pruned.deleted)} run(s){kept}")
+    if pruned.reclaimed is not None:
+        r = pruned.reclaimed
+        out(f"space: {r.before:,} -> {r.after:,} bytes ({r.before - r.after:,} returned; {r.how})")
 
 
 async def cmd_prune(args: argparse.Namespace) -> int:
     async with Client(args.db, create=False) as client:
-        pruned = await client.prune(args.older_than, statuses=_statuses(args), dry_run=args.dry_run)
+        pruned = await client.prune(
+            args.older_than, statuses=_statuses(args), dry_run=args.dry_run, vacuum=args.vacuum
+        )
     _report(pruned, print)
     return 0
 
@@ -125,11 +130,17 @@ async def retain_forever(
         if pruned.deleted or pruned.held:
             print(
                 f"loopkernel: retention {age(retention)}: {len(pruned.deleted)} run(s) deleted"
-                + (f", {len(pruned.held)} held kept" if pruned.held else ""),
+                + (f", {len(pruned.held)} held kept" if pruned.held else "")
+                + _returned(pruned),
                 file=sys.stderr,
                 flush=True,
             )
         await asyncio.sleep(every)
+
+
+def _returned(pruned: Pruned) -> str:
+    r = pruned.reclaimed
+    return "" if r is None else f", {max(0, r.before - r.after):,} bytes returned"
 
 
 def retention_thread(db: str | None, retention: float) -> threading.Thread:
@@ -208,6 +219,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "cancelled)",
     )
     p.add_argument("--dry-run", action="store_true", help="delete nothing; list what would go")
+    p.add_argument(
+        "--vacuum",
+        action="store_true",
+        help="SQLite: rewrite a file made before space was given back at once (one VACUUM; "
+        "writers wait for it), so that every later prune returns its space",
+    )
 
     p = _command(subparsers, "completion", cmd_completion, "print a shell completion script (bash)")
     p.add_argument("shell", choices=["bash"], help="the shell")

@@ -107,6 +107,7 @@ from loopkernel.store._protocol import (
     LoadedRun,
     NewEvent,
     PatchRecord,
+    Reclaimed,
     RunInfo,
     Schedule,
 )
@@ -827,6 +828,11 @@ class SQLStore:
 
     async def checkpoint(self) -> None:
         """A no-op here; ``SQLiteStore`` folds its WAL in."""
+
+    async def reclaim(self, *, full: bool = False) -> Reclaimed | None:
+        """None here: PostgreSQL's autovacuum reuses the space of deleted rows (a ``VACUUM
+        FULL`` would lock every table for its length; an operator runs it knowingly)."""
+        return None
 
     async def fork_run(self, fork: Fork) -> RunInfo:
         self._unfenced("create runs")

@@ -50,9 +50,20 @@ __all__ = [
     "NewEvent",
     "PatchRecord",
     "ProposalNote",
+    "Reclaimed",
     "RunInfo",
     "Store",
 ]
+
+
+@dataclass(frozen=True)
+class Reclaimed:
+    """What ``Store.reclaim`` gave back: the database's bytes on disk (main file and WAL)
+    before and after, and how (``incremental vacuum``, ``vacuum``)."""
+
+    before: int
+    after: int
+    how: str
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -332,6 +343,12 @@ class Journal(Protocol):
 
     async def checkpoint(self) -> None:
         """Make the main database file complete on its own (SQLite); a no-op elsewhere."""
+
+    async def reclaim(self, *, full: bool = False) -> Reclaimed | None:
+        """Give the space of deleted rows back to the file system and say how much (SQLite:
+        an incremental vacuum, or with ``full`` a ``VACUUM`` that makes an older file
+        incremental; then the WAL folded in and truncated). None where the server's own
+        vacuum reuses the space (PostgreSQL's autovacuum)."""
 
     async def wait_for_journal(self, seconds: float) -> None:
         """Return when some run's journal may have changed (any writer, any process), or

@@ -62,6 +62,7 @@ from loopkernel.store._engine import (
     migrate,
     transact,
 )
+from loopkernel.store._protocol import Reclaimed
 from loopkernel.store._schema import SQLITE_MIGRATIONS, SQLITE_VERSION, TABLES
 from loopkernel.store._writer import CommitStats, Write, Writer
 
@@ -72,6 +73,9 @@ T = TypeVar("T")
 APPLICATION_ID = 0x4C4B524E
 """``PRAGMA application_id`` of a LoopKernel database ("LKRN"): how ``open`` knows a file
 is ours before it writes anything to it."""
+
+_INCREMENTAL = 2
+"""``PRAGMA auto_vacuum``'s incremental mode: free pages kept until an incremental vacuum."""
 
 DEFAULT_BUSY_TIMEOUT = 10.0
 """Seconds, in all, a write waits for another process's write lock before it is
@@ -423,7 +427,9 @@ class SQLiteStore(SQLStore):
             # a commit may run on the loop, and a checkpoint fsyncs.
             db.execute("PRAGMA wal_autocheckpoint = 0")
             db.execute(f"PRAGMA journal_size_limit = {_WAL_LIMIT}")
-            if not fresh:
+            if fresh:  # before the first table: pruned runs' pages can go back (_reclaim)
+                db.execute(f"PRAGMA auto_vacuum = {_INCREMENTAL}")
+            else:
                 _check_ours(db, self.path, create=self.create)
                 found = None if self.check is Check.OFF else walk(db, self.path, self.check)
                 if found is not None:  # before anything is written to it
@@ -489,6 +495,41 @@ class SQLiteStore(SQLStore):
     def checkpoint_sync(self) -> None:
         """Fold the WAL into the main file, so that copying the .db alone loses nothing."""
         self._sync(lambda db: db.execute("PRAGMA wal_checkpoint(TRUNCATE)"))
+
+    async def reclaim(self, *, full: bool = False) -> Reclaimed | None:
+        return await self._on_thread(lambda: self._reclaim(full))
+
+    def _reclaim(self, full: bool) -> Reclaimed:
+        """Free pages back to the file system, then the WAL folded in and truncated. A file
+        made since auto_vacuum was set is incremental: its free pages go at once, in a
+        moment. An older file needs ``full``: one ``VACUUM`` rewrites it (readers go on;
+        writers wait for its length) and makes it incremental from then on."""
+        before = self._bytes()
+
+        def body(db: sqlite3.Connection) -> str:
+            if db.execute("PRAGMA auto_vacuum").fetchone()[0] == _INCREMENTAL:
+                # stepped to its end: execute() would stop after its first page
+                db.executescript("PRAGMA incremental_vacuum;")
+                how = "incremental vacuum"
+            elif full:
+                db.execute(f"PRAGMA auto_vacuum = {_INCREMENTAL}")
+                db.execute("VACUUM")
+                how = "vacuum"
+            else:
+                how = "none: an older file (prune --vacuum rewrites it once)"
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            return how
+
+        how = self._sync(body)
+        return Reclaimed(before=before, after=self._bytes(), how=how)
+
+    def _bytes(self) -> int:
+        """The database's bytes on disk: the main file and its WAL."""
+        total = 0
+        for path in (self.path, self.path.with_name(self.path.name + "-wal")):
+            with suppress(FileNotFoundError):
+                total += path.stat().st_size
+        return total
 
     def _checkpoint_quietly(self) -> None:
         """The checkpoint of a quiet point: a failure (a full disk, a reader) is no fault of
