@@ -79,6 +79,7 @@ from loopkernel.store import (
     Claim,
     EffectRecord,
     Fork,
+    LoadedRun,
     NewEvent,
     PatchRecord,
     RunInfo,
@@ -88,8 +89,8 @@ from loopkernel.store import (
     dump_of_state,
     open_store,
 )
-from loopkernel.store._engine import lock_wait_at_most
 from loopkernel.store._lease import Holder
+from loopkernel.store._lockwait import lock_wait_at_most
 
 if TYPE_CHECKING:
     from loopkernel.models import ModelLayer
@@ -458,9 +459,6 @@ class Client:
         apps: Collection[str] | None,
         tool_servers: StartedServers | None,
     ) -> RunOutcome:
-        info = await self.store.get_run(rid)
-        if info.status in TERMINAL_RUN:  # nothing to execute, nothing to own
-            return RunOutcome(run_id=rid, status=info.status, verdict=info.verdict)
         claim = await self._acquire(rid, config.lease_s)
         held = (self.store.url, rid)
         _HELD.add(held)
@@ -470,13 +468,16 @@ class Client:
             # The run's own writes fail the same way as a missed heartbeat and are
             # retried; if the lease runs out meanwhile, fencing refuses what comes after.
             async with hold_lease(self.store, claim, lease_s=config.lease_s):
+                loaded = await owner.store.load_run(rid)  # the one read, handed down
+                if (info := loaded.info).status in TERMINAL_RUN:  # nothing to execute
+                    return RunOutcome(run_id=rid, status=info.status, verdict=info.verdict)
                 return await owner.run_owned(
                     rid,
                     config=config,
                     listeners=listeners,
                     apps=apps,
                     tool_servers=tool_servers,
-                    info=info,
+                    loaded=loaded,
                 )
         except StoreUnavailable:
             down = True
@@ -516,7 +517,7 @@ class Client:
         listeners: Listeners | None = None,
         apps: Collection[str] | None = None,
         tool_servers: StartedServers | None = None,
-        info: RunInfo | None = None,
+        loaded: LoadedRun | None = None,
     ) -> RunOutcome:
         """Run (or resume) a run this process already owns: ``self.store`` is the view
         fenced to its lease (a worker's claim, or ``execute``'s own).
@@ -529,12 +530,11 @@ class Client:
         ``observer``, and ``on_tool_server(name, "starting" | "ready")``, told when the
         run's tool layer starts a server. ``tool_servers`` (``start_tool_servers``):
         servers started for this run before it was set up, which its tool layer takes over
-        instead of spawning its own. ``config``: the ``Kernel``'s. ``info``: the run's row
-        when the caller has just read it under the lease (``execute``), not read again.
-        """
+        instead of spawning its own. ``config``: the ``Kernel``'s. ``loaded``: the run as
+        the caller just read it under the lease (``execute``), read here once if ``None``."""
         listeners = listeners or Listeners()
-        if info is None:
-            info = await self.store.get_run(_rid(run_id))
+        loaded = loaded or await self.store.load_run(_rid(run_id))
+        info = loaded.info
         if apps is not None:
             if info.status not in (RunStatus.RUNNING, RunStatus.WAITING):
                 return RunOutcome(run_id=info.run_id, status=info.status, verdict=info.verdict)
@@ -567,9 +567,9 @@ class Client:
             tools.adopt(tool_servers)
         if tools is not None and hasattr(tools, "__aenter__"):
             async with tools:  # type: ignore[attr-defined]
-                outcome = await kernel.run(run_id)
+                outcome = await kernel.run(run_id, loaded=loaded)
         else:
-            outcome = await kernel.run(run_id)
+            outcome = await kernel.run(run_id, loaded=loaded)
         crashpoint("run_returned")  # the store is still open: close() has not checkpointed
         return outcome
 

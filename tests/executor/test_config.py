@@ -131,3 +131,41 @@ def test_hold_lease_leaves_an_outside_cancellation_alone(tmp_path: Path) -> None
             await client.store.heartbeat(claim.run_id, claim.epoch, 30.0)  # still ours
 
     asyncio.run(go())
+
+
+class CountingStore(SQLiteStore):
+    """A real SQLite store that counts how often the run itself is read."""
+
+    reads: list[str]
+
+    async def get_run(self, run_id: RunId) -> Any:
+        self.reads.append("get_run")
+        return await super().get_run(run_id)
+
+    async def load_run(self, run_id: RunId) -> Any:
+        self.reads.append("load_run")
+        return await super().load_run(run_id)
+
+
+def test_execute_reads_the_run_once_under_its_lease_and_hands_it_down(tmp_path: Path) -> None:
+    async def go() -> None:
+        store = CountingStore(tmp_path / "runs.db")
+        store.reads = []
+        async with Client(store=store) as client:
+            _, started = await client.start("lk_testapps:gate", run_id="r")
+            del store.reads[:]
+            first = await client.execute(started.run_id)
+            assert first.status.value == "waiting"
+            assert store.reads == ["load_run"]  # not the row first, then the run again
+            await client.decide("r", "gate", "approve", local=True)
+            del store.reads[:]
+            resumed = await client.execute("r")
+            assert resumed.status.value == "succeeded"
+            assert store.reads == ["load_run"]
+            del store.reads[:]
+            again = await client.execute("r")  # finished: read once, nothing executed
+            assert again.status.value == "succeeded" and store.reads == ["load_run"]
+            # The finished run's lease was given back: another executor takes it at once.
+            await store.acquire(RunId("r"), Holder.here(), 5.0)
+
+    asyncio.run(go())

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from loopkernel.evidence import Evidence, NewEvidence
 from loopkernel.graph import (
@@ -35,15 +35,13 @@ from loopkernel.graph import (
 from loopkernel.ids import RunId, TaskId
 from loopkernel.store._lease import Holder
 
-if TYPE_CHECKING:
-    from loopkernel.store._fork import Fork
-
 __all__ = [
     "ArchiveSource",
     "Catalog",
     "Claim",
     "EffectRecord",
     "Effects",
+    "Fork",
     "Journal",
     "Leases",
     "LoadedRun",
@@ -213,6 +211,31 @@ class Claim:
     """The lease epoch: bumped by every claim and release, so an older one is dead."""
     owner: str
     """The worker that claimed it."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fork:
+    """What ``Store.fork_run`` writes, all of it read from the source beforehand, so the
+    fork is exactly the prefix that was replayed even if the source is still running."""
+
+    source: RunInfo
+    """The run forked from."""
+    at_seq: int
+    """The last event of the source the fork keeps."""
+    run_id: RunId
+    """The new run."""
+    token_hash: str
+    """SHA-256 of the fork's own approval token."""
+    events: tuple[Event, ...]
+    """The source's events up to ``at_seq``."""
+    patches: tuple[PatchRecord, ...]
+    """Their patches (an event a crash left unplanned stays unplanned)."""
+    state: GraphState
+    """The graph as of ``at_seq``, with the status the fork starts in."""
+    effects: tuple[EffectRecord, ...]
+    """The source's finished effects the fork keeps, already under the fork's keys."""
+    trace: str | None = None
+    """The ``traceparent`` of the fork's run span (linked to its source's), when traced."""
 
 
 @runtime_checkable
