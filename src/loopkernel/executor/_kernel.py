@@ -66,7 +66,7 @@ from loopkernel.executor._outcomes import (
     merge_deltas,
     outcome_of,
 )
-from loopkernel.executor._spill import SpillArchive
+from loopkernel.executor._spill import SpillArchive, evict
 from loopkernel.executor._timers import (
     due,
     is_approval_wait,
@@ -80,7 +80,6 @@ from loopkernel.graph import (
     JSON,
     TERMINAL_TASK,
     UNPLANNED_EVENTS,
-    Archive,
     Delta,
     Event,
     EventKind,
@@ -97,6 +96,7 @@ from loopkernel.graph.door import Entry, admit
 from loopkernel.ids import RunId, TaskId, check_id, new_run_id
 from loopkernel.planner import Flow, Planner, Proposal
 from loopkernel.store import (
+    Archive,
     ArchiveSource,
     LoadedRun,
     NewEvent,
@@ -696,7 +696,7 @@ class _RunLoop:
             self.archive = SpillArchive()
         if isinstance(self.archive, SpillArchive):
             self.archive.keep((tasks[t] for t in out), self.state.preds, self.state.succs)
-        self.state.evict(out, self.archive)
+        evict(self.state, out, self.archive)
 
     async def _plan_traced(self, event: Event) -> tuple[PatchRecord, Delta]:
         """``_plan_one`` in a span of its own when tracing is on."""

@@ -10,6 +10,7 @@ from loopkernel.errors import UsageError
 from loopkernel.store._codec import digest_of, dump_of_state
 from loopkernel.store._lockwait import DEFAULT_LOCK_WAIT_S
 from loopkernel.store._protocol import (
+    Archive,
     ArchiveSource,
     Catalog,
     Claim,
@@ -31,6 +32,7 @@ from loopkernel.store._sqlite import SQLiteStore
 __all__ = [
     "DEFAULT_DB",
     "DEFAULT_LOCK_WAIT_S",
+    "Archive",
     "ArchiveSource",
     "Catalog",
     "Claim",

@@ -24,7 +24,6 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from loopkernel.evidence import Evidence, NewEvidence
 from loopkernel.graph import (
     JSON,
-    Archive,
     Delta,
     Event,
     EventKind,
@@ -36,6 +35,7 @@ from loopkernel.ids import RunId, TaskId
 from loopkernel.store._lease import Holder
 
 __all__ = [
+    "Archive",
     "ArchiveSource",
     "Catalog",
     "Claim",
@@ -236,6 +236,25 @@ class Fork:
     """The source's finished effects the fork keeps, already under the fork's keys."""
     trace: str | None = None
     """The ``traceparent`` of the fork's run span (linked to its source's), when traced."""
+
+
+class Archive(Protocol):
+    """Where a run's evicted tasks are read back from, synchronously (a planner reads its
+    snapshot without awaiting): what the store committed, which for a finished task is
+    final. Errors are ``StoreUnavailable``. The executor's ``ArchivedTasks`` (a
+    ``graph.TaskTable``) reads through it; graph/ itself never does."""
+
+    def task(self, task_id: TaskId) -> Task | None: ...
+
+    def tasks(self) -> list[Task]: ...
+
+    def edges(self, task_id: TaskId) -> tuple[list[TaskId], list[TaskId]]:
+        """``(predecessors, successors)`` of the task, as committed."""
+        ...
+
+    def all_edges(self) -> list[tuple[TaskId, TaskId]]:
+        """Every committed edge ``(src, dst)`` of the run."""
+        ...
 
 
 @runtime_checkable
