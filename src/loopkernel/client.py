@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from loopkernel._app import App, load_app, registered
-from loopkernel._hold import hold_lease
+from loopkernel._hold import HELD, acquire_here, hold_lease
 from loopkernel._hooks import crashpoint
 from loopkernel.errors import (
     ApprovalRefused,
@@ -76,7 +76,6 @@ from loopkernel.graph.door import LIMITS, Entry, admit, parse
 from loopkernel.ids import RunId, TaskId, check_id, valid_id
 from loopkernel.ids import new_run_id as new_run_id_
 from loopkernel.store import (
-    Claim,
     EffectRecord,
     Fork,
     LoadedRun,
@@ -89,7 +88,6 @@ from loopkernel.store import (
     dump_of_state,
     open_store,
 )
-from loopkernel.store._lease import Holder
 from loopkernel.store._lockwait import lock_wait_at_most
 
 if TYPE_CHECKING:
@@ -156,10 +154,6 @@ def _legacy_execute(
     knobs = {_LEGACY_EXECUTE[k]: v for k, v in options.items() if k in _LEGACY_EXECUTE}
     told = {k: v for k, v in options.items() if k in _LEGACY_LISTENERS}
     return replace(config, **knobs), replace(listeners, **told)
-
-
-_HELD: set[tuple[str, RunId]] = set()
-"""Runs this process executes now: its own lease is never taken over from inside it."""
 
 
 MAX_PAYLOAD_BYTES = LIMITS[Entry.PAYLOAD].max_bytes
@@ -459,18 +453,21 @@ class Client:
         apps: Collection[str] | None,
         tool_servers: StartedServers | None,
     ) -> RunOutcome:
-        claim = await self._acquire(rid, config.lease_s)
+        loaded = await self.store.load_run(rid)  # a finished run: no lease, nothing written
+        if (info := loaded.info).status in TERMINAL_RUN:
+            return RunOutcome(run_id=rid, status=info.status, verdict=info.verdict)
+        claim = await acquire_here(self.store, rid, config.lease_s)
+        fresh = loaded.free_epoch is not None and claim.epoch == loaded.free_epoch + 1
         held = (self.store.url, rid)
-        _HELD.add(held)
+        HELD.add(held)
         owner = Client(store=self.store.fenced(rid, claim.epoch))
         down = False
         try:
             # The run's own writes fail the same way as a missed heartbeat and are
             # retried; if the lease runs out meanwhile, fencing refuses what comes after.
             async with hold_lease(self.store, claim, lease_s=config.lease_s):
-                loaded = await owner.store.load_run(rid)  # the one read, handed down
-                if (info := loaded.info).status in TERMINAL_RUN:  # nothing to execute
-                    return RunOutcome(run_id=rid, status=info.status, verdict=info.verdict)
+                if not fresh:  # held by another executor since: read again, under ours
+                    loaded = await owner.store.load_run(rid)
                 return await owner.run_owned(
                     rid,
                     config=config,
@@ -483,31 +480,13 @@ class Client:
             down = True
             raise
         finally:
-            _HELD.discard(held)
+            HELD.discard(held)
             # If the store is down, the lease runs out (or this machine sees its holder
             # gone; the retry takes its own lease back at once): trying to give it back
             # would wait one more lock wait, past the --store-retry bound.
             if not down:
                 with contextlib.suppress(StoreUnavailable):
                     await self.store.release(rid, claim.epoch)
-
-    async def _acquire(self, rid: RunId, lease_s: float) -> Claim:
-        """The run's lease, taken over at once from a holder that died on this machine."""
-        try:
-            return await self.store.acquire(rid, Holder.here(), lease_s)
-        except RunHeld as held:
-            holder = Holder.parse(str(held.attrs.get("holder") or ""))
-            if holder is None:
-                raise
-            # Our own pid: a lease this process failed to release (the store was down) and
-            # that none of its executors holds any more.
-            here = Holder.here()
-            mine = (holder.host, holder.pid) == (here.host, here.pid)
-            mine = mine and (self.store.url, rid) not in _HELD
-            if not (mine or holder.is_dead_here()):
-                raise
-            takeover = int(held.attrs["epoch"])
-            return await self.store.acquire(rid, Holder.here(), lease_s, takeover=takeover)
 
     async def run_owned(
         self,

@@ -510,9 +510,10 @@ class SQLStore:
             run = cur.one(info_sql, key)
             if run is None:
                 raise self._not_found(run_id)
-            return run, cur.all(tasks_sql, key), cur.all(_EDGES, key), cur.all(_UNPLANNED, key)
+            lease = cur.one("SELECT owner, lease_epoch FROM runs WHERE run_id = ?", key)
+            return run, lease, *(cur.all(sql, key) for sql in (tasks_sql, _EDGES, _UNPLANNED))
 
-        run, tasks, edges, unplanned = await self._call(body, "snapshot")
+        run, lease, tasks, edges, unplanned = await self._call(body, "snapshot")
         info = _info(run)
         state = GraphState(
             run_id=run_id,
@@ -526,7 +527,10 @@ class SQLStore:
             state.tasks[task.task_id] = task
         state.link(edges)
         return LoadedRun(
-            info=info, state=state, unplanned=tuple(event_from_row(run_id, r) for r in unplanned)
+            info=info,
+            state=state,
+            unplanned=tuple(event_from_row(run_id, r) for r in unplanned),
+            free_epoch=int(lease[1]) if lease[0] is None else None,  # nobody holds it
         )
 
     async def set_status(

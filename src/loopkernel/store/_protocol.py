@@ -179,6 +179,10 @@ class LoadedRun:
     """The materialized graph."""
     unplanned: tuple[Event, ...]
     """Events with no patch yet, in seq order: planned next, exactly once."""
+    free_epoch: int | None = None
+    """The run's lease epoch when nobody held it at this read, else ``None``. A lease
+    taken after the read with the next epoch proves nobody wrote under a lease between
+    (``Client.execute`` then hands this read down instead of reading again)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
