@@ -14,6 +14,9 @@ not answer (``StoreUnavailable``) is told to ``on_fault`` and tried again at the
 the body's own writes fail the same way, and if the lease runs out meanwhile fencing
 refuses whatever comes after.
 
+``acquire_here`` is how ``Client.execute`` takes the lease in the first place (taken over at
+once from a holder that died on this machine; ``HELD`` is what this process executes now).
+
 The heartbeat is one task owned by the block: started on entry, cancelled and awaited on
 exit, whatever the body did. It is not under an ``asyncio.TaskGroup`` because the body is
 the caller's own task (a TaskGroup around a ``yield`` would wrap the body's errors in an
