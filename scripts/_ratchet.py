@@ -221,6 +221,59 @@ def circles() -> list[list[str]]:
     return sorted(out)
 
 
+_TASK_SITE = re.compile(r"\b(create_task|ensure_future|Thread)\(")
+_TASK_GROUP = re.compile(r"\b(TaskGroup|create_task_group)\(")
+
+
+def task_sites() -> list[str]:
+    """``path:line: text`` of every place under src/ that starts an asyncio task
+    (``create_task``, ``ensure_future``) or a thread (``Thread(``), comments aside; a
+    ``TaskGroup``'s own ``create_task`` counts too: read the list beside the owners."""
+    found = []
+    for path in _modules(("src",)):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if _TASK_SITE.search(code):
+                found.append(f"{_rel(path)}:{number}: {line.strip()}")
+    return found
+
+
+_BARE = re.compile(
+    r"\b(asyncio\.(create_task|ensure_future)|loop\.create_task|get_running_loop\(\)\.create_task)\("
+)
+
+
+def site_kind(code: str) -> str:
+    """``thread_sites``, ``bare_task_sites`` (``asyncio.create_task``, ``ensure_future``,
+    ``loop.create_task``: the task's owner is whoever keeps it), or ``group_task_sites``
+    (``group.create_task``: a ``TaskGroup`` owns it)."""
+    if "Thread(" in code:
+        return "thread_sites"
+    return "bare_task_sites" if _BARE.search(code) else "group_task_sites"
+
+
+def task_groups() -> int:
+    """How many ``asyncio.TaskGroup()`` / ``anyio.create_task_group()`` owners src/ has."""
+    return sum(
+        len(_TASK_GROUP.findall(line.split("#", 1)[0]))
+        for path in _modules(("src",))
+        for line in path.read_text().splitlines()
+    )
+
+
+def summary() -> dict[str, int]:
+    """The tree's figures for docs/structure.md: how many items pass each limit, the
+    import circles, the task and thread sites, the TaskGroups."""
+    now = measure()
+    figures = {name: len(items) for name, items in now.items()}
+    figures["import_circles"] = len(circles())
+    kinds = [site_kind(site.split(": ", 1)[1]) for site in task_sites()]
+    for kind in ("bare_task_sites", "group_task_sites", "thread_sites"):
+        figures[kind] = kinds.count(kind)
+    figures["task_groups"] = task_groups()
+    return figures
+
+
 def load_baseline() -> Measures:
     data = json.loads(BASELINE.read_text())
     return {name: dict(data.get(name, {})) for name in LIMITS}
@@ -275,7 +328,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help="rewrite the baseline")
     parser.add_argument("--json", action="store_true", help="print the measures as JSON")
     parser.add_argument("--circles", action="store_true", help="print the import circles")
+    parser.add_argument(
+        "--summary",
+        action="store_true",
+        help="print the figures: counts over each limit, "
+        "circles, task and thread sites (docs/structure.md's table)",
+    )
+    parser.add_argument("--sites", action="store_true", help="list the task and thread sites")
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=None,
+        help="measure this tree instead (e.g. an old commit "
+        "unpacked with git archive); the ruff of this environment counts complexity",
+    )
     args = parser.parse_args(argv)
+    if args.root is not None:
+        global ROOT
+        ROOT = args.root.resolve()
+    if args.sites:
+        for site in task_sites():
+            print(f"{site_kind(site.split(': ', 1)[1]):>16}  {site}")
+        return 0
+    if args.summary:
+        print(json.dumps(summary(), indent=1))
+        return 0
     if args.circles:
         found = circles()
         for group in found:

@@ -83,6 +83,30 @@ def test_the_measures_count_what_they_say(ratchet: ModuleType, tmp_path: Path) -
     assert ratchet._public("C.__init__") and not ratchet._public("_C.m")
 
 
+def test_src_has_no_import_circle(ratchet: ModuleType) -> None:
+    # The last one was the store's _protocol <-> _fork <-> _codec (Fork lives in _protocol).
+    assert ratchet.circles() == []
+
+
+def test_task_sites_are_told_apart_by_their_owner(ratchet: ModuleType) -> None:
+    kind = ratchet.site_kind
+    assert kind("t = asyncio.create_task(f())") == "bare_task_sites"
+    assert kind("t = asyncio.ensure_future(f())") == "bare_task_sites"
+    assert kind("t = loop.create_task(f())") == "bare_task_sites"
+    assert kind("t = asyncio.get_running_loop().create_task(f())") == "bare_task_sites"
+    assert kind("t = group.create_task(f())") == "group_task_sites"
+    assert kind("t = self._group.create_task(f())") == "group_task_sites"
+    assert kind("t = threading.Thread(target=f)") == "thread_sites"
+    sites = ratchet.task_sites()
+    assert sites and all(s.startswith("src/") for s in sites)
+    assert not any("# create_task(" in s for s in sites)  # a comment is not a site
+    figures = ratchet.summary()
+    assert figures["import_circles"] == 0 and figures["task_groups"] >= 5
+    assert figures["bare_task_sites"] + figures["group_task_sites"] + figures[
+        "thread_sites"
+    ] == len(sites)
+
+
 # -- every driver error class has a meaning ------------------------------------------------
 
 

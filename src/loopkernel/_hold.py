@@ -14,6 +14,9 @@ not answer (``StoreUnavailable``) is told to ``on_fault`` and tried again at the
 the body's own writes fail the same way, and if the lease runs out meanwhile fencing
 refuses whatever comes after.
 
+``acquire_here`` is how ``Client.execute`` takes the lease in the first place (taken over at
+once from a holder that died on this machine; ``HELD`` is what this process executes now).
+
 The heartbeat is one task owned by the block: started on entry, cancelled and awaited on
 exit, whatever the body did. It is not under an ``asyncio.TaskGroup`` because the body is
 the caller's own task (a TaskGroup around a ``yield`` would wrap the body's errors in an
@@ -26,10 +29,36 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 
-from loopkernel.errors import LeaseLost, StoreUnavailable
-from loopkernel.store import Claim, Leases
+from loopkernel.errors import LeaseLost, RunHeld, StoreUnavailable
+from loopkernel.ids import RunId
+from loopkernel.store import Claim, Leases, Store
+from loopkernel.store._lease import Holder
 
-__all__ = ["hold_lease"]
+__all__ = ["HELD", "acquire_here", "hold_lease"]
+
+HELD: set[tuple[str, RunId]] = set()
+"""Runs this process executes now (``(store url, run)``): its own lease is never taken
+over from inside it."""
+
+
+async def acquire_here(store: Store, rid: RunId, lease_s: float) -> Claim:
+    """The run's lease for this process (``Client.execute``), taken over at once from a
+    holder that died on this machine; ``RunHeld`` from a live one."""
+    try:
+        return await store.acquire(rid, Holder.here(), lease_s)
+    except RunHeld as held:
+        holder = Holder.parse(str(held.attrs.get("holder") or ""))
+        if holder is None:
+            raise
+        # Our own pid: a lease this process failed to release (the store was down) and
+        # that none of its executors holds any more.
+        here = Holder.here()
+        mine = (holder.host, holder.pid) == (here.host, here.pid)
+        mine = mine and (store.url, rid) not in HELD
+        if not (mine or holder.is_dead_here()):
+            raise
+        takeover = int(held.attrs["epoch"])
+        return await store.acquire(rid, Holder.here(), lease_s, takeover=takeover)
 
 
 @contextlib.asynccontextmanager

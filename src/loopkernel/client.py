@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from loopkernel._app import App, load_app, registered
-from loopkernel._hold import hold_lease
+from loopkernel._hold import HELD, acquire_here, hold_lease
 from loopkernel._hooks import crashpoint
 from loopkernel.errors import (
     ApprovalRefused,
@@ -76,9 +76,9 @@ from loopkernel.graph.door import LIMITS, Entry, admit, parse
 from loopkernel.ids import RunId, TaskId, check_id, valid_id
 from loopkernel.ids import new_run_id as new_run_id_
 from loopkernel.store import (
-    Claim,
     EffectRecord,
     Fork,
+    LoadedRun,
     NewEvent,
     PatchRecord,
     Reclaimed,
@@ -89,8 +89,7 @@ from loopkernel.store import (
     dump_of_state,
     open_store,
 )
-from loopkernel.store._engine import lock_wait_at_most
-from loopkernel.store._lease import Holder
+from loopkernel.store._lockwait import lock_wait_at_most
 
 if TYPE_CHECKING:
     from loopkernel.models import ModelLayer
@@ -156,10 +155,6 @@ def _legacy_execute(
     knobs = {_LEGACY_EXECUTE[k]: v for k, v in options.items() if k in _LEGACY_EXECUTE}
     told = {k: v for k, v in options.items() if k in _LEGACY_LISTENERS}
     return replace(config, **knobs), replace(listeners, **told)
-
-
-_HELD: set[tuple[str, RunId]] = set()
-"""Runs this process executes now: its own lease is never taken over from inside it."""
 
 
 MAX_PAYLOAD_BYTES = LIMITS[Entry.PAYLOAD].max_bytes
@@ -462,55 +457,40 @@ class Client:
         apps: Collection[str] | None,
         tool_servers: StartedServers | None,
     ) -> RunOutcome:
-        info = await self.store.get_run(rid)
-        if info.status in TERMINAL_RUN:  # nothing to execute, nothing to own
+        loaded = await self.store.load_run(rid)  # a finished run: no lease, nothing written
+        if (info := loaded.info).status in TERMINAL_RUN:
             return RunOutcome(run_id=rid, status=info.status, verdict=info.verdict)
-        claim = await self._acquire(rid, config.lease_s)
+        claim = await acquire_here(self.store, rid, config.lease_s)
+        fresh = loaded.free_epoch is not None and claim.epoch == loaded.free_epoch + 1
         held = (self.store.url, rid)
-        _HELD.add(held)
+        HELD.add(held)
         owner = Client(store=self.store.fenced(rid, claim.epoch))
         down = False
         try:
             # The run's own writes fail the same way as a missed heartbeat and are
             # retried; if the lease runs out meanwhile, fencing refuses what comes after.
             async with hold_lease(self.store, claim, lease_s=config.lease_s):
+                if not fresh:  # held by another executor since: read again, under ours
+                    loaded = await owner.store.load_run(rid)
                 return await owner.run_owned(
                     rid,
                     config=config,
                     listeners=listeners,
                     apps=apps,
                     tool_servers=tool_servers,
-                    info=info,
+                    loaded=loaded,
                 )
         except StoreUnavailable:
             down = True
             raise
         finally:
-            _HELD.discard(held)
+            HELD.discard(held)
             # If the store is down, the lease runs out (or this machine sees its holder
             # gone; the retry takes its own lease back at once): trying to give it back
             # would wait one more lock wait, past the --store-retry bound.
             if not down:
                 with contextlib.suppress(StoreUnavailable):
                     await self.store.release(rid, claim.epoch)
-
-    async def _acquire(self, rid: RunId, lease_s: float) -> Claim:
-        """The run's lease, taken over at once from a holder that died on this machine."""
-        try:
-            return await self.store.acquire(rid, Holder.here(), lease_s)
-        except RunHeld as held:
-            holder = Holder.parse(str(held.attrs.get("holder") or ""))
-            if holder is None:
-                raise
-            # Our own pid: a lease this process failed to release (the store was down) and
-            # that none of its executors holds any more.
-            here = Holder.here()
-            mine = (holder.host, holder.pid) == (here.host, here.pid)
-            mine = mine and (self.store.url, rid) not in _HELD
-            if not (mine or holder.is_dead_here()):
-                raise
-            takeover = int(held.attrs["epoch"])
-            return await self.store.acquire(rid, Holder.here(), lease_s, takeover=takeover)
 
     async def run_owned(
         self,
@@ -520,7 +500,7 @@ class Client:
         listeners: Listeners | None = None,
         apps: Collection[str] | None = None,
         tool_servers: StartedServers | None = None,
-        info: RunInfo | None = None,
+        loaded: LoadedRun | None = None,
     ) -> RunOutcome:
         """Run (or resume) a run this process already owns: ``self.store`` is the view
         fenced to its lease (a worker's claim, or ``execute``'s own).
@@ -533,12 +513,11 @@ class Client:
         ``observer``, and ``on_tool_server(name, "starting" | "ready")``, told when the
         run's tool layer starts a server. ``tool_servers`` (``start_tool_servers``):
         servers started for this run before it was set up, which its tool layer takes over
-        instead of spawning its own. ``config``: the ``Kernel``'s. ``info``: the run's row
-        when the caller has just read it under the lease (``execute``), not read again.
-        """
+        instead of spawning its own. ``config``: the ``Kernel``'s. ``loaded``: the run as
+        the caller just read it under the lease (``execute``), read here once if ``None``."""
         listeners = listeners or Listeners()
-        if info is None:
-            info = await self.store.get_run(_rid(run_id))
+        loaded = loaded or await self.store.load_run(_rid(run_id))
+        info = loaded.info
         if apps is not None:
             if info.status not in (RunStatus.RUNNING, RunStatus.WAITING):
                 return RunOutcome(run_id=info.run_id, status=info.status, verdict=info.verdict)
@@ -571,9 +550,9 @@ class Client:
             tools.adopt(tool_servers)
         if tools is not None and hasattr(tools, "__aenter__"):
             async with tools:  # type: ignore[attr-defined]
-                outcome = await kernel.run(run_id)
+                outcome = await kernel.run(run_id, loaded=loaded)
         else:
-            outcome = await kernel.run(run_id)
+            outcome = await kernel.run(run_id, loaded=loaded)
         crashpoint("run_returned")  # the store is still open: close() has not checkpointed
         return outcome
 

@@ -130,6 +130,8 @@ class RunWorker:
         """Per run in hand, the executor itself (``Client.execute``), while it runs."""
         self._stopping = asyncio.Event()
         self._changed = asyncio.Event()
+        self._group: asyncio.TaskGroup | None = None
+        """``serve``'s, while it serves: the owner of every task the worker starts."""
 
     @property
     def running(self) -> frozenset[RunId]:
@@ -146,40 +148,53 @@ class RunWorker:
         self._changed.set()
 
     async def serve(self) -> WorkerStats:
-        """Claim and execute runs until ``stop()``."""
+        """Claim and execute runs until ``stop()``.
+
+        Every task the worker starts is owned by one ``asyncio.TaskGroup``, this call's: the
+        task of each run in hand and the listener for notifications. When ``serve`` leaves
+        (``stop()``, a cancellation, or an error no run's bookkeeping expected), the runs
+        are stopped between two steps, their leases given back, and every task has ended;
+        such an error leaves ``serve`` (in an ``ExceptionGroup``) instead of being lost.
+        """
         cfg = self.config
         self.log(
             f"serving {self.store!r}: {cfg.concurrency} runs at once, lease {cfg.lease_seconds}s"
         )
         await self.store.wait_for_work(0)  # listen before the first look: nothing is missed
-        notice: asyncio.Task[None] | None = None
-        try:
-            while not self._stopping.is_set():
-                self._changed.clear()
-                await self._fire_schedules()
-                await self._claim_all()
-                if self._stopping.is_set():
-                    break
-                # Wake on a notification or the poll interval (a free slot), or when a run
-                # ends or stop() is called. The notice task outlives this round: its LISTEN
-                # keeps what arrives meanwhile.
-                if len(self._runs) < cfg.concurrency:
-                    if notice is None or notice.done():
-                        notice = asyncio.create_task(self.store.wait_for_work(cfg.poll_seconds))
-                    other: asyncio.Task[None] = notice
-                else:
-                    other = asyncio.create_task(asyncio.sleep(cfg.poll_seconds))
-                changed = asyncio.create_task(self._changed.wait())
-                await asyncio.wait({changed, other}, return_when=asyncio.FIRST_COMPLETED)
-                changed.cancel()
-                if other is not notice:
-                    other.cancel()
-        finally:
-            if notice is not None:
-                notice.cancel()
-            await self._shutdown()
+        async with asyncio.TaskGroup() as group:
+            self._group = group
+            listener = group.create_task(self._listen(), name="worker notifications")
+            try:
+                await self._rounds()
+            finally:
+                listener.cancel()
+                await self._shutdown()
+                self._group = None
         self.log(f"stopped: {self.stats}")
         return self.stats
+
+    async def _rounds(self) -> None:
+        """Claim while slots are free; then wait until something changed: a notification
+        or the poll interval (``_listen``), a run that ended, or ``stop()``."""
+        while not self._stopping.is_set():
+            self._changed.clear()
+            await self._fire_schedules()
+            await self._claim_all()
+            if self._stopping.is_set():
+                break
+            await self._changed.wait()
+
+    async def _listen(self) -> None:
+        """One look per notification (PostgreSQL) or per poll interval: one LISTEN for
+        the worker's life, so that what arrives between two looks is not missed."""
+        poll = self.config.poll_seconds
+        while True:
+            try:
+                await self.store.wait_for_work(poll)
+            except StoreUnavailable as exc:
+                self.log(f"cannot wait for notifications: {exc}; polling every {poll}s")
+                await asyncio.sleep(poll)
+            self._changed.set()
 
     async def _fire_schedules(self) -> None:
         """Start the runs of due schedules (``loopkernel._schedules``), once per due time."""
@@ -206,7 +221,8 @@ class RunWorker:
                 return
             self.stats.claimed += 1
             self.log(f"claimed {claim.run_id} (epoch {claim.epoch})")
-            task = asyncio.create_task(self._execute(claim), name=f"run {claim.run_id}")
+            assert self._group is not None, "claims are made inside serve()"
+            task = self._group.create_task(self._execute(claim), name=f"run {claim.run_id}")
             self._runs[claim.run_id] = task
             task.add_done_callback(functools.partial(self._done, claim.run_id))
 
@@ -221,6 +237,9 @@ class RunWorker:
             await self._released_at_shutdown(claim)
             return
         client = Client(store=self.store.fenced(run_id, epoch))
+        # The executor alone, so that shutdown can stop it and not this bookkeeping. Owned
+        # here: awaited on every path (a cancellation of this task cancels it and waits
+        # for its end), it never outlives the run's task.
         run = asyncio.create_task(self._held(claim, client), name=f"execute {run_id}")
         self._executing[run_id] = run
         try:

@@ -75,7 +75,7 @@ def test_a_write_lock_held_past_the_busy_timeout_leaves_the_run_resumable(
     # With a 30 s busy timeout, --store-retry 1 still ends the wait: the bound is the
     # total time of the retries, lock waits included (it was one busy timeout per try).
     db, trace = tmp_path / "runs.db", tmp_path / "trace.txt"
-    env = cli_env(LOOPKERNEL_SQLITE_BUSY_TIMEOUT=busy_timeout, LOOPKERNEL_TRACE=str(trace))
+    env = cli_env(LOOPKERNEL_SQLITE_LOCK_WAIT_S=busy_timeout, LOOPKERNEL_TRACE=str(trace))
     args = ["run", "speculation", "--run-id", "slow", "--quiet", "--store-retry", "1", *SPEC]
     proc = subprocess.Popen(
         [sys.executable, "-m", "loopkernel", "--db", str(db), *args],
@@ -260,7 +260,7 @@ def test_a_checkpoint_that_fails_at_close_does_not_change_the_exit_code(
     try:
         other.execute("BEGIN")
         other.execute("SELECT COUNT(*) FROM events").fetchall()
-        quick = {"LOOPKERNEL_SQLITE_BUSY_TIMEOUT": "0.2"}
+        quick = {"LOOPKERNEL_SQLITE_LOCK_WAIT_S": "0.2"}
         for run in ("b", "c", "d", "e", "f", "g"):  # more than the free room in runs.db's pages
             assert cli(db, *fast, "--run-id", run, **quick).returncode == 0
         other.execute("COMMIT")

@@ -344,7 +344,7 @@ def test_store_retry_is_a_bound_on_the_total(tmp_path: Path) -> None:
     elapsed: list[float] = []
 
     async def go() -> str:
-        store = SQLiteStore(db, busy_timeout=busy)
+        store = SQLiteStore(db, lock_wait_s=busy)
         await store.open()
         try:
             client = Client(store=store)

@@ -5,6 +5,7 @@ with ``LeaseLost`` when the lease is taken over."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 from loopkernel import ExecutionConfig, GraphPatch, Kernel, KernelParts, SQLiteStore, UsageError
 from loopkernel._hold import hold_lease
 from loopkernel.client import Client, Listeners
-from loopkernel.errors import LeaseLost
+from loopkernel.errors import LeaseLost, RunHeld
 from loopkernel.graph import Event
 from loopkernel.ids import RunId
 from loopkernel.planner import BasePlanner, Snapshot
@@ -129,5 +130,90 @@ def test_hold_lease_leaves_an_outside_cancellation_alone(tmp_path: Path) -> None
             with pytest.raises(asyncio.CancelledError):
                 await task
             await client.store.heartbeat(claim.run_id, claim.epoch, 30.0)  # still ours
+
+    asyncio.run(go())
+
+
+class CountingStore(SQLiteStore):
+    """A real SQLite store that counts how often the run itself is read."""
+
+    reads: list[str]
+
+    async def get_run(self, run_id: RunId) -> Any:
+        self.reads.append("get_run")
+        return await super().get_run(run_id)
+
+    async def load_run(self, run_id: RunId) -> Any:
+        self.reads.append("load_run")
+        return await super().load_run(run_id)
+
+
+class RacedStore(CountingStore):
+    """After the first read of ``race``, another executor takes the run and gives it
+    back before ``execute`` takes the lease (a real acquire and release)."""
+
+    race: RunId | None = None
+
+    async def load_run(self, run_id: RunId) -> Any:
+        loaded = await super().load_run(run_id)
+        if run_id == self.race:
+            self.race = None
+            claim = await self.acquire(run_id, Holder.here(), 5.0)
+            await self.release(run_id, claim.epoch)
+        return loaded
+
+
+def _epoch(db: Path) -> int:
+    with sqlite3.connect(db) as conn:
+        return int(conn.execute("SELECT lease_epoch FROM runs WHERE run_id = 'r'").fetchone()[0])
+
+
+def test_execute_reads_the_run_once_and_hands_it_down(tmp_path: Path) -> None:
+    async def go() -> None:
+        store = CountingStore(tmp_path / "runs.db")
+        store.reads = []
+        async with Client(store=store) as client:
+            _, started = await client.start("lk_testapps:gate", run_id="r")
+            del store.reads[:]
+            first = await client.execute(started.run_id)
+            assert first.status.value == "waiting"
+            assert store.reads == ["load_run"]  # not the row first, then the run again
+            await client.decide("r", "gate", "approve", local=True)
+            del store.reads[:]
+            resumed = await client.execute("r")
+            assert resumed.status.value == "succeeded"
+            assert store.reads == ["load_run"]
+            del store.reads[:]
+            epoch = _epoch(tmp_path / "runs.db")
+            again = await client.execute("r")  # finished: read once, nothing executed
+            assert again.status.value == "succeeded" and store.reads == ["load_run"]
+            assert _epoch(tmp_path / "runs.db") == epoch  # no lease taken: nothing written
+            # Held by a live executor elsewhere: refused; given back, free at the read.
+            await client.start("lk_testapps:gate", run_id="o")
+            elsewhere = Holder(host="elsewhere", pid=1, since=time.time())
+            theirs = await store.acquire(RunId("o"), elsewhere, 5.0)
+            del store.reads[:]
+            with pytest.raises(RunHeld):
+                await client.execute("o")
+            await store.release(RunId("o"), theirs.epoch)
+            del store.reads[:]
+            assert (await client.execute("o")).status.value == "waiting"
+            assert store.reads == ["load_run"]  # released: free at the read, taken next
+
+    asyncio.run(go())
+
+
+def test_a_run_taken_and_given_back_between_the_read_and_the_lease_is_read_again(
+    tmp_path: Path,
+) -> None:
+    async def go() -> None:
+        store = RacedStore(tmp_path / "runs.db")
+        store.reads = []
+        async with Client(store=store) as client:
+            await client.start("lk_testapps:gate", run_id="r")
+            store.race = RunId("r")
+            outcome = await client.execute("r")
+            assert outcome.status.value == "waiting"
+            assert store.reads == ["load_run", "load_run"]  # the first read was stale
 
     asyncio.run(go())

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from loopkernel.client import Client
-from loopkernel.errors import RunHeld, RunNotFound, StoreUnavailable
+from loopkernel.errors import RunHeld, RunNotFound, StoreUnavailable, UsageError
 from loopkernel.evidence import NewEvidence, SourceRef
 from loopkernel.graph import Delta, EventKind, GraphPatch, TaskSpec, validate
 from loopkernel.ids import RunId, TaskId
@@ -251,7 +251,7 @@ def test_a_held_write_lock_never_stalls_the_loop_and_every_write_says_unavailabl
     gaps: list[float] = []
 
     async def body() -> None:
-        store = SQLiteStore(db, busy_timeout=2.0)
+        store = SQLiteStore(db, lock_wait_s=2.0)
         await store.open()
         stop = asyncio.Event()
         tick = asyncio.create_task(ticker(gaps, stop))
@@ -265,7 +265,7 @@ def test_a_held_write_lock_never_stalls_the_loop_and_every_write_says_unavailabl
             "commit_patches": store.commit_patches(R1, [PatchRecord(event_seq=9, ops=[])], Delta()),
             "finish_effect": store.finish_effect(R1, "nope", status="done"),
         }
-        # All at once: each waits (asynchronously) its whole lock_wait, then gives up.
+        # All at once: each waits (asynchronously) its whole lock_wait_s, then gives up.
         outcomes = await asyncio.gather(*writes.values(), return_exceptions=True)
         for name, outcome in zip(writes, outcomes, strict=True):
             # Never a raw sqlite3 error (add_evidence's was), never a blocked loop.
@@ -298,3 +298,38 @@ def test_a_held_write_lock_never_stalls_the_loop_and_every_write_says_unavailabl
     # machine's scheduling, not the store's.
     assert len(gaps) >= 20
     assert max(gaps) < period + 0.45, sorted(gaps)[-5:]
+
+
+def _lock_wait_s(store: Store) -> float:
+    assert isinstance(store, SQLiteStore)
+    return store.lock_wait_s
+
+
+def test_the_lock_wait_has_one_name_from_the_environment_to_the_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loopkernel.store import DEFAULT_LOCK_WAIT_S, open_store
+    from loopkernel.store._lockwait import lock_wait_at_most, lock_wait_s_within
+
+    db = tmp_path / "runs.db"
+    monkeypatch.delenv("LOOPKERNEL_SQLITE_LOCK_WAIT_S", raising=False)
+    monkeypatch.delenv("LOOPKERNEL_SQLITE_BUSY_TIMEOUT", raising=False)
+    assert _lock_wait_s(open_store(str(db))) == DEFAULT_LOCK_WAIT_S == 10.0
+    monkeypatch.setenv("LOOPKERNEL_SQLITE_LOCK_WAIT_S", "0.25")
+    assert _lock_wait_s(open_store(str(db))) == 0.25
+    monkeypatch.delenv("LOOPKERNEL_SQLITE_LOCK_WAIT_S")
+    monkeypatch.setenv("LOOPKERNEL_SQLITE_BUSY_TIMEOUT", "3")  # the older name, still read
+    assert _lock_wait_s(open_store(str(db))) == 3.0
+    monkeypatch.setenv("LOOPKERNEL_SQLITE_LOCK_WAIT_S", "nope")
+    with pytest.raises(UsageError, match="LOOPKERNEL_SQLITE_LOCK_WAIT_S must be seconds"):
+        open_store(str(db))
+    assert SQLiteStore(db, lock_wait_s=1.5).lock_wait_s == 1.5
+    with pytest.warns(DeprecationWarning, match="lock_wait_s"):
+        assert SQLiteStore(db, busy_timeout=2.5).lock_wait_s == 2.5
+    assert not hasattr(SQLiteStore(db), "busy_timeout")
+    # One bound in a context, read by both dialects.
+    assert lock_wait_s_within(4.0) == 4.0
+    with lock_wait_at_most(1.0):
+        assert lock_wait_s_within(4.0) == 1.0
+        with lock_wait_at_most(-1.0):
+            assert lock_wait_s_within(4.0) == 0.0

@@ -135,7 +135,7 @@ def test_a_store_that_cannot_be_opened_leaves_no_server(tmp_path: Path) -> None:
         proc = cli(
             tmp_path,
             *run_app(tmp_path, db, pidfile, "--set", "mode=hang"),
-            LOOPKERNEL_SQLITE_BUSY_TIMEOUT="5",
+            LOOPKERNEL_SQLITE_LOCK_WAIT_S="5",
         )
         [pid] = pids_in(pidfile)  # started while the store waited for its lock
         _, err = proc.communicate(timeout=120)

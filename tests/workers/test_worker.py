@@ -269,3 +269,28 @@ def test_a_stop_while_a_run_is_released_still_counts_it(backend: Backend) -> Non
         assert await lease(backend, "one") == (None, 2)  # claimed, released: nobody holds it
 
     backend.run(body)
+
+
+class BrokenRelease(PausedRelease):
+    """A real store whose ``release`` fails the way no bookkeeping expects (a bug)."""
+
+    async def release(self, run_id: RunId, epoch: int) -> bool:
+        raise RuntimeError(f"release of {run_id} broke")
+
+
+def test_an_error_no_run_expected_leaves_serve_and_no_task_outlives_it(backend: Backend) -> None:
+    async def body(store: Store) -> None:
+        client = Client(store=store)
+        await submit(client, "speculation", "one", **SPEC_FAST)
+        worker = RunWorker(BrokenRelease(store), WorkerConfig(poll_seconds=0.1), log=lambda _: None)  # type: ignore[arg-type]
+        before = asyncio.all_tasks()
+        # No stop(): the run's task failed, so its owner stops the rest and says why
+        # (before, the error was kept in a task nobody awaited, and serve went on).
+        with pytest.raises(ExceptionGroup) as caught:
+            await asyncio.wait_for(worker.serve(), 30)
+        assert [str(e) for e in caught.value.exceptions] == ["release of one broke"]
+        assert {t for t in asyncio.all_tasks() if not t.done()} <= before
+        assert worker.running == frozenset()
+        assert await status(store, "one") is RunStatus.SUCCEEDED
+
+    backend.run(body)

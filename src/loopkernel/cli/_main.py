@@ -87,6 +87,7 @@ from loopkernel.executor import (
     check_keep_finished,
 )
 from loopkernel.graph import JSON, RunStatus
+from loopkernel.store import SQLiteStore
 
 if TYPE_CHECKING:
     from loopkernel.tools import StartedServers
@@ -195,7 +196,7 @@ async def open_retrying(client: Client, args: argparse.Namespace, run: str | Non
     down) within ``--store-retry`` seconds in total, as ``Client.execute`` does."""
     deadline = time.monotonic() + args.store_retry
     delay, on_retry = 0.05, _retrying(args)
-    wait = float(getattr(client.store, "busy_timeout", 0.0) or 0.0)
+    wait = client.store.lock_wait_s if isinstance(client.store, SQLiteStore) else 0.0
     while True:
         try:
             await client.store.open()

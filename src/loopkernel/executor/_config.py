@@ -94,7 +94,8 @@ class ExecutionConfig:
     """Seconds in all ``Client.execute`` retries a store that does not answer."""
     lock_wait_s: float | None = None
     """At most this many seconds per store call waiting for another process's write lock
-    (SQLite); ``None``: the store's own (``SQLiteStore(lock_wait_s=...)``). Within
+    (SQLite); ``None``: the store's own ``lock_wait_s`` (``SQLiteStore(lock_wait_s=...)``,
+    ``LOOPKERNEL_SQLITE_LOCK_WAIT_S``, default ``DEFAULT_LOCK_WAIT_S``, 10 s). Within
     ``Client.execute`` the wait never passes what is left of ``store_retry_s``."""
 
     def __post_init__(self) -> None:

@@ -66,7 +66,7 @@ from loopkernel.executor._outcomes import (
     merge_deltas,
     outcome_of,
 )
-from loopkernel.executor._spill import SpillArchive
+from loopkernel.executor._spill import SpillArchive, evict
 from loopkernel.executor._timers import (
     due,
     is_approval_wait,
@@ -80,7 +80,6 @@ from loopkernel.graph import (
     JSON,
     TERMINAL_TASK,
     UNPLANNED_EVENTS,
-    Archive,
     Delta,
     Event,
     EventKind,
@@ -97,7 +96,9 @@ from loopkernel.graph.door import Entry, admit
 from loopkernel.ids import RunId, TaskId, check_id, new_run_id
 from loopkernel.planner import Flow, Planner, Proposal
 from loopkernel.store import (
+    Archive,
     ArchiveSource,
+    LoadedRun,
     NewEvent,
     PatchRecord,
     ProposalNote,
@@ -243,10 +244,9 @@ class Kernel:
         )
         return StartedRun(run_id=rid, token=token)
 
-    async def run(self, run_id: str) -> RunOutcome:
-        """Execute (or resume) a run until it finishes or waits for a human."""
-        loop = _RunLoop(self, RunId(run_id))
-        return await loop.execute()
+    async def run(self, run_id: str, *, loaded: LoadedRun | None = None) -> RunOutcome:
+        """Execute (or resume) a run until it ends or waits; ``loaded``: read under its lease."""
+        return await _RunLoop(self, RunId(run_id)).execute(loaded)
 
     async def digest(self, run_id: str) -> str:
         return digest_of(await self.store.dump(RunId(run_id)))
@@ -291,9 +291,9 @@ class _RunLoop:
 
     # -- the loop --------------------------------------------------------------------------
 
-    async def execute(self) -> RunOutcome:
+    async def execute(self, loaded: LoadedRun | None = None) -> RunOutcome:
         try:
-            outcome = await self._execute()
+            outcome = await self._execute(loaded)
         except BaseException as exc:
             if self.tracer and self.span:
                 self.tracer.end(self.span, error=exc)
@@ -305,8 +305,8 @@ class _RunLoop:
             self.tracer.end(self.span, {"loopkernel.status": outcome.status.value})
         return outcome
 
-    async def _execute(self) -> RunOutcome:
-        loaded = await self.store.load_run(self.run_id)
+    async def _execute(self, loaded: LoadedRun | None) -> RunOutcome:
+        loaded = loaded or await self.store.load_run(self.run_id)
         if self.tracer:
             # A trace of its own, as long as this execution, linked to the run's span: a
             # run that lasts days is not one root span that ended when the run was created.
@@ -696,7 +696,7 @@ class _RunLoop:
             self.archive = SpillArchive()
         if isinstance(self.archive, SpillArchive):
             self.archive.keep((tasks[t] for t in out), self.state.preds, self.state.succs)
-        self.state.evict(out, self.archive)
+        evict(self.state, out, self.archive)
 
     async def _plan_traced(self, event: Event) -> tuple[PatchRecord, Delta]:
         """``_plan_one`` in a span of its own when tracing is on."""

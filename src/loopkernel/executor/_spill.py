@@ -1,5 +1,13 @@
-"""Where an executor keeps the tasks it evicted, when its store cannot read them back
-synchronously (PostgreSQL: every read is a round trip, which the loop must not wait for).
+"""The tasks an executor evicted from memory: how they are read back, and where they are
+kept when the store cannot read them back itself.
+
+``ArchivedTasks`` is the run's ``graph.TaskTable`` once the executor evicts (``evict``):
+the graph asks it for an evicted task, and it reads it from an ``Archive`` -- the store's
+(SQLite) or a ``SpillArchive``. The graph never reads anything itself: the executor
+supplies the table that does.
+
+``SpillArchive``: when the store cannot read tasks back synchronously (PostgreSQL: every
+read is a round trip, which the loop must not wait for).
 
 A private temporary SQLite database (``sqlite3.connect("")``): SQLite makes its file
 itself and removes it when the connection closes (on Unix it is unlinked as soon as it is
@@ -17,10 +25,45 @@ import pickle
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 
-from loopkernel.graph import Task
+from loopkernel.graph import GraphState, Task, TaskTable
 from loopkernel.ids import TaskId
+from loopkernel.store import Archive
 
-__all__ = ["SpillArchive"]
+__all__ = ["ArchivedTasks", "SpillArchive", "evict"]
+
+
+class ArchivedTasks(TaskTable):
+    """A run's tasks, the evicted ones read back from ``archive`` when asked for."""
+
+    __slots__ = ("archive",)
+
+    def __init__(self, tasks: Mapping[TaskId, Task], archive: Archive) -> None:
+        super().__init__(tasks)
+        self.archive = archive
+        """Where the evicted tasks are read back from."""
+
+    def evicted_task(self, task_id: TaskId) -> Task | None:
+        return self.archive.task(task_id)
+
+    def evicted_tasks(self) -> list[Task]:
+        return self.archive.tasks()
+
+    def evicted_edges(self, task_id: TaskId) -> tuple[list[TaskId], list[TaskId]]:
+        return self.archive.edges(task_id)
+
+    def all_evicted_edges(self) -> list[tuple[TaskId, TaskId]]:
+        return self.archive.all_edges()
+
+
+def evict(state: GraphState, task_ids: Iterable[TaskId], archive: Archive) -> None:
+    """``state.evict(task_ids)``, its tasks made an ``ArchivedTasks`` reading ``archive``
+    first (at the first eviction they are a plain dict)."""
+    tasks = state.tasks
+    if isinstance(tasks, ArchivedTasks):
+        tasks.archive = archive
+    else:
+        state.tasks = ArchivedTasks(tasks, archive)
+    state.evict(task_ids)
 
 
 class SpillArchive:

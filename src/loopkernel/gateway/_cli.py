@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import signal
 import sys
@@ -206,11 +205,10 @@ async def _serve(config: GatewayConfig, token: str) -> int:
             f"loopkernel gateway: listening on {address} ({models}); ledger {config.ledger}",
             flush=True,
         )
-        serving = asyncio.ensure_future(gateway.serve_forever())
-        await stop.wait()
-        serving.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await serving
+        async with asyncio.TaskGroup() as group:  # a server that fails ends the gateway
+            serving = group.create_task(gateway.serve_forever(), name="gateway server")
+            await stop.wait()
+            serving.cancel()
     finally:
         await gateway.close()
     print("loopkernel gateway: stopped", flush=True)

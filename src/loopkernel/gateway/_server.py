@@ -264,8 +264,10 @@ class Gateway:
     async def close(self) -> None:
         if self.server is not None:
             await self.server.close()
-        for task in list(self._inflight.values()):
+        inflight = list(self._inflight.values())
+        for task in inflight:
             task.cancel()
+        await asyncio.gather(*inflight, return_exceptions=True)
         for provider in self.providers.values():
             await provider.aclose()
         for local in self.locals.values():
@@ -304,7 +306,10 @@ class Gateway:
             return _error(err)
         running = self._inflight.get(call.key)
         if running is None:
-            running = asyncio.ensure_future(self._complete(call))
+            # Owned by the gateway, not by this request: a caller that hangs up must not
+            # cancel the answer another caller of the same key waits for (``close``
+            # cancels and awaits what is still in flight).
+            running = asyncio.create_task(self._complete(call), name=f"complete {call.key}")
             self._inflight[call.key] = running
             running.add_done_callback(self._forget(call.key))
         return await asyncio.shield(running)

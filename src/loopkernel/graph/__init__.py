@@ -14,7 +14,7 @@ from loopkernel.graph._model import (
 )
 from loopkernel.graph._patch import Add, Cancel, Connect, Finish, GraphPatch, Op, Resume, Wait
 from loopkernel.graph._replay import state_at
-from loopkernel.graph._state import Archive, Delta, GraphState, Task, TaskTable, validate
+from loopkernel.graph._state import Delta, GraphState, Task, TaskTable, validate
 from loopkernel.graph._verdict import Verdict, VerdictKind
 
 __all__ = [
@@ -23,7 +23,6 @@ __all__ = [
     "TERMINAL_TASK",
     "UNPLANNED_EVENTS",
     "Add",
-    "Archive",
     "Cancel",
     "Connect",
     "Delta",

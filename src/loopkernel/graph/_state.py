@@ -11,7 +11,7 @@ import math
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Final, Protocol, TypeVar, assert_never, overload
+from typing import TYPE_CHECKING, Final, TypeVar, assert_never, overload
 
 from loopkernel.errors import PatchRejected
 from loopkernel.graph._model import (
@@ -30,7 +30,7 @@ from loopkernel.ids import ID_PATTERN, RunId, TaskId, valid_id
 if TYPE_CHECKING:
     from _collections_abc import dict_items, dict_keys, dict_values
 
-__all__ = ["Archive", "Delta", "GraphState", "Task", "TaskTable", "validate"]
+__all__ = ["Delta", "GraphState", "Task", "TaskTable", "validate"]
 
 _T = TypeVar("_T")
 
@@ -152,42 +152,47 @@ class Delta:
     """Tasks that were running and are cancelled: the executor cancels them in flight."""
 
 
-class Archive(Protocol):
-    """Where a run's evicted tasks are read back from, synchronously (a planner reads its
-    snapshot without awaiting): what the store committed, which for a finished task is
-    final. Errors are ``StoreUnavailable``."""
-
-    def task(self, task_id: TaskId) -> Task | None: ...
-
-    def tasks(self) -> list[Task]: ...
-
-    def edges(self, task_id: TaskId) -> tuple[list[TaskId], list[TaskId]]:
-        """``(predecessors, successors)`` of the task, as committed."""
-        ...
-
-    def all_edges(self) -> list[tuple[TaskId, TaskId]]:
-        """Every committed edge ``(src, dst)`` of the run."""
-        ...
-
-
 class TaskTable(dict[TaskId, Task]):
     """``GraphState.tasks`` once the executor evicted succeeded tasks from memory
-    (``ExecutionConfig(keep_finished=N)``, ``GraphState.evict``): reading one of those
-    (``table[id]``, ``get``, ``in``, iterating, ``len``) reads it back from the store's
-    ``Archive``, so what a planner or a worker sees is the same either way. Only the
-    executor's own state evicts; ``resident()`` is what is in memory.
+    (``ExecutionConfig(keep_finished=N)``, ``GraphState.evict``): the tasks in memory, and
+    how many live elsewhere. A mapping of every task all the same (``table[id]``, ``get``,
+    ``in``, iterating, ``len``), so what a planner or a worker sees is the same either way.
+
+    Where the evicted ones live, and reading them back, is not the graph's: graph code
+    asks for them only through the four ``evicted_*`` methods, which here know none (this
+    table holds no I/O). The executor supplies the table that reads them back from its
+    store (``executor/_spill.py``'s ``ArchivedTasks``). ``resident()`` is what is in memory.
     """
 
-    __slots__ = ("archive", "evicted")
+    __slots__ = ("evicted",)
 
     def __init__(self, *args: Mapping[TaskId, Task]) -> None:
         super().__init__(*args)
-        self.archive: Archive | None = None
         self.evicted = 0
-        """How many tasks live only in the archive."""
+        """How many tasks live only outside memory."""
+
+    # -- what a subclass supplies ----------------------------------------------------------
+
+    def evicted_task(self, task_id: TaskId) -> Task | None:
+        """The evicted task ``task_id``, or ``None``."""
+        return None
+
+    def evicted_tasks(self) -> list[Task]:
+        """Every task as last committed (the evicted ones among them)."""
+        return []
+
+    def evicted_edges(self, task_id: TaskId) -> tuple[list[TaskId], list[TaskId]]:
+        """``(predecessors, successors)`` of an evicted task."""
+        return [], []
+
+    def all_evicted_edges(self) -> list[tuple[TaskId, TaskId]]:
+        """Every committed edge ``(src, dst)`` of the run."""
+        return []
+
+    # -- the mapping -----------------------------------------------------------------------
 
     def __missing__(self, key: TaskId) -> Task:
-        task = self.archive.task(key) if self.evicted and self.archive else None
+        task = self.evicted_task(key) if self.evicted else None
         if task is None:
             raise KeyError(key)
         return task
@@ -200,16 +205,16 @@ class TaskTable(dict[TaskId, Task]):
     def get(self, key: TaskId, default: _T, /) -> Task | _T: ...
     def get(self, key: TaskId, default: object = None, /) -> object:
         task = dict.get(self, key)
-        if task is None and self.evicted and self.archive:
-            task = self.archive.task(key)
+        if task is None and self.evicted:
+            task = self.evicted_task(key)
         return default if task is None else task
 
     def __contains__(self, key: object) -> bool:
         if dict.__contains__(self, key):
             return True
-        if not (self.evicted and self.archive and isinstance(key, str)):
+        if not (self.evicted and isinstance(key, str)):
             return False
-        return self.archive.task(TaskId(key)) is not None
+        return self.evicted_task(TaskId(key)) is not None
 
     def __len__(self) -> int:
         return dict.__len__(self) + self.evicted
@@ -231,8 +236,7 @@ class TaskTable(dict[TaskId, Task]):
         return dict.values(self)
 
     def _everything(self) -> dict[TaskId, Task]:
-        assert self.archive is not None
-        everything = {t.task_id: t for t in self.archive.tasks()}
+        everything = {t.task_id: t for t in self.evicted_tasks()}
         everything.update(dict.items(self))  # memory is newer than the last commit
         return everything
 
@@ -292,13 +296,8 @@ class GraphState:
 
     def _evicted_edges(self, task_id: str) -> tuple[list[TaskId], list[TaskId]]:
         tasks = self.tasks
-        if (
-            isinstance(tasks, TaskTable)
-            and tasks.evicted
-            and tasks.archive
-            and not dict.__contains__(tasks, task_id)
-        ):
-            return tasks.archive.edges(TaskId(task_id))
+        if isinstance(tasks, TaskTable) and tasks.evicted and not dict.__contains__(tasks, task_id):
+            return tasks.evicted_edges(TaskId(task_id))
         return [], []
 
     def startable(self, task_id: TaskId) -> bool:
@@ -311,12 +310,12 @@ class GraphState:
     def ancestors(self, task_id: TaskId) -> set[TaskId]:
         preds = self.preds
         tasks = self.tasks
-        if isinstance(tasks, TaskTable) and tasks.evicted and tasks.archive:
+        if isinstance(tasks, TaskTable) and tasks.evicted:
             # Through evicted tasks: every committed edge at once (one read, where a read
             # per task would scan the edges each time), then the lists in memory, which
             # are newer.
             preds = {}
-            for src, dst in tasks.archive.all_edges():
+            for src, dst in tasks.all_evicted_edges():
                 preds.setdefault(dst, []).append(src)
             preds.update(self.preds)
         seen: set[TaskId] = set()
@@ -369,12 +368,12 @@ class GraphState:
 
     def _revive(self, task_id: TaskId) -> Task | None:
         tasks = self.tasks
-        if not (isinstance(tasks, TaskTable) and tasks.evicted and tasks.archive):
+        if not (isinstance(tasks, TaskTable) and tasks.evicted):
             return None
-        task = tasks.archive.task(task_id)
+        task = tasks.evicted_task(task_id)
         if task is None:
             return None
-        before, after = tasks.archive.edges(task_id)
+        before, after = tasks.evicted_edges(task_id)
         dict.__setitem__(tasks, task_id, task)
         tasks.evicted -= 1
         if before:
@@ -383,16 +382,16 @@ class GraphState:
             self.succs[task_id] = after
         return task
 
-    def evict(self, task_ids: Iterable[TaskId], archive: Archive) -> None:
-        """Drop finished tasks from memory, with their edge lists; ``tasks`` reads them back
-        from ``archive``. Only for succeeded tasks whose successors are all finished and
-        whose last state the store has committed: nothing can change them any more, and no
-        cycle check walks through them (it starts at a task that has not started, and
-        everything after such a task has not succeeded)."""
+    def evict(self, task_ids: Iterable[TaskId]) -> None:
+        """Drop finished tasks from memory, with their edge lists. ``tasks`` must be a
+        ``TaskTable`` that reads them back (the executor's, which knows where they are).
+        Only for succeeded tasks whose successors are all finished and whose last state
+        the store has committed: nothing can change them any more, and no cycle check
+        walks through them (it starts at a task that has not started, and everything
+        after such a task has not succeeded)."""
         tasks = self.tasks
-        if not isinstance(tasks, TaskTable):  # the first eviction: a plain dict until now
-            tasks = self.tasks = TaskTable(tasks)
-        tasks.archive = archive
+        if not isinstance(tasks, TaskTable) or type(tasks) is TaskTable:
+            raise TypeError("evict needs a TaskTable that reads evicted tasks back")
         for tid in task_ids:
             del tasks[tid]
             self.preds.pop(tid, None)

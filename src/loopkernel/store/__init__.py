@@ -8,13 +8,15 @@ import os
 
 from loopkernel.errors import UsageError, install_hint
 from loopkernel.store._codec import digest_of, dump_of_state
-from loopkernel.store._fork import Fork
+from loopkernel.store._lockwait import DEFAULT_LOCK_WAIT_S
 from loopkernel.store._protocol import (
+    Archive,
     ArchiveSource,
     Catalog,
     Claim,
     EffectRecord,
     Effects,
+    Fork,
     Journal,
     Leases,
     LoadedRun,
@@ -26,10 +28,12 @@ from loopkernel.store._protocol import (
     Schedule,
     Store,
 )
-from loopkernel.store._sqlite import DEFAULT_BUSY_TIMEOUT, SQLiteStore
+from loopkernel.store._sqlite import SQLiteStore
 
 __all__ = [
     "DEFAULT_DB",
+    "DEFAULT_LOCK_WAIT_S",
+    "Archive",
     "ArchiveSource",
     "Catalog",
     "Claim",
@@ -79,19 +83,29 @@ def open_store(url: str | None = None, *, create: bool = True) -> Store:
         raise UsageError(
             f"unknown database URL {url!r}: use a file path, sqlite:///, postgresql://"
         )
-    return SQLiteStore(url, create=create, busy_timeout=_busy_timeout())
+    return SQLiteStore(url, create=create, lock_wait_s=_lock_wait_s())
 
 
-def _busy_timeout() -> float:
-    """``LOOPKERNEL_SQLITE_BUSY_TIMEOUT``: seconds, in all, a write waits (off the loop, with
-    an async backoff) for another process's write lock."""
-    raw = os.environ.get("LOOPKERNEL_SQLITE_BUSY_TIMEOUT")
+_LOCK_WAIT_ENV = "LOOPKERNEL_SQLITE_LOCK_WAIT_S"
+"""Seconds, in all, a SQLite write waits for another process's write lock (the store's
+``lock_wait_s``); ``LOOPKERNEL_SQLITE_BUSY_TIMEOUT``, its name before, is still read."""
+
+
+def _lock_wait_s() -> float:
+    """``LOOPKERNEL_SQLITE_LOCK_WAIT_S`` (else the older ``LOOPKERNEL_SQLITE_BUSY_TIMEOUT``):
+    seconds, in all, a write waits (off the loop, with an async backoff) for another
+    process's write lock."""
+    name = _LOCK_WAIT_ENV
+    raw = os.environ.get(name)
     if not raw:
-        return DEFAULT_BUSY_TIMEOUT
+        name = "LOOPKERNEL_SQLITE_BUSY_TIMEOUT"
+        raw = os.environ.get(name)
+    if not raw:
+        return DEFAULT_LOCK_WAIT_S
     try:
         seconds = float(raw)
     except ValueError:
         seconds = -1.0
     if not seconds >= 0:
-        raise UsageError(f"LOOPKERNEL_SQLITE_BUSY_TIMEOUT must be seconds >= 0, not {raw!r}")
+        raise UsageError(f"{name} must be seconds >= 0, not {raw!r}")
     return seconds

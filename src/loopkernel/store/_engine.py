@@ -13,7 +13,7 @@ a passing fault (the write lock held, a full disk, an I/O error, a lost server) 
 unique key that was already there ``DuplicateKey(table)``, which the method that knows
 what that key means turns into ``ReplayDivergence``, ``ApprovalRefused`` or
 ``UsageError``. A write that finds SQLite's write lock held is retried with an async
-backoff (the loop free meanwhile) until ``lock_wait`` seconds have passed in all.
+backoff (the loop free meanwhile) until ``lock_wait_s`` seconds have passed in all.
 
 Writes that touch a run first read its row under the dialect's lock (SQLite: the one
 write lock ``BEGIN IMMEDIATE`` took; PostgreSQL: ``FOR UPDATE``): that serializes the
@@ -26,9 +26,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
-from contextvars import ContextVar
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import suppress
 from functools import lru_cache
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -90,7 +89,7 @@ from loopkernel.store._codec import (
     waiting_epoch,
     with_done_seq,
 )
-from loopkernel.store._fork import Fork, fork_statements
+from loopkernel.store._fork import fork_statements
 from loopkernel.store._lease import (
     CHANNEL,
     LOCAL,
@@ -101,9 +100,11 @@ from loopkernel.store._lease import (
     run_held,
     unplanned_kinds,
 )
+from loopkernel.store._lockwait import DEFAULT_LOCK_WAIT_S, lock_wait_s_within
 from loopkernel.store._protocol import (
     Claim,
     EffectRecord,
+    Fork,
     LoadedRun,
     NewEvent,
     PatchRecord,
@@ -115,14 +116,12 @@ from loopkernel.store._schema import TABLES
 
 __all__ = [
     "JOURNAL_CHANNEL",
-    "LOCK_WAIT",
     "Cursor",
     "Dialect",
     "DuplicateKey",
     "LockHeld",
     "SQLStore",
     "check_version",
-    "lock_wait_at_most",
     "migrate",
 ]
 
@@ -132,21 +131,6 @@ How = Literal["write", "snapshot", "statement"]
 
 JOURNAL_CHANNEL = "loopkernel_journal"
 """Notified (PostgreSQL) with the run id by every commit that appends to a run's journal."""
-
-
-LOCK_WAIT: ContextVar[float | None] = ContextVar("loopkernel_lock_wait", default=None)
-"""An upper bound on ``lock_wait`` for the store calls made in this context (``Client.execute``
-sets its ``store_retry``: the retries' bound is a total time, not attempts x lock waits)."""
-
-
-@contextmanager
-def lock_wait_at_most(seconds: float) -> Iterator[None]:
-    """Within the block, no store call waits longer than ``seconds`` for a held lock."""
-    token = LOCK_WAIT.set(seconds)
-    try:
-        yield
-    finally:
-        LOCK_WAIT.reset(token)
 
 
 class DuplicateKey(Exception):
@@ -362,8 +346,9 @@ class SQLStore:
     where: str
     """The database as messages name it (a path; a URL without its password)."""
     url: str
-    lock_wait: float = 10.0
-    """Seconds, in all, a write waits for a write lock another process holds."""
+    lock_wait_s: float = DEFAULT_LOCK_WAIT_S
+    """Seconds, in all, a write waits for a write lock another process holds (within
+    ``lock_wait_at_most``'s bound)."""
     _fence: Fence | None = None
 
     # -- the connection --------------------------------------------------------------------
@@ -388,11 +373,10 @@ class SQLStore:
 
     async def _retrying(self, attempt: Callable[[], Awaitable[T]]) -> T:
         """``attempt()``, again after an async backoff while another process holds the
-        write lock, for ``lock_wait`` seconds in all; then ``StoreUnavailable``."""
+        write lock, for ``lock_wait_s`` seconds in all; then ``StoreUnavailable``."""
         deadline: float | None = None
         pause = 0.002
-        bound = LOCK_WAIT.get()
-        wait = self.lock_wait if bound is None else max(0.0, min(self.lock_wait, bound))
+        wait = lock_wait_s_within(self.lock_wait_s)
         while True:
             try:
                 return await attempt()
@@ -527,9 +511,10 @@ class SQLStore:
             run = cur.one(info_sql, key)
             if run is None:
                 raise self._not_found(run_id)
-            return run, cur.all(tasks_sql, key), cur.all(_EDGES, key), cur.all(_UNPLANNED, key)
+            lease = cur.one("SELECT owner, lease_epoch FROM runs WHERE run_id = ?", key)
+            return run, lease, *(cur.all(sql, key) for sql in (tasks_sql, _EDGES, _UNPLANNED))
 
-        run, tasks, edges, unplanned = await self._call(body, "snapshot")
+        run, lease, tasks, edges, unplanned = await self._call(body, "snapshot")
         info = _info(run)
         state = GraphState(
             run_id=run_id,
@@ -543,7 +528,10 @@ class SQLStore:
             state.tasks[task.task_id] = task
         state.link(edges)
         return LoadedRun(
-            info=info, state=state, unplanned=tuple(event_from_row(run_id, r) for r in unplanned)
+            info=info,
+            state=state,
+            unplanned=tuple(event_from_row(run_id, r) for r in unplanned),
+            free_epoch=int(lease[1]) if lease[0] is None else None,  # nobody holds it
         )
 
     async def set_status(

@@ -10,11 +10,9 @@ own idempotency keys.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from loopkernel.graph import Event, EventKind, GraphState
-from loopkernel.ids import RunId
+from loopkernel.graph import EventKind
 from loopkernel.store._codec import (
     INSERT_APPROVAL,
     INSERT_EDGE,
@@ -29,34 +27,9 @@ from loopkernel.store._codec import (
     run_params,
     task_params,
 )
-from loopkernel.store._protocol import EffectRecord, PatchRecord, RunInfo
+from loopkernel.store._protocol import Fork
 
-__all__ = ["Fork", "fork_statements"]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Fork:
-    """What ``Store.fork_run`` writes, all of it read from the source beforehand, so the
-    fork is exactly the prefix that was replayed even if the source is still running."""
-
-    source: RunInfo
-    """The run forked from."""
-    at_seq: int
-    """The last event of the source the fork keeps."""
-    run_id: RunId
-    """The new run."""
-    token_hash: str
-    """SHA-256 of the fork's own approval token."""
-    events: tuple[Event, ...]
-    """The source's events up to ``at_seq``."""
-    patches: tuple[PatchRecord, ...]
-    """Their patches (an event a crash left unplanned stays unplanned)."""
-    state: GraphState
-    """The graph as of ``at_seq``, with the status the fork starts in."""
-    effects: tuple[EffectRecord, ...]
-    """The source's finished effects the fork keeps, already under the fork's keys."""
-    trace: str | None = None
-    """The ``traceparent`` of the fork's run span (linked to its source's), when traced."""
+__all__ = ["fork_statements"]
 
 
 Statement = tuple[str, str, list[tuple[Any, ...]]]

@@ -53,7 +53,6 @@ from loopkernel.graph import Delta, Event
 from loopkernel.ids import RunId
 from loopkernel.store._codec import dumps, patch_params, task_params
 from loopkernel.store._engine import (
-    LOCK_WAIT,
     Cursor,
     Dialect,
     DuplicateKey,
@@ -63,6 +62,7 @@ from loopkernel.store._engine import (
     transact,
 )
 from loopkernel.store._lease import CHANNEL
+from loopkernel.store._lockwait import lock_wait_s_within
 from loopkernel.store._protocol import NewEvent, PatchRecord
 from loopkernel.store._schema import (
     LEASE_LOST,
@@ -201,10 +201,9 @@ class PostgresStore(SQLStore):
             raise UsageError("the store is not open; call `await store.open()` first")
 
         # --store-retry is a total: a call waits for a connection no longer than what is
-        # left of it (LOCK_WAIT, read here: the thread does not see the loop's context),
-        # and says how long it waited, so that the retries count that wait in.
-        bound = LOCK_WAIT.get()
-        timeout = self.connect_timeout if bound is None else min(self.connect_timeout, bound)
+        # left of it (lock_wait_at_most's bound, read here: the thread does not see the
+        # loop's context), and says how long it waited, so that the retries count it in.
+        timeout = lock_wait_s_within(self.connect_timeout)
 
         def work() -> T:
             began = time.monotonic()

@@ -19,12 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from loopkernel.evidence import Evidence, NewEvidence
 from loopkernel.graph import (
     JSON,
-    Archive,
     Delta,
     Event,
     EventKind,
@@ -35,15 +34,14 @@ from loopkernel.graph import (
 from loopkernel.ids import RunId, TaskId
 from loopkernel.store._lease import Holder
 
-if TYPE_CHECKING:
-    from loopkernel.store._fork import Fork
-
 __all__ = [
+    "Archive",
     "ArchiveSource",
     "Catalog",
     "Claim",
     "EffectRecord",
     "Effects",
+    "Fork",
     "Journal",
     "Leases",
     "LoadedRun",
@@ -192,6 +190,10 @@ class LoadedRun:
     """The materialized graph."""
     unplanned: tuple[Event, ...]
     """Events with no patch yet, in seq order: planned next, exactly once."""
+    free_epoch: int | None = None
+    """The run's lease epoch when nobody held it at this read, else ``None``. A lease
+    taken after the read with the next epoch proves nobody wrote under a lease between
+    (``Client.execute`` then hands this read down instead of reading again)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -224,6 +226,50 @@ class Claim:
     """The lease epoch: bumped by every claim and release, so an older one is dead."""
     owner: str
     """The worker that claimed it."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fork:
+    """What ``Store.fork_run`` writes, all of it read from the source beforehand, so the
+    fork is exactly the prefix that was replayed even if the source is still running."""
+
+    source: RunInfo
+    """The run forked from."""
+    at_seq: int
+    """The last event of the source the fork keeps."""
+    run_id: RunId
+    """The new run."""
+    token_hash: str
+    """SHA-256 of the fork's own approval token."""
+    events: tuple[Event, ...]
+    """The source's events up to ``at_seq``."""
+    patches: tuple[PatchRecord, ...]
+    """Their patches (an event a crash left unplanned stays unplanned)."""
+    state: GraphState
+    """The graph as of ``at_seq``, with the status the fork starts in."""
+    effects: tuple[EffectRecord, ...]
+    """The source's finished effects the fork keeps, already under the fork's keys."""
+    trace: str | None = None
+    """The ``traceparent`` of the fork's run span (linked to its source's), when traced."""
+
+
+class Archive(Protocol):
+    """Where a run's evicted tasks are read back from, synchronously (a planner reads its
+    snapshot without awaiting): what the store committed, which for a finished task is
+    final. Errors are ``StoreUnavailable``. The executor's ``ArchivedTasks`` (a
+    ``graph.TaskTable``) reads through it; graph/ itself never does."""
+
+    def task(self, task_id: TaskId) -> Task | None: ...
+
+    def tasks(self) -> list[Task]: ...
+
+    def edges(self, task_id: TaskId) -> tuple[list[TaskId], list[TaskId]]:
+        """``(predecessors, successors)`` of the task, as committed."""
+        ...
+
+    def all_edges(self) -> list[tuple[TaskId, TaskId]]:
+        """Every committed edge ``(src, dst)`` of the run."""
+        ...
 
 
 @runtime_checkable

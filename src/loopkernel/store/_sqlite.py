@@ -5,7 +5,7 @@ event loop never waits for SQLite: reads, fsynced commits, checkpoints and bulk 
 run on the store's one thread; a small write that cannot wait runs on the loop itself
 when that thread is idle (a thread hop costs more than such a write). It cannot wait
 because SQLite's busy handler is off (a held lock fails at once; the engine retries with
-an async backoff for ``busy_timeout`` seconds in all), its commit is not fsynced
+an async backoff for ``lock_wait_s`` seconds in all), its commit is not fsynced
 (``synchronous`` NORMAL, or a write that is not synced on its own), and automatic
 checkpoints are off: the thread folds the WAL in once it passes 4 MiB, and at every
 quiet point.
@@ -22,7 +22,7 @@ thread commits one are committed together, one transaction and one fsync for all
 each step is answered only once the commit holding it is durable (group commit:
 ``_writer``).
 
-Faults that pass (the write lock held past ``busy_timeout``, a full disk, an I/O error)
+Faults that pass (the write lock held past ``lock_wait_s``, a full disk, an I/O error)
 come out of every method as ``StoreUnavailable``, the transaction rolled back; a corrupt
 or read-only file as ``NotADatabase``. The checkpoints at quiet points and at ``close``
 are best effort: a WAL that could not be folded in is complete on its own and is folded
@@ -41,6 +41,7 @@ import os
 import sqlite3
 import stat
 import time
+import warnings
 from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
@@ -62,11 +63,12 @@ from loopkernel.store._engine import (
     migrate,
     transact,
 )
+from loopkernel.store._lockwait import DEFAULT_LOCK_WAIT_S
 from loopkernel.store._protocol import Reclaimed
 from loopkernel.store._schema import SQLITE_MIGRATIONS, SQLITE_VERSION, TABLES
 from loopkernel.store._writer import CommitStats, Write, Writer
 
-__all__ = ["APPLICATION_ID", "DEFAULT_BUSY_TIMEOUT", "SQLiteStore"]
+__all__ = ["APPLICATION_ID", "SQLiteStore"]
 
 T = TypeVar("T")
 
@@ -76,11 +78,6 @@ is ours before it writes anything to it."""
 
 _INCREMENTAL = 2
 """``PRAGMA auto_vacuum``'s incremental mode: free pages kept until an incremental vacuum."""
-
-DEFAULT_BUSY_TIMEOUT = 10.0
-"""Seconds, in all, a write waits for another process's write lock before it is
-``StoreUnavailable``."""
-
 
 _WAL_LIMIT = 4 * 1024 * 1024
 """Bytes of WAL past which the thread checkpoints (SQLite's automatic checkpoint, which
@@ -243,24 +240,33 @@ class SQLiteStore(SQLStore):
         path: str | os.PathLike[str] = "runs.db",
         *,
         synchronous: Synchronous = "full",
-        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        lock_wait_s: float = DEFAULT_LOCK_WAIT_S,
         create: bool = True,
         fsync_delay_seconds: float = 0.0,
+        busy_timeout: float | None = None,
     ):
-        """``fsync_delay_seconds``: a simulated slow disk for benchmarks only -- the writer
+        """``lock_wait_s``: seconds, in all, a write waits for another process's write lock
+        (``busy_timeout=``, its name before, still works with a ``DeprecationWarning``).
+        ``fsync_delay_seconds``: a simulated slow disk for benchmarks only -- the writer
         thread sleeps that long after each fsynced commit (``_writer``); 0 in real use."""
         if synchronous not in ("full", "normal"):
             raise UsageError(f"synchronous must be 'full' or 'normal', not {synchronous!r}")
-        if not busy_timeout >= 0:
-            raise UsageError(f"busy_timeout must be >= 0 seconds, not {busy_timeout!r}")
+        if busy_timeout is not None:
+            warnings.warn(
+                "SQLiteStore(busy_timeout=) is now lock_wait_s=",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            lock_wait_s = busy_timeout
+        if not lock_wait_s >= 0:
+            raise UsageError(f"lock_wait_s must be >= 0 seconds, not {lock_wait_s!r}")
         self.path = Path(path)
         self.create = create
         """Whether ``open`` may make a new database; ``False``: only open an existing one."""
         self.url = f"sqlite:///{self.path}"
         self.where = str(self.path)
         self.synchronous = synchronous
-        self.busy_timeout = busy_timeout
-        self.lock_wait = busy_timeout
+        self.lock_wait_s = lock_wait_s
         self.dialect = SQLiteDialect(self.path, self.url, synchronous)
         self.check = check_of_env()
         """How ``open`` walks an existing file for damage (``_damage``)."""

@@ -167,21 +167,22 @@ async def streams(
 async def stop(proc: asyncio.subprocess.Process, *, grace: float = 2.0) -> None:
     """Close the server's stdin and give it ``grace`` seconds to exit; then SIGTERM its
     process group, and SIGKILL it 2 s later. Whatever interrupts this kills at once."""
-    drain = asyncio.ensure_future(_drain(proc))  # a server blocked writing cannot exit
-    try:
-        if proc.stdin is not None:
-            with contextlib.suppress(OSError):
-                proc.stdin.close()
-        if grace > 0 and await _exited(proc, grace):
-            return
-        _signal(proc, signal.SIGTERM)
-        if await _exited(proc, 2.0):
-            return
-        _signal(proc, signal.SIGKILL)
-        await _exited(proc, 2.0)
-    finally:
-        kill_now(proc)
-        drain.cancel()
+    async with asyncio.TaskGroup() as group:  # its exit awaits the drain's end
+        drain = group.create_task(_drain(proc))  # a server blocked writing cannot exit
+        try:
+            if proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
+            if grace > 0 and await _exited(proc, grace):
+                return
+            _signal(proc, signal.SIGTERM)
+            if await _exited(proc, 2.0):
+                return
+            _signal(proc, signal.SIGKILL)
+            await _exited(proc, 2.0)
+        finally:
+            kill_now(proc)
+            drain.cancel()
 
 
 async def _drain(proc: asyncio.subprocess.Process) -> None:
