@@ -29,6 +29,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -95,6 +96,8 @@ from loopkernel.store._lease import (
     CHANNEL,
     LOCAL,
     QUEUED,
+    UNVERSIONED,
+    ClaimFilter,
     Fence,
     Holder,
     check_lease_seconds,
@@ -312,18 +315,23 @@ _WAKE = (
 
 
 @lru_cache(maxsize=4)
-def _info_sql(agg: str) -> str:
-    """The run row with its last seq and task counts, in one statement (one snapshot)."""
+def _info_sql(agg: str, now: str) -> str:
+    """The run row with its last seq and task counts, in one statement (one snapshot), then
+    its lease and timer and the database's clock (not in the digest: ``RUN_COLUMNS``)."""
     return (
         f"SELECT {', '.join('r.' + c for c in RUN_COLUMNS.split(', '))}, "
         "(SELECT COALESCE(MAX(e.seq), 0) FROM events e WHERE e.run_id = r.run_id), "
         f"(SELECT {agg}(c.state, c.n) FROM (SELECT t.state, COUNT(*) AS n FROM tasks t "
-        "WHERE t.run_id = r.run_id GROUP BY t.state) c) FROM runs r"
+        "WHERE t.run_id = r.run_id GROUP BY t.state) c), "
+        f"r.owner, r.lease_until, r.wake_at, {now} FROM runs r"
     )
 
 
 def _info(row: Any) -> RunInfo:
-    return run_info_from_row(row, last_seq=int(row[10]), task_counts=loads(row[11]) or {})
+    info = run_info_from_row(row, last_seq=int(row[10]), task_counts=loads(row[11]) or {})
+    lease = None if row[13] is None else float(row[13])
+    wake = None if row[14] is None else float(row[14])
+    return replace(info, owner=row[12], lease_until=lease, wake_at=wake, seen_at=float(row[15]))
 
 
 def check_version(where: str, version: int, known: int) -> int:
@@ -489,7 +497,7 @@ class SQLStore:
             ) from None
 
     async def get_run(self, run_id: RunId) -> RunInfo:
-        sql = f"{_info_sql(self.dialect.OBJECT_AGG)} WHERE r.run_id = ?"
+        sql = f"{_info_sql(self.dialect.OBJECT_AGG, self.dialect.NOW)} WHERE r.run_id = ?"
         row = await self._call(lambda cur: cur.one(sql, (run_id,)))
         if row is None:
             raise self._not_found(run_id)
@@ -504,7 +512,7 @@ class SQLStore:
         before: tuple[float, str] | None = None,
     ) -> list[RunInfo]:
         where, params = run_page_filter(status, app, before, "?")
-        sql = f"{_info_sql(self.dialect.OBJECT_AGG)}{where} "
+        sql = f"{_info_sql(self.dialect.OBJECT_AGG, self.dialect.NOW)}{where} "
         sql += "ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?"
         rows = await self._call(lambda cur: cur.all(sql, (*params, limit)))
         return [_info(row) for row in rows]
@@ -518,7 +526,7 @@ class SQLStore:
         return str(row[0])
 
     async def load_run(self, run_id: RunId) -> LoadedRun:
-        info_sql = f"{_info_sql(self.dialect.OBJECT_AGG)} WHERE r.run_id = ?"
+        info_sql = f"{_info_sql(self.dialect.OBJECT_AGG, self.dialect.NOW)} WHERE r.run_id = ?"
         tasks_sql = f"SELECT {TASK_COLUMNS} FROM tasks WHERE run_id = ? ORDER BY task_id"
 
         def body(cur: Cursor) -> tuple[Any, ...]:
@@ -985,15 +993,17 @@ class SQLStore:
 
         await self._write(run_id, body)
 
-    async def claim_run(self, worker_id: str, lease_seconds: float) -> Claim | None:
+    async def claim_run(
+        self, worker_id: str, lease_seconds: float, only: ClaimFilter | None = None
+    ) -> Claim | None:
         check_lease_seconds(lease_seconds)
         self._unfenced("claim runs")
         now = self.dialect.NOW
+        which, which_params = (only or ClaimFilter()).where()
         sql = (
             f"UPDATE runs SET owner = ?, lease_epoch = lease_epoch + 1, lease_until = {now} + ? "
             "WHERE run_id = (SELECT run_id FROM runs WHERE status = 'running' "
-            f"AND lease_until IS NOT NULL AND lease_until <= {now} "
-            f"AND (owner IS NULL OR owner NOT LIKE '{LOCAL}%') "
+            f"AND lease_until IS NOT NULL AND lease_until <= {now}{which} "
             f"ORDER BY created_at, run_id LIMIT 1{self.dialect.SKIP_LOCKED}) "
             "RETURNING run_id, lease_epoch"
         )
@@ -1004,12 +1014,23 @@ class SQLStore:
 
         def body(cur: Cursor) -> Any:
             cur.run(due)  # timers that came: their runs are claimable now
-            return cur.one(sql, (worker_id, lease_seconds))
+            return cur.one(sql, (worker_id, lease_seconds, *which_params))
 
         row = await self._call(body, "write")
         if row is None:
             return None
         return Claim(run_id=RunId(row[0]), epoch=int(row[1]), owner=worker_id)
+
+    async def unclaimable(self, only: ClaimFilter, limit: int = 10) -> list[tuple[RunId, str, str]]:
+        apps, params = only.apps()
+        now = self.dialect.NOW
+        sql = (
+            f"SELECT run_id, app, COALESCE(app_version, '{UNVERSIONED}') FROM runs "
+            f"WHERE status = 'running' AND lease_until IS NOT NULL AND lease_until <= {now}"
+            f"{only.owners()} AND NOT {apps} ORDER BY created_at, run_id LIMIT ?"
+        )
+        rows = await self._call(lambda cur: cur.all(sql, (*params, limit)))
+        return [(RunId(r[0]), str(r[1]), str(r[2])) for r in rows]
 
     async def acquire(
         self,

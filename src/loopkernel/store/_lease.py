@@ -23,7 +23,9 @@ import math
 import os
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from loopkernel.errors import LeaseLost, RunHeld, UsageError
 from loopkernel.graph import UNPLANNED_EVENTS
@@ -33,6 +35,9 @@ __all__ = [
     "CHANNEL",
     "LOCAL",
     "QUEUED",
+    "UNVERSIONED",
+    "Can",
+    "ClaimFilter",
     "Fence",
     "Holder",
     "check_lease_seconds",
@@ -66,6 +71,64 @@ class Fence:
         """``current``: the run's ``lease_epoch`` read under its write lock."""
         if current != self.epoch:
             raise lease_lost(self.run_id, self.epoch, current, owner)
+
+
+UNVERSIONED = "0"
+"""The version of a run (or app) that records none."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Can:
+    """One app a worker can execute, and the run versions it may resume."""
+
+    app: str
+    """The app's name as runs record it (``runs.app``: an entry point's name, or
+    ``module:attribute``)."""
+    version: str
+    """The version this worker has (``App.app_version()``)."""
+    compatible_with: tuple[str, ...] | None = None
+    """Other run versions it resumes (``App.compatible_with``); ``None``: any."""
+
+    def where(self) -> tuple[str, tuple[Any, ...]]:
+        """The SQL condition on a ``runs`` row, and its parameters."""
+        if self.compatible_with is None:
+            return "app = ?", (self.app,)
+        versions = (self.version, *self.compatible_with)
+        marks = ", ".join("?" * len(versions))
+        return f"(app = ? AND COALESCE(app_version, '{UNVERSIONED}') IN ({marks}))", (
+            self.app,
+            *versions,
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClaimFilter:
+    """Which runs a worker may claim (``claim_run``): what it declares it can execute."""
+
+    can: Sequence[Can] | None = None
+    """Apps and versions it executes; ``None``: any run (no filter), ``()``: none."""
+    adopt_orphans: bool = False
+    """Also take runs of a ``loopkernel run``/``resume`` that died (a local holder whose
+    lease ran out): they become the workers' from then on."""
+
+    def where(self) -> tuple[str, tuple[Any, ...]]:
+        """`` AND ...`` for the claim's inner ``SELECT``, and its parameters."""
+        apps, params = self.apps()
+        return self.owners() + f" AND {apps}", params
+
+    def owners(self) -> str:
+        """`` AND ...`` on ``owner``: local holders' runs only when adopting orphans."""
+        return "" if self.adopt_orphans else f" AND (owner IS NULL OR owner NOT LIKE '{LOCAL}%')"
+
+    def apps(self) -> tuple[str, tuple[Any, ...]]:
+        """The condition on ``app``/``app_version`` (``1 = 1`` for any), its parameters."""
+        if self.can is None:
+            return "1 = 1", ()
+        if not self.can:
+            return "1 = 0", ()
+        terms = [c.where() for c in self.can]
+        params = tuple(p for _, ps in terms for p in ps)
+        return "(" + " OR ".join(t for t, _ in terms) + ")", params
 
 
 LOCAL = "local:"
