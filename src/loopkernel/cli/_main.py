@@ -654,10 +654,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             _require_database(args)
-            if args.retention is not None:
-                from loopkernel.cli._housekeeping import retention_thread
-
-                retention_thread(args.db, args.retention)
         if asyncio.iscoroutinefunction(func):
             own = args.command in ("worker", "serve")  # they stop gracefully on SIGTERM
             return int(asyncio.run(func(args) if own else _terminable(func, args)))

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import signal
 import sys
 import time
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
 
 from loopkernel._waits import WaitingOn, WaitKind, owner_note, run_waits_on_timer, waits_of
 from loopkernel.cli._args import count, positive, run_id
@@ -41,7 +42,10 @@ from loopkernel.graph import TERMINAL_RUN, EventKind, RunStatus, TaskState
 from loopkernel.store import RunInfo, open_store
 from loopkernel.worker import RunWorker, WorkerConfig, default_worker_id
 
-__all__ = ["add_parser"]
+if TYPE_CHECKING:
+    from loopkernel._waker import TimerWaker
+
+__all__ = ["add_parser", "housekeeping"]
 
 
 async def cmd_worker(args: argparse.Namespace) -> int:
@@ -63,21 +67,35 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.stop)
-        retention = None
-        if args.retention is not None:
-            from loopkernel.cli._housekeeping import retain_forever
-
-            retention = asyncio.create_task(retain_forever(Client(store=store), args.retention))
-        try:
+        async with asyncio.TaskGroup() as group:  # the worker and its chores: one owner
+            chores = group.create_task(housekeeping(Client(store=store), retention=args.retention))
             await worker.serve()
-        finally:
-            if retention is not None:
-                retention.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await retention
+            chores.cancel()
     finally:
         await store.close()
     return 0
+
+
+async def housekeeping(
+    client: Client, *, retention: float | None, waker: TimerWaker | None = None
+) -> None:
+    """A process's one owner of retention and timers (``worker``, ``serve``): each a task of
+    one ``TaskGroup`` on the process's own client and loop, cancelled together when the
+    process stops. A chore that fails says so and stops; it never stops the process."""
+
+    async def chore(name: str, body: Coroutine[Any, Any, None]) -> None:
+        try:
+            await body
+        except Exception as exc:
+            print(f"loopkernel: {name} stopped: {exc}", file=sys.stderr, flush=True)
+
+    async with asyncio.TaskGroup() as group:
+        if retention is not None:
+            from loopkernel.cli._housekeeping import retain_forever
+
+            group.create_task(chore("retention", retain_forever(client, retention)))
+        if waker is not None:
+            group.create_task(chore("timers", waker.serve()))
 
 
 async def cmd_submit(args: argparse.Namespace) -> int:
