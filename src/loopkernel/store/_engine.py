@@ -96,13 +96,13 @@ from loopkernel.store._lease import (
     CHANNEL,
     LOCAL,
     QUEUED,
-    UNVERSIONED,
     ClaimFilter,
     Fence,
     Holder,
     check_lease_seconds,
     run_held,
     unplanned_kinds,
+    wake_due,
 )
 from loopkernel.store._protocol import (
     Claim,
@@ -316,8 +316,7 @@ _WAKE = (
 
 @lru_cache(maxsize=4)
 def _info_sql(agg: str, now: str) -> str:
-    """The run row with its last seq and task counts, in one statement (one snapshot), then
-    its lease and timer and the database's clock (not in the digest: ``RUN_COLUMNS``)."""
+    """The run row, its last seq and task counts, lease, timer and the database's clock."""
     return (
         f"SELECT {', '.join('r.' + c for c in RUN_COLUMNS.split(', '))}, "
         "(SELECT COALESCE(MAX(e.seq), 0) FROM events e WHERE e.run_id = r.run_id), "
@@ -329,8 +328,7 @@ def _info_sql(agg: str, now: str) -> str:
 
 def _info(row: Any) -> RunInfo:
     info = run_info_from_row(row, last_seq=int(row[10]), task_counts=loads(row[11]) or {})
-    lease = None if row[13] is None else float(row[13])
-    wake = None if row[14] is None else float(row[14])
+    lease, wake = (None if v is None else float(v) for v in row[13:15])
     return replace(info, owner=row[12], lease_until=lease, wake_at=wake, seen_at=float(row[15]))
 
 
@@ -998,23 +996,11 @@ class SQLStore:
     ) -> Claim | None:
         check_lease_seconds(lease_seconds)
         self._unfenced("claim runs")
-        now = self.dialect.NOW
-        which, which_params = (only or ClaimFilter()).where()
-        sql = (
-            f"UPDATE runs SET owner = ?, lease_epoch = lease_epoch + 1, lease_until = {now} + ? "
-            "WHERE run_id = (SELECT run_id FROM runs WHERE status = 'running' "
-            f"AND lease_until IS NOT NULL AND lease_until <= {now}{which} "
-            f"ORDER BY created_at, run_id LIMIT 1{self.dialect.SKIP_LOCKED}) "
-            "RETURNING run_id, lease_epoch"
-        )
-        due = (
-            f"UPDATE runs SET status = 'running', wake_at = NULL WHERE status = 'waiting' "
-            f"AND wake_at IS NOT NULL AND wake_at <= {now} AND lease_until IS NOT NULL"
-        )
+        sql, which = (only or ClaimFilter()).claim(self.dialect.NOW, self.dialect.SKIP_LOCKED)
 
         def body(cur: Cursor) -> Any:
-            cur.run(due)  # timers that came: their runs are claimable now
-            return cur.one(sql, (worker_id, lease_seconds, *which_params))
+            cur.run(wake_due(self.dialect.NOW))  # timers that came: their runs are claimable now
+            return cur.one(sql, (worker_id, lease_seconds, *which))
 
         row = await self._call(body, "write")
         if row is None:
@@ -1022,15 +1008,8 @@ class SQLStore:
         return Claim(run_id=RunId(row[0]), epoch=int(row[1]), owner=worker_id)
 
     async def unclaimable(self, only: ClaimFilter, limit: int = 10) -> list[tuple[RunId, str, str]]:
-        apps, params = only.apps()
-        now = self.dialect.NOW
-        sql = (
-            f"SELECT run_id, app, COALESCE(app_version, '{UNVERSIONED}') FROM runs "
-            f"WHERE status = 'running' AND lease_until IS NOT NULL AND lease_until <= {now}"
-            f"{only.owners()} AND NOT {apps} ORDER BY created_at, run_id LIMIT ?"
-        )
-        rows = await self._call(lambda cur: cur.all(sql, (*params, limit)))
-        return [(RunId(r[0]), str(r[1]), str(r[2])) for r in rows]
+        sql, params = only.unclaimable(self.dialect.NOW, limit)
+        return [(RunId(r[0]), r[1], r[2]) for r in await self._call(lambda c: c.all(sql, params))]
 
     async def acquire(
         self,

@@ -45,6 +45,7 @@ __all__ = [
     "lease_lost",
     "run_held",
     "unplanned_kinds",
+    "wake_due",
 ]
 
 CHANNEL = "loopkernel_runnable"
@@ -115,6 +116,30 @@ class ClaimFilter:
         """`` AND ...`` for the claim's inner ``SELECT``, and its parameters."""
         apps, params = self.apps()
         return self.owners() + f" AND {apps}", params
+
+    def claim(self, now: str, skip_locked: str) -> tuple[str, tuple[Any, ...]]:
+        """``claim_run``'s statement (the owner and lease seconds first, then these
+        parameters): the oldest claimable run this filter lets through, taken."""
+        which, params = self.where()
+        sql = (
+            f"UPDATE runs SET owner = ?, lease_epoch = lease_epoch + 1, lease_until = {now} + ? "
+            "WHERE run_id = (SELECT run_id FROM runs WHERE status = 'running' "
+            f"AND lease_until IS NOT NULL AND lease_until <= {now}{which} "
+            f"ORDER BY created_at, run_id LIMIT 1{skip_locked}) "
+            "RETURNING run_id, lease_epoch"
+        )
+        return sql, params
+
+    def unclaimable(self, now: str, limit: int) -> tuple[str, tuple[Any, ...]]:
+        """``(run, app, version)`` of the first ``limit`` claimable runs this filter keeps
+        out."""
+        apps, params = self.apps()
+        sql = (
+            f"SELECT run_id, app, COALESCE(app_version, '{UNVERSIONED}') FROM runs "
+            f"WHERE status = 'running' AND lease_until IS NOT NULL AND lease_until <= {now}"
+            f"{self.owners()} AND NOT {apps} ORDER BY created_at, run_id LIMIT ?"
+        )
+        return sql, (*params, limit)
 
     def owners(self) -> str:
         """`` AND ...`` on ``owner``: local holders' runs only when adopting orphans."""
@@ -221,6 +246,15 @@ def lease_lost(run_id: RunId, epoch: int, current: int | None, owner: str | None
         run_id=run_id,
         epoch=epoch,
         current=-1 if current is None else current,
+    )
+
+
+def wake_due(now: str) -> str:
+    """The statement that makes enqueued ``waiting`` runs whose timer came ``running``
+    (claimable), run before each claim."""
+    return (
+        "UPDATE runs SET status = 'running', wake_at = NULL WHERE status = 'waiting' "
+        f"AND wake_at IS NOT NULL AND wake_at <= {now} AND lease_until IS NOT NULL"
     )
 
 
