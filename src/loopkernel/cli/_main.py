@@ -724,7 +724,8 @@ async def _terminable(func: Handler, args: argparse.Namespace) -> int:
         got.append(signal.SIGTERM)
         task.cancel()
 
-    loop.add_signal_handler(signal.SIGTERM, term)
+    with contextlib.suppress(ValueError, RuntimeError):  # not the main thread: no handler
+        loop.add_signal_handler(signal.SIGTERM, term)
     try:
         return await func(args)
     except asyncio.CancelledError:
