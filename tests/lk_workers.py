@@ -80,17 +80,18 @@ def start_worker(
     concurrency: int = 8,
     env: Mapping[str, str] | None = None,
     apps: Sequence[str] = ("lk_workers:relay", "lk_testapps:gate"),
+    flags: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
     """``loopkernel worker`` in a session of its own (its tool servers die with it), also
     running the ``module:attribute`` test apps ``apps``."""
     args = ["--db", db, "worker", "--id", tag, "--lease", str(lease), "--poll", str(poll)]
-    args += ["--concurrency", str(concurrency)]
+    args += ["--concurrency", str(concurrency), *flags]
     for app in apps:
         args += ["--app", app]
     with log.open("ab") as out:
         return subprocess.Popen(
             [*LOOPKERNEL, *args],
-            env=cli_env(LK_WORKER_TAG=tag, **dict(env or {})),
+            env=cli_env(**{"LK_WORKER_TAG": tag, **dict(env or {})}),
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -136,3 +137,18 @@ def cli(db: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess
         text=True,
         timeout=timeout,
     )
+
+
+def _compat() -> tuple[str, ...] | None:
+    listed = os.environ.get("LK_APP_COMPAT")
+    return None if listed is None else tuple(v for v in listed.split(",") if v)
+
+
+versioned = App(
+    name="lk_workers:versioned",
+    description="the relay, at the version LK_APP_VERSION says (resuming LK_APP_COMPAT)",
+    build=_relay,
+    defaults={"delays": {"a": 0.05, "b": 0.05, "c": 0.05}, "hang": ""},
+    version=os.environ.get("LK_APP_VERSION", "1"),
+    compatible_with=_compat(),
+)

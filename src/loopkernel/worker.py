@@ -29,13 +29,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from loopkernel._hold import hold_lease
+from loopkernel._waits import read_waits
 from loopkernel.client import Client
 from loopkernel.errors import LeaseLost, LoopKernelError, StoreUnavailable, UsageError
 from loopkernel.executor import ExecutionConfig, RunOutcome
 from loopkernel.graph import RunStatus
 from loopkernel.ids import RunId
 from loopkernel.store import Claim, Store
-from loopkernel.store._lease import LOCAL, QUEUED
+from loopkernel.store._lease import LOCAL, QUEUED, Can, ClaimFilter
 
 __all__ = ["RunWorker", "WorkerConfig", "WorkerStats", "default_worker_id"]
 
@@ -45,6 +46,15 @@ Log = Callable[[str], None]
 def default_worker_id() -> str:
     """``host:pid``: unique among live workers, and says where to look."""
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _shown(can: Can) -> str:
+    also = (
+        ""
+        if can.compatible_with is None
+        else f" (resumes {', '.join(can.compatible_with) or 'no other'})"
+    )
+    return f"{can.app} {can.version}{also}"
 
 
 def _stderr(line: str) -> None:
@@ -67,8 +77,12 @@ class WorkerConfig:
     holds a run (a dead worker's runs are taken over this long after its last heartbeat,
     plus up to ``poll_seconds``); ``concurrency``, tasks at once within one run."""
     apps: frozenset[str] = frozenset()
-    """Apps run besides the installed ones (entry points), e.g. ``module:attribute``; a run
-    of any other app ends ``failed`` (``app_refused``) instead of importing its module."""
+    """Apps run besides the installed ones (entry points), e.g. ``module:attribute``. The
+    worker claims only runs of these apps at a version it can resume (``Can``); a run of
+    any other app or version is left for a worker that has it."""
+    adopt_orphans: bool = False
+    """Also claim runs of a ``loopkernel run``/``resume`` that died (their lease ran out);
+    the runs become the workers' (``--adopt-orphans``)."""
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -132,6 +146,10 @@ class RunWorker:
         self._changed = asyncio.Event()
         self._group: asyncio.TaskGroup | None = None
         """``serve``'s, while it serves: the owner of every task the worker starts."""
+        self._only = ClaimFilter(can=(), adopt_orphans=self.config.adopt_orphans)
+        """What ``claim_run`` may give this worker: set by ``serve()`` from the apps."""
+        self._said: set[RunId] = set()
+        self._next_look = 0.0
 
     @property
     def running(self) -> frozenset[RunId]:
@@ -157,9 +175,11 @@ class RunWorker:
         such an error leaves ``serve`` (in an ``ExceptionGroup``) instead of being lost.
         """
         cfg = self.config
+        self._only = ClaimFilter(can=self._capabilities(), adopt_orphans=cfg.adopt_orphans)
         self.log(
             f"serving {self.store!r}: {cfg.concurrency} runs at once, lease {cfg.lease_seconds}s"
         )
+        self.log("executes " + (", ".join(_shown(c) for c in self._only.can or ()) or "no app"))
         await self.store.wait_for_work(0)  # listen before the first look: nothing is missed
         async with asyncio.TaskGroup() as group:
             self._group = group
@@ -213,11 +233,12 @@ class RunWorker:
         cfg = self.config
         while len(self._runs) < cfg.concurrency and not self._stopping.is_set():
             try:
-                claim = await self.store.claim_run(cfg.worker_id, cfg.lease_seconds)
+                claim = await self.store.claim_run(cfg.worker_id, cfg.lease_seconds, self._only)
             except StoreUnavailable as exc:
                 self.log(f"cannot claim: {exc}; trying again in {cfg.poll_seconds}s")
                 return
             if claim is None:
+                await self._say_unclaimable()
                 return
             self.stats.claimed += 1
             self.log(f"claimed {claim.run_id} (epoch {claim.epoch})")
@@ -225,6 +246,40 @@ class RunWorker:
             task = self._group.create_task(self._execute(claim), name=f"run {claim.run_id}")
             self._runs[claim.run_id] = task
             task.add_done_callback(functools.partial(self._done, claim.run_id))
+
+    async def _say_unclaimable(self) -> None:
+        """Name, once each, the runs waiting for a worker that has their app and version."""
+        now = time.monotonic()
+        if now < self._next_look:
+            return
+        self._next_look = now + 10 * self.config.poll_seconds
+        try:
+            runs = await self.store.unclaimable(self._only)
+        except StoreUnavailable:
+            return
+        for run_id, app, version in runs:
+            if run_id not in self._said:
+                self._said.add(run_id)
+                self.log(f"{run_id} waits: no worker here for app {app} version {version}")
+
+    def _capabilities(self) -> tuple[Can, ...]:
+        """The installed apps and ``apps``, each at the version this process has."""
+        from importlib.metadata import entry_points
+
+        from loopkernel._app import load_app
+
+        names = {ep.name for ep in entry_points(group="loopkernel.apps")} | self.config.apps
+        found = []
+        for name in sorted(names):
+            try:
+                app = load_app(name)
+            except (UsageError, ImportError) as exc:
+                self.log(f"cannot load app {name!r} ({exc}): its runs are left to others")
+                continue
+            found.append(
+                Can(app=name, version=app.app_version(), compatible_with=app.compatible_with)
+            )
+        return tuple(found)
 
     def _done(self, run_id: RunId, _: asyncio.Task[None]) -> None:
         self._runs.pop(run_id, None)
@@ -271,7 +326,7 @@ class RunWorker:
             # It ended (or waits) under another worker: a late reader, not its finisher.
             self._lease_lost(run_id, f"another worker had taken it over; it is {outcome.status}")
             return
-        self._ended(outcome)
+        await self._ended(outcome)
 
     async def _released_at_shutdown(self, claim: Claim) -> None:
         if await self._release(claim):
@@ -284,10 +339,14 @@ class RunWorker:
         self.stats.lost += 1
         self.log(f"lost the lease on {run_id} ({why}); stopped it, writing nothing more")
 
-    def _ended(self, outcome: RunOutcome) -> None:
+    async def _ended(self, outcome: RunOutcome) -> None:
         if outcome.status is RunStatus.WAITING:
             self.stats.parked += 1
-            self.log(f"{outcome.run_id} waits for a human; lease released")
+            try:
+                waits = "; ".join(w.line() for w in await read_waits(self.store, outcome.run_id))
+            except (StoreUnavailable, LoopKernelError) as exc:
+                waits = f"waiting (not read: {exc})"
+            self.log(f"{outcome.run_id} {waits or 'waiting'}; lease released")
         else:
             self.stats.ended += 1
             self.log(f"{outcome.run_id} {outcome.status.value}")

@@ -28,7 +28,9 @@ def gate(url: str, run_id: str, *flags: str) -> str:
     out = cli("--db", url, "run", "lk_testapps:gate", "--run-id", run_id, "--json", *flags)
     assert out.returncode == 3, out.stderr
     data = json.loads(out.stdout)
-    assert data["waiting"] == [{"task_id": "gate", "reason": "ship it?"}]
+    assert data["waiting"] == [
+        {"task_id": "gate", "reason": "ship it?", "kind": "human", "until": None}
+    ]
     return str(data["token"])
 
 

@@ -49,7 +49,9 @@ def test_run_json_keeps_the_token_and_names_the_waiting_task(tmp_path: Path) -> 
     out = cli("--db", db, "run", "lk_testapps:gate", "--run-id", "g", "--json")
     assert out.returncode == 3, out.stderr
     data = json.loads(out.stdout)
-    assert data["waiting"] == [{"task_id": "gate", "reason": "ship it?"}]
+    assert data["waiting"] == [
+        {"task_id": "gate", "reason": "ship it?", "kind": "human", "until": None}
+    ]
     token = data["token"]
     assert cli("--db", db, "approve", "g", "gate", "--token", token).returncode == 0
 
@@ -62,7 +64,9 @@ def test_wait_names_the_waiting_task(tmp_path: Path) -> None:
     assert "task gate: ship it?" in out.stdout
     assert f"loopkernel --db {db} approve g gate" in out.stdout
     data = json.loads(cli("--db", db, "wait", "g", "--json").stdout)
-    assert data["waiting"] == [{"task_id": "gate", "reason": "ship it?"}]
+    assert data["waiting"] == [
+        {"task_id": "gate", "reason": "ship it?", "kind": "human", "until": None}
+    ]
 
 
 def test_the_demo_counts_a_cancelled_task_as_done(tmp_path: Path) -> None:

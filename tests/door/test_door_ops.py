@@ -195,7 +195,9 @@ def test_wait_after_a_local_approval_says_who_takes_it_up(tmp_path: Path) -> Non
     assert "task gate: answered, not taken up yet" in after.stdout
     assert f"else: loopkernel --db {db} resume g" in after.stdout
     data = json.loads(cli("--db", db, "wait", "g", "--json").stdout)
-    assert data["waiting"] == [{"task_id": "gate", "reason": "ship it?", "answered": True}]
+    assert data["waiting"] == [
+        {"task_id": "gate", "reason": "ship it?", "kind": "human", "until": None, "answered": True}
+    ]
     assert cli("--db", db, "resume", "g").returncode == 0
 
 

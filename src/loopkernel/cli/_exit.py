@@ -16,6 +16,8 @@ __all__ = [
     "INCOMPATIBLE_VERSION",
     "NOT_A_DATABASE",
     "STORE_UNAVAILABLE",
+    "TERMINATED",
+    "TIMER_WAIT",
     "USAGE",
     "Handler",
 ]
@@ -39,6 +41,11 @@ NOT_A_DATABASE = 9
 """No usable LoopKernel database at the path or URL."""
 INCOMPATIBLE_VERSION = 10
 """This version of the app refuses to resume the run."""
+TIMER_WAIT = 11
+"""``wait`` returned while the run sleeps on a timer (no human is asked for anything)."""
+TERMINATED = 143
+"""SIGTERM stopped the command; a run it executed was stopped between two steps, its
+tasks in flight cancelled and its lease given back (the resume command is printed)."""
 BROKEN_PIPE = 141
 """The reader of stdout went away (as a shell reports SIGPIPE)."""
 

@@ -28,6 +28,7 @@ import contextlib
 import json
 import os
 import shlex
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -35,6 +36,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from loopkernel._app import App, load_app
+from loopkernel._waits import WaitingOn, WaitKind, clock, owner_note, read_waits
 from loopkernel.cli._args import (
     approval_payload,
     count,
@@ -63,6 +65,7 @@ from loopkernel.cli._exit import (
     INCOMPATIBLE_VERSION,
     NOT_A_DATABASE,
     STORE_UNAVAILABLE,
+    TERMINATED,
     USAGE,
     Handler,
 )
@@ -90,6 +93,7 @@ from loopkernel.graph import JSON, RunStatus
 from loopkernel.store import SQLiteStore
 
 if TYPE_CHECKING:
+    from loopkernel.store import RunInfo
     from loopkernel.tools import StartedServers
 
 __all__ = ["EXIT_CODES", "main"]
@@ -98,13 +102,15 @@ __all__ = ["EXIT_CODES", "main"]
 async def _finish(
     client: Client, outcome: RunOutcome, args: argparse.Namespace, token: str | None = None
 ) -> int:
-    waiting = await client.waiting(outcome.run_id) if outcome.status is RunStatus.WAITING else []
+    waiting: list[WaitingOn] = []
+    if outcome.status is RunStatus.WAITING:
+        waiting = await read_waits(client.store, outcome.run_id)
     if getattr(args, "json", False):
         out: dict[str, Any] = {
             "run_id": outcome.run_id,
             "status": outcome.status.value,
             "verdict": outcome.verdict,
-            "waiting": [{"task_id": t.task_id, "reason": t.wait_reason} for t in waiting],
+            "waiting": [w.to_json() for w in waiting],
         }
         if token is not None:
             out["token"] = token  # shown once: a script that ran --json must still get it
@@ -113,16 +119,26 @@ async def _finish(
         print(f"run {outcome.run_id}: {outcome.status.value}")
         if outcome.verdict is not None:
             print(f"verdict: {json.dumps(outcome.verdict)}")
-        if waiting:
-            print("waiting for a human:")
-            for task in waiting:
-                print(f"  {task.task_id}: {task.wait_reason}")
-                print(
-                    f"    {prog()}{db_flag(args)} approve {outcome.run_id} {task.task_id} "
-                    "[--payload JSON]   (or reject)"
-                )
-            print(f"  then: {resume_command(args, outcome.run_id)}")
+        _print_waits(args, outcome.run_id, waiting)
     return EXIT_CODES[outcome.status]
+
+
+def _print_waits(args: argparse.Namespace, run: str, waiting: list[WaitingOn]) -> None:
+    """Each wait with what answers it: a human's command, or a timer's wake-up time."""
+    for wait in waiting:
+        print(wait.line())
+        if wait.kind is WaitKind.TIMER:
+            print(
+                f"  woken after that time by a worker (a submitted run) or `serve`; "
+                f"else: {resume_command(args, run)}"
+            )
+        else:
+            print(
+                f"  {prog()}{db_flag(args)} approve {run} {wait.task_id} "
+                "[--payload JSON]   (or reject)"
+            )
+    if any(w.kind is not WaitKind.TIMER for w in waiting):
+        print(f"  then: {resume_command(args, run)}")
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, JSON]:
@@ -331,7 +347,8 @@ async def cmd_runs(args: argparse.Namespace) -> int:
             started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.created_at))
             print(
                 f"{info.run_id}  {info.app:<12} {info.status.value:<10} {started} "
-                f"{age(now - info.created_at):>4} events={info.last_seq} {counts}".rstrip()
+                f"{age(now - info.created_at):>4} events={info.last_seq} {counts}"
+                f"{_run_note(info)}".rstrip()
             )
         if len(found) == args.limit and len(shown) == len(found):
             # stdout stays the list (for pipes); the next page's command goes to stderr
@@ -353,6 +370,12 @@ def _next_page(args: argparse.Namespace, last: str) -> str:
         since = datetime.fromtimestamp(args.since).astimezone().isoformat(timespec="seconds")
         words.append(f"--since {since}")
     return " ".join(words)
+def _run_note(info: RunInfo) -> str:
+    """``  [owner lost at ...]`` or ``  [timer at ...]`` after a run's line in ``runs``."""
+    note = owner_note(info)
+    if note is None and info.status is RunStatus.WAITING and info.wake_at is not None:
+        note = f"timer at {clock(info.wake_at)}"
+    return "" if note is None else f"  [{note}]"
 
 
 async def cmd_export(args: argparse.Namespace) -> int:
@@ -644,13 +667,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             _require_database(args)
-            if args.retention is not None:
-                from loopkernel.cli._housekeeping import retention_thread
-
-                retention_thread(args.db, args.retention)
         if asyncio.iscoroutinefunction(func):
-            return int(asyncio.run(func(args)))
+            own = args.command in ("worker", "serve")  # they stop gracefully on SIGTERM
+            return int(asyncio.run(func(args) if own else _terminable(func, args)))
         return int(func(args))
+    except Terminated:
+        _say_stopped(args, "terminated (SIGTERM)")
+        return TERMINATED
     except IncompatibleVersion as exc:
         print(f"loopkernel: {one_line(str(exc))}", file=sys.stderr)
         return INCOMPATIBLE_VERSION
@@ -694,17 +717,48 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return BROKEN_PIPE
     except KeyboardInterrupt:
-        run = getattr(args, "started", None)  # set by any command once its run exists
-        if run is None and args.command in ("run", "demo", "resume"):
-            run = getattr(args, "run", None)
-        if run is not None:
-            print(
-                f"loopkernel: interrupted; resume with: {resume_command(args, run)}",
-                file=sys.stderr,
-            )
-        else:
-            print("loopkernel: interrupted", file=sys.stderr)
+        _say_stopped(args, "interrupted")
         return 130
+
+
+class Terminated(Exception):
+    """SIGTERM reached a command that executes a run: it stopped as Ctrl-C stops it."""
+
+
+async def _terminable(func: Handler, args: argparse.Namespace) -> int:
+    """``func(args)``; SIGTERM cancels it like Ctrl-C (``run``, ``resume``...: the tasks in
+    flight are cancelled, the lease is given back) and ends as ``Terminated``. Commands
+    that handle SIGTERM themselves (``worker``, ``serve``) replace this handler."""
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    assert task is not None
+    got: list[int] = []
+
+    def term() -> None:
+        got.append(signal.SIGTERM)
+        task.cancel()
+
+    with contextlib.suppress(ValueError, RuntimeError):  # not the main thread: no handler
+        loop.add_signal_handler(signal.SIGTERM, term)
+    try:
+        return await func(args)
+    except asyncio.CancelledError:
+        if got and task.uncancel() == 0:
+            raise Terminated from None
+        raise
+    finally:
+        with contextlib.suppress(ValueError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGTERM)
+
+
+def _say_stopped(args: argparse.Namespace, how: str) -> None:
+    """One line on stderr; the resume command for the run the command was executing."""
+    run = getattr(args, "started", None)  # set by any command once its run exists
+    if run is None and args.command in ("run", "demo", "resume"):
+        run = getattr(args, "run", None)
+    if run is not None:
+        print(f"loopkernel: {how}; resume with: {resume_command(args, run)}", file=sys.stderr)
+    else:
+        print(f"loopkernel: {how}", file=sys.stderr)
 
 
 def _require_database(args: argparse.Namespace) -> None:

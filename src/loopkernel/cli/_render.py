@@ -6,7 +6,8 @@ import json
 import time
 from typing import TYPE_CHECKING, TextIO
 
-from loopkernel.graph import JSON, Event, EventKind, GraphState, TaskState
+from loopkernel._waits import clock, owner_note
+from loopkernel.graph import JSON, Event, EventKind, GraphState, RunStatus, TaskState
 from loopkernel.store import PatchRecord
 
 if TYPE_CHECKING:
@@ -100,11 +101,25 @@ def _utc(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) + " UTC"
 
 
+def _render_now(ins: Inspection, out: TextIO) -> None:
+    """A lost owner and a timer's wake-up time: what the row says now (not shown ``--at``
+    an older seq)."""
+    info = ins.info
+    if ins.at_seq is not None:
+        return
+    lost = owner_note(info)
+    if lost is not None:
+        print(f"owner:   {lost}; a worker --adopt-orphans or `resume` takes it over", file=out)
+    if info.wake_at is not None and info.status is RunStatus.WAITING:
+        print(f"timer:   wakes at {clock(info.wake_at)}", file=out)
+
+
 def render_inspection(ins: Inspection, out: TextIO, *, journal: bool) -> None:
     from loopkernel.client import approver_text
 
     info = ins.info
     print(f"run {info.run_id}  app={info.app}  status={info.status.value}", file=out)
+    _render_now(ins, out)
     if ins.at_seq is not None:
         print(f"as of:   event #{ins.at_seq} (the journal replayed up to there)", file=out)
     if ins.origin is not None:

@@ -35,8 +35,9 @@ def _stop_on_sigterm(signum: int, frame: object) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve until Ctrl-C or SIGTERM, then exit 0: stopping a server is not an error.
 
-    Beside the inspector, on the same loop and the same client, a ``TimerWaker`` executes
-    the runs whose timer is due (unless ``--no-timers``). Stopping cancels it: the runs it
+    Beside the inspector, on the same loop and the same client, one owner runs the chores
+    (``housekeeping``): a ``TimerWaker`` executes the runs whose timer is due (unless
+    ``--no-timers``), and ``--retention`` prunes. Stopping cancels them: the runs the waker
     executes stop between two steps and give their leases back (SIGTERM is turned into the
     same interrupt as Ctrl-C, after uvicorn has closed its connections)."""
     from loopkernel.web import require_extra
@@ -44,10 +45,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     require_extra()
     from loopkernel.web._serve import serve
 
-    async def wake(client: Client) -> None:
+    async def chores(client: Client) -> None:
         from loopkernel._waker import TimerWaker
+        from loopkernel.cli._workers import housekeeping
 
-        await TimerWaker(client, poll_seconds=args.poll, apps=frozenset(args.app)).serve()
+        waker = TimerWaker(client, poll_seconds=args.poll, apps=frozenset(args.app))
+        await housekeeping(
+            client, retention=args.retention, waker=None if args.no_timers else waker
+        )
 
     async def serve_and_wake() -> None:
         await serve(
@@ -59,7 +64,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             max_streams=args.max_streams,
             allow_hosts=tuple(args.allow_host),
             keepalive_seconds=args.keepalive_seconds,
-            beside=None if args.no_timers else wake,
+            beside=None if args.no_timers and args.retention is None else chores,
         )
 
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)

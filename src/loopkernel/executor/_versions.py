@@ -20,11 +20,9 @@ from collections.abc import Collection, Iterable
 from loopkernel.errors import IncompatibleVersion
 from loopkernel.graph import TERMINAL_TASK, Task
 from loopkernel.ids import RunId
+from loopkernel.store._lease import UNVERSIONED
 
 __all__ = ["UNVERSIONED", "check_resumable"]
-
-UNVERSIONED = "0"
-"""The version of a run (or app) that records none."""
 
 
 def check_resumable(

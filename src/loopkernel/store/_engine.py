@@ -28,6 +28,7 @@ import copy
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -94,11 +95,13 @@ from loopkernel.store._lease import (
     CHANNEL,
     LOCAL,
     QUEUED,
+    ClaimFilter,
     Fence,
     Holder,
     check_lease_seconds,
     run_held,
     unplanned_kinds,
+    wake_due,
 )
 from loopkernel.store._lockwait import DEFAULT_LOCK_WAIT_S, lock_wait_s_within
 from loopkernel.store._protocol import (
@@ -297,18 +300,21 @@ _WAKE = (
 
 
 @lru_cache(maxsize=4)
-def _info_sql(agg: str) -> str:
-    """The run row with its last seq and task counts, in one statement (one snapshot)."""
+def _info_sql(agg: str, now: str) -> str:
+    """The run row, its last seq and task counts, lease, timer and the database's clock."""
     return (
         f"SELECT {', '.join('r.' + c for c in RUN_COLUMNS.split(', '))}, "
         "(SELECT COALESCE(MAX(e.seq), 0) FROM events e WHERE e.run_id = r.run_id), "
         f"(SELECT {agg}(c.state, c.n) FROM (SELECT t.state, COUNT(*) AS n FROM tasks t "
-        "WHERE t.run_id = r.run_id GROUP BY t.state) c) FROM runs r"
+        "WHERE t.run_id = r.run_id GROUP BY t.state) c), "
+        f"r.owner, r.lease_until, r.wake_at, {now} FROM runs r"
     )
 
 
 def _info(row: Any) -> RunInfo:
-    return run_info_from_row(row, last_seq=int(row[10]), task_counts=loads(row[11]) or {})
+    info = run_info_from_row(row, last_seq=int(row[10]), task_counts=loads(row[11]) or {})
+    lease, wake = (None if v is None else float(v) for v in row[13:15])
+    return replace(info, owner=row[12], lease_until=lease, wake_at=wake, seen_at=float(row[15]))
 
 
 def check_version(where: str, version: int, known: int) -> int:
@@ -474,7 +480,7 @@ class SQLStore:
             ) from None
 
     async def get_run(self, run_id: RunId) -> RunInfo:
-        sql = f"{_info_sql(self.dialect.OBJECT_AGG)} WHERE r.run_id = ?"
+        sql = f"{_info_sql(self.dialect.OBJECT_AGG, self.dialect.NOW)} WHERE r.run_id = ?"
         row = await self._call(lambda cur: cur.one(sql, (run_id,)))
         if row is None:
             raise self._not_found(run_id)
@@ -489,7 +495,7 @@ class SQLStore:
         before: tuple[float, str] | None = None,
     ) -> list[RunInfo]:
         where, params = run_page_filter(status, app, before, "?")
-        sql = f"{_info_sql(self.dialect.OBJECT_AGG)}{where} "
+        sql = f"{_info_sql(self.dialect.OBJECT_AGG, self.dialect.NOW)}{where} "
         sql += "ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?"
         rows = await self._call(lambda cur: cur.all(sql, (*params, limit)))
         return [_info(row) for row in rows]
@@ -503,7 +509,7 @@ class SQLStore:
         return str(row[0])
 
     async def load_run(self, run_id: RunId) -> LoadedRun:
-        info_sql = f"{_info_sql(self.dialect.OBJECT_AGG)} WHERE r.run_id = ?"
+        info_sql = f"{_info_sql(self.dialect.OBJECT_AGG, self.dialect.NOW)} WHERE r.run_id = ?"
         tasks_sql = f"SELECT {TASK_COLUMNS} FROM tasks WHERE run_id = ? ORDER BY task_id"
 
         def body(cur: Cursor) -> tuple[Any, ...]:
@@ -979,31 +985,25 @@ class SQLStore:
 
         await self._write(run_id, body)
 
-    async def claim_run(self, worker_id: str, lease_seconds: float) -> Claim | None:
+    async def claim_run(
+        self, worker_id: str, lease_seconds: float, only: ClaimFilter | None = None
+    ) -> Claim | None:
         check_lease_seconds(lease_seconds)
         self._unfenced("claim runs")
-        now = self.dialect.NOW
-        sql = (
-            f"UPDATE runs SET owner = ?, lease_epoch = lease_epoch + 1, lease_until = {now} + ? "
-            "WHERE run_id = (SELECT run_id FROM runs WHERE status = 'running' "
-            f"AND lease_until IS NOT NULL AND lease_until <= {now} "
-            f"AND (owner IS NULL OR owner NOT LIKE '{LOCAL}%') "
-            f"ORDER BY created_at, run_id LIMIT 1{self.dialect.SKIP_LOCKED}) "
-            "RETURNING run_id, lease_epoch"
-        )
-        due = (
-            f"UPDATE runs SET status = 'running', wake_at = NULL WHERE status = 'waiting' "
-            f"AND wake_at IS NOT NULL AND wake_at <= {now} AND lease_until IS NOT NULL"
-        )
+        sql, which = (only or ClaimFilter()).claim(self.dialect.NOW, self.dialect.SKIP_LOCKED)
 
         def body(cur: Cursor) -> Any:
-            cur.run(due)  # timers that came: their runs are claimable now
-            return cur.one(sql, (worker_id, lease_seconds))
+            cur.run(wake_due(self.dialect.NOW))  # timers that came: their runs are claimable now
+            return cur.one(sql, (worker_id, lease_seconds, *which))
 
         row = await self._call(body, "write")
         if row is None:
             return None
         return Claim(run_id=RunId(row[0]), epoch=int(row[1]), owner=worker_id)
+
+    async def unclaimable(self, only: ClaimFilter, limit: int = 10) -> list[tuple[RunId, str, str]]:
+        sql, params = only.unclaimable(self.dialect.NOW, limit)
+        return [(RunId(r[0]), r[1], r[2]) for r in await self._call(lambda c: c.all(sql, params))]
 
     async def acquire(
         self,

@@ -23,7 +23,9 @@ import math
 import os
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from loopkernel.errors import LeaseLost, RunHeld, UsageError
 from loopkernel.graph import UNPLANNED_EVENTS
@@ -33,6 +35,9 @@ __all__ = [
     "CHANNEL",
     "LOCAL",
     "QUEUED",
+    "UNVERSIONED",
+    "Can",
+    "ClaimFilter",
     "Fence",
     "Holder",
     "check_lease_seconds",
@@ -40,6 +45,7 @@ __all__ = [
     "lease_lost",
     "run_held",
     "unplanned_kinds",
+    "wake_due",
 ]
 
 CHANNEL = "loopkernel_runnable"
@@ -66,6 +72,88 @@ class Fence:
         """``current``: the run's ``lease_epoch`` read under its write lock."""
         if current != self.epoch:
             raise lease_lost(self.run_id, self.epoch, current, owner)
+
+
+UNVERSIONED = "0"
+"""The version of a run (or app) that records none."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Can:
+    """One app a worker can execute, and the run versions it may resume."""
+
+    app: str
+    """The app's name as runs record it (``runs.app``: an entry point's name, or
+    ``module:attribute``)."""
+    version: str
+    """The version this worker has (``App.app_version()``)."""
+    compatible_with: tuple[str, ...] | None = None
+    """Other run versions it resumes (``App.compatible_with``); ``None``: any."""
+
+    def where(self) -> tuple[str, tuple[Any, ...]]:
+        """The SQL condition on a ``runs`` row, and its parameters."""
+        if self.compatible_with is None:
+            return "app = ?", (self.app,)
+        versions = (self.version, *self.compatible_with)
+        marks = ", ".join("?" * len(versions))
+        return f"(app = ? AND COALESCE(app_version, '{UNVERSIONED}') IN ({marks}))", (
+            self.app,
+            *versions,
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClaimFilter:
+    """Which runs a worker may claim (``claim_run``): what it declares it can execute."""
+
+    can: Sequence[Can] | None = None
+    """Apps and versions it executes; ``None``: any run (no filter), ``()``: none."""
+    adopt_orphans: bool = False
+    """Also take runs of a ``loopkernel run``/``resume`` that died (a local holder whose
+    lease ran out): they become the workers' from then on."""
+
+    def where(self) -> tuple[str, tuple[Any, ...]]:
+        """`` AND ...`` for the claim's inner ``SELECT``, and its parameters."""
+        apps, params = self.apps()
+        return self.owners() + f" AND {apps}", params
+
+    def claim(self, now: str, skip_locked: str) -> tuple[str, tuple[Any, ...]]:
+        """``claim_run``'s statement (the owner and lease seconds first, then these
+        parameters): the oldest claimable run this filter lets through, taken."""
+        which, params = self.where()
+        sql = (
+            f"UPDATE runs SET owner = ?, lease_epoch = lease_epoch + 1, lease_until = {now} + ? "
+            "WHERE run_id = (SELECT run_id FROM runs WHERE status = 'running' "
+            f"AND lease_until IS NOT NULL AND lease_until <= {now}{which} "
+            f"ORDER BY created_at, run_id LIMIT 1{skip_locked}) "
+            "RETURNING run_id, lease_epoch"
+        )
+        return sql, params
+
+    def unclaimable(self, now: str, limit: int) -> tuple[str, tuple[Any, ...]]:
+        """``(run, app, version)`` of the first ``limit`` claimable runs this filter keeps
+        out."""
+        apps, params = self.apps()
+        sql = (
+            f"SELECT run_id, app, COALESCE(app_version, '{UNVERSIONED}') FROM runs "
+            f"WHERE status = 'running' AND lease_until IS NOT NULL AND lease_until <= {now}"
+            f"{self.owners()} AND NOT {apps} ORDER BY created_at, run_id LIMIT ?"
+        )
+        return sql, (*params, limit)
+
+    def owners(self) -> str:
+        """`` AND ...`` on ``owner``: local holders' runs only when adopting orphans."""
+        return "" if self.adopt_orphans else f" AND (owner IS NULL OR owner NOT LIKE '{LOCAL}%')"
+
+    def apps(self) -> tuple[str, tuple[Any, ...]]:
+        """The condition on ``app``/``app_version`` (``1 = 1`` for any), its parameters."""
+        if self.can is None:
+            return "1 = 1", ()
+        if not self.can:
+            return "1 = 0", ()
+        terms = [c.where() for c in self.can]
+        params = tuple(p for _, ps in terms for p in ps)
+        return "(" + " OR ".join(t for t, _ in terms) + ")", params
 
 
 LOCAL = "local:"
@@ -158,6 +246,15 @@ def lease_lost(run_id: RunId, epoch: int, current: int | None, owner: str | None
         run_id=run_id,
         epoch=epoch,
         current=-1 if current is None else current,
+    )
+
+
+def wake_due(now: str) -> str:
+    """The statement that makes enqueued ``waiting`` runs whose timer came ``running``
+    (claimable), run before each claim."""
+    return (
+        "UPDATE runs SET status = 'running', wake_at = NULL WHERE status = 'waiting' "
+        f"AND wake_at IS NOT NULL AND wake_at <= {now} AND lease_until IS NOT NULL"
     )
 
 

@@ -32,7 +32,7 @@ from loopkernel.graph import (
     Task,
 )
 from loopkernel.ids import RunId, TaskId
-from loopkernel.store._lease import Holder
+from loopkernel.store._lease import ClaimFilter, Holder
 
 __all__ = [
     "Archive",
@@ -178,6 +178,25 @@ class RunInfo:
     """The W3C ``traceparent`` of the run's span, when it was created with tracing on."""
     app_version: str | None = None
     """The version of the app that started the run (``App.version``), if recorded."""
+    owner: str | None = field(default=None, compare=False)
+    """Who holds or last held its lease (``runs.owner``: a worker id or a local holder)."""
+    lease_until: float | None = field(default=None, compare=False)
+    """When that lease ends, by the database's clock (``0``: handed to the workers,
+    ``None``: no executor and no worker queue)."""
+    wake_at: float | None = field(default=None, compare=False)
+    """While it waits on a timer: the earliest wake-up time of its tasks."""
+    seen_at: float | None = field(default=None, compare=False)
+    """The database's clock when this row was read."""
+
+    @property
+    def owner_lost_at(self) -> float | None:
+        """When the lease of a ``running`` run ran out with nobody giving it back (its
+        executor died or hung): the time its owner was lost, else ``None``."""
+        if self.status is not RunStatus.RUNNING or self.owner is None:
+            return None
+        if self.lease_until is None or self.seen_at is None or self.lease_until <= 0:
+            return None
+        return self.lease_until if self.lease_until <= self.seen_at else None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -444,11 +463,20 @@ class Leases(Protocol):
         it is ``running`` and nobody holds its lease. Idempotent; a finished run is refused.
         """
 
-    async def claim_run(self, worker_id: str, lease_seconds: float) -> Claim | None:
+    async def claim_run(
+        self, worker_id: str, lease_seconds: float, only: ClaimFilter | None = None
+    ) -> Claim | None:
         """Take the oldest enqueued run that is ``running`` and whose lease is free or has
         expired: set its owner, bump its epoch, hold it for ``lease_seconds``. ``None``
         when there is none. Two workers never get the same run at once. First, enqueued
-        ``waiting`` runs whose timer is due (``wake_at``) become ``running``."""
+        ``waiting`` runs whose timer is due (``wake_at``) become ``running``. ``only``:
+        the apps and versions the worker can execute, and whether it adopts the runs of a
+        dead ``loopkernel run`` (``ClaimFilter``); a run it cannot execute is left for
+        another worker, never claimed."""
+
+    async def unclaimable(self, only: ClaimFilter, limit: int = 10) -> list[tuple[RunId, str, str]]:
+        """Runs ``claim_run`` would give out but for ``only``'s apps and versions: ``(run,
+        app, version)``, oldest first. What a worker says no worker of its kind can run."""
 
     async def due_runs(self, now: float, limit: int = 100) -> list[RunId]:
         """Waiting runs whose timer (``wake_at``) is due at ``now``, earliest first,
