@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import re
 import sys
-import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -30,7 +29,7 @@ from loopkernel.client import PRUNED_BY_DEFAULT, Client, Pruned
 from loopkernel.errors import RunHeld, RunNotFound, StoreUnavailable
 from loopkernel.graph import RunStatus
 
-__all__ = ["add_parser", "age", "duration", "moment", "retain_forever", "retention_thread"]
+__all__ = ["add_parser", "age", "duration", "moment", "retain_forever"]
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 RETENTION_EVERY = 3600.0
@@ -141,25 +140,6 @@ async def retain_forever(
 def _returned(pruned: Pruned) -> str:
     r = pruned.reclaimed
     return "" if r is None else f", {max(0, r.before - r.after):,} bytes returned"
-
-
-def retention_thread(db: str | None, retention: float) -> threading.Thread:
-    """``retain_forever`` on a loop and a store connection of its own, in a daemon thread:
-    for a command whose own loop this module does not own (``serve``)."""
-
-    async def main() -> None:
-        async with Client(db, create=False) as client:
-            await retain_forever(client, retention)
-
-    def run() -> None:
-        try:
-            asyncio.run(main())
-        except Exception as exc:  # a retention fault never stops the server
-            print(f"loopkernel: retention stopped: {exc}", file=sys.stderr, flush=True)
-
-    thread = threading.Thread(target=run, name="loopkernel-retention", daemon=True)
-    thread.start()
-    return thread
 
 
 def add_retention_flag(p: argparse.ArgumentParser) -> None:
