@@ -297,7 +297,8 @@ def finalize(
     if claims is not None:
         from loopkernel_apps.sre._speak import apply_claims
 
-        spoken = apply_claims(claims, verified, suspected, next_steps, check.by_ref)
+        namespace = str(draft.get("namespace") or "")
+        spoken = apply_claims(claims, verified, suspected, next_steps, check.by_ref, namespace)
         coverage["claims"] = spoken["coverage"]
     for i, v in enumerate(verified, 1):
         v["rank"] = i

@@ -39,6 +39,7 @@ from loopkernel_apps.sre._claims import (
     KeptClaim,
     check_claims,
     claims_schema,
+    on_object,
     parse_claims,
 )
 
@@ -210,9 +211,10 @@ def _names(name: str, text: str) -> bool:
 def supports_order(
     cause: Mapping[str, Any], symptom: Mapping[str, Any], by_ref: Mapping[str, Any]
 ) -> bool:
-    """The cause graph supports ``cause`` before ``symptom`` when the symptom's own cited
-    evidence names the cause's object, and the graph does not already have the symptom
-    explaining the cause."""
+    """The cause graph supports ``cause`` before ``symptom`` when the symptom's own
+    evidence (its quote, or a cited item about the symptom's object: its pod's log, its
+    description) names the cause's object, and the graph does not already have the
+    symptom explaining the cause. A namespace-wide listing naming both proves nothing."""
     c = cause.get("entity") or {}
     reverse = any(
         e.get("name") == c.get("name") and e.get("kind") == c.get("kind")
@@ -220,12 +222,18 @@ def supports_order(
     )
     if reverse or not c.get("name"):
         return False
-    texts = [str(by_ref[r]["content"]) for r in symptom.get("evidence", []) if r in by_ref]
+    own = str((symptom.get("entity") or {}).get("name") or "")
+    texts = [
+        str(by_ref[r]["content"])
+        for r in symptom.get("evidence", [])
+        if r in by_ref and own and on_object(own, item_about(by_ref[r]), "")
+    ]
     return any(_names(str(c["name"]), t) for t in [*texts, str(symptom.get("quote") or "")])
 
 
 class _Applied:
-    def __init__(self) -> None:
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
         self.kept: list[dict[str, Any]] = []
         self.refused: list[dict[str, Any]] = []
         self.summary = ""
@@ -298,8 +306,7 @@ def _cause_claim(
     if _index(verified, claim["object"]) is not None:
         _order(claim, verified, by_ref, done)
         return
-    namespace = str(next((v["entity"]["namespace"] for v in verified if v.get("entity")), ""))
-    suspect = _suspect(claim, namespace)
+    suspect = _suspect(claim, done.namespace)
     suspected.append(suspect)
     done.keep(claim, "added as a suspected cause")
     if not verified and not done.summary:
@@ -312,9 +319,10 @@ def apply_claims(
     suspected: list[dict[str, Any]],
     next_steps: list[str],
     by_ref: Mapping[str, Any],
+    namespace: str,
 ) -> dict[str, Any]:
     """Apply the kept claims to the report's lists (in place); ``{coverage, summary}``."""
-    done = _Applied()
+    done = _Applied(namespace)
     done.refused += [dict(r) for r in claims.get("refused", [])]
     for claim in claims.get("kept", []):
         if claim.get("ref") not in by_ref:  # the report's own evidence, nothing else
