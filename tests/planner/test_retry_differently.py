@@ -108,5 +108,7 @@ def test_a_different_retry_outside_the_bounds_is_refused(
     got = asyncio.run(_run(tmp_path / "llm.db", tmp_path / "lab-llm", _script(rules, change)))
     assert got["status"] == "succeeded" and got["digest"] == rules["digest"]
     patch = _retry_patch(got)
-    assert patch["planner"] == "fallback" and patch["proposal"]["reason"] == reason
+    # the rule broken, named (a bad_input is re-asked once; the detail keeps the first)
+    said = f"{patch['proposal']['reason']} {patch['proposal']['detail']}"
+    assert patch["planner"] == "fallback" and reason in said, said
     assert _task(got, RETRY)["input"] == _task(rules, RETRY)["input"]
