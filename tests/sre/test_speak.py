@@ -229,3 +229,18 @@ def test_a_next_step_needs_approval_and_stale_evidence_is_not_current() -> None:
     }
     events = dict(_item("E5", "events", {}, "x"), data={"stale": ["old", "older"]})
     assert _current([*EVIDENCE, events], draft) == {"E1", "E3", "E4"}
+
+
+def test_where_a_cause_is_verified_an_unrelated_model_suspect_is_not_applied() -> None:
+    claim = _cause("ledger has no endpoints", "service ledger: matches NO pod", "E4", "ledger")
+    report = finalize(_draft(CAUSE), EVIDENCE, _claims(claim))["report"]
+    assert report["suspected_causes"] == []
+    (refused,) = report["coverage"]["claims"]["refused"]
+    assert refused["reason"] == "not_applied"
+    # one that says it explains the verified cause's object is added, as suspected
+    explaining = _cause("ledger down makes auth fail", "service ledger: matches NO pod", "E4",
+                        "ledger", explains="auth")  # fmt: skip
+    report = finalize(_draft(CAUSE), EVIDENCE, _claims(explaining))["report"]
+    (suspect,) = report["suspected_causes"]
+    assert suspect["explains"] == [_entity("Deployment", "auth")]
+    assert [v["detector"] for v in report["verified_causes"]] == ["image_pull"]

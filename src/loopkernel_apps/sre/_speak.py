@@ -9,7 +9,9 @@ evidence on the object it names. ``finalize`` then applies what was kept
 (``apply_claims``), and only so:
 
 - a cause the detectors do not know is added as a **suspected** cause (``medium``, with its
-  quote and its ref), never a verified one: a model's word verifies nothing;
+  quote and its ref), never a verified one: a model's word verifies nothing. Where the
+  detectors verified a cause, only a suspect that says it explains a verified cause's
+  object is added (an unrelated one would only dilute the report: ``not_applied``);
 - a verified cause named by a claim as the cause of another verified cause's trouble is
   ranked above it (and ``explains`` it) only when the cause graph supports it: the
   symptom's own cited evidence names the cause's object, and the graph does not already
@@ -305,6 +307,13 @@ def _cause_claim(
 ) -> None:
     if _index(verified, claim["object"]) is not None:
         _order(claim, verified, by_ref, done)
+        return
+    if verified and _index(verified, claim.get("explains")) is None:
+        done.refuse(
+            claim,
+            "not_applied",
+            "the detectors verified a cause, and this claim does not say it explains it",
+        )
         return
     suspect = _suspect(claim, done.namespace)
     suspected.append(suspect)
