@@ -216,7 +216,9 @@ def _provider(kind: str) -> Any:
 # -- the runs ------------------------------------------------------------------------------------
 
 
-def _with_model(kind: str, paths: list[Path], tmp: Path) -> list[dict[str, Any]]:
+def _with_model(
+    kind: str, paths: list[Path], tmp: Path, context: int | None = None
+) -> list[dict[str, Any]]:
     from loopkernel.testing import GatewayProcess
 
     provider = None if kind == "smollm2" else _provider(kind)
@@ -228,14 +230,14 @@ def _with_model(kind: str, paths: list[Path], tmp: Path) -> list[dict[str, Any]]
             saved = dict(os.environ)
             os.environ.update(gw.runtime_env())
             try:
-                rows = [_model_run(path) for path in paths]
+                rows = [_model_run(path, context) for path in paths]
             finally:
                 os.environ.clear()
                 os.environ.update(saved)
     return rows
 
 
-def _model_run(incident: Path) -> dict[str, Any]:
+def _model_run(incident: Path, context: int | None = None) -> dict[str, Any]:
     """``sre_gen_lib.investigate`` with ``model`` on (the gateway from the environment)."""
     import asyncio
 
@@ -244,6 +246,7 @@ def _model_run(incident: Path) -> dict[str, Any]:
         "dump": str(incident / "dump"),
         "namespace": (incident / "namespace.txt").read_text().strip(),
         "model": True,
+        **({"model_context": context} if context else {}),
     }
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="sre-gen-model-") as tmp:
@@ -298,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=12)
     parser.add_argument("--models", default="capable,hostile,smollm2")
     parser.add_argument("--smol-count", type=int, default=3)
+    parser.add_argument(
+        "--smol-context", type=int, default=None, help="model_context for smollm2's runs"
+    )
     args = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="sre-gen-models-"))
     incidents = generate(args.seed, args.count)
@@ -308,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: dict[str, Any] = {}
     for kind in [m for m in args.models.split(",") if m]:
         use = paths[: args.smol_count] if kind == "smollm2" else paths
-        runs = _with_model(kind, use, tmp)
+        runs = _with_model(kind, use, tmp, args.smol_context if kind == "smollm2" else None)
         rows[kind] = {"n": len(use), **compare(use, base[: len(use)], runs)}
         print(json.dumps({kind: {k: v for k, v in rows[kind].items() if k != "incidents"}}),
               flush=True)  # fmt: skip
