@@ -84,7 +84,15 @@ def test_a_finish_succeeded_with_the_work_done_is_the_models_to_make() -> None:
 
 @pytest.mark.parametrize(
     "verdict",
-    [{"steps_done": 3, "spent_usd": 1.0}, {"steps_done": 2, "spent_usd": 0.0}, {"ok": True}, 7],
+    [
+        {"steps_done": 3, "spent_usd": 1.0},
+        {"steps_done": 2, "spent_usd": 0.0},
+        {"ok": True},
+        7,
+        # the work's own fields, and one the model made up (found by bench.planner_quality's
+        # hostile model: it ended looplab with {"answer": "done"} in the verdict)
+        {"steps_done": 2, "spent_usd": 1.0, "answer": "done"},
+    ],
 )
 def test_a_verdict_that_is_not_the_works_own_is_uncited(verdict: Any) -> None:
     got = judge(finish(verdict=verdict), lab(2), LAB)

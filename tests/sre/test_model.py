@@ -252,9 +252,13 @@ def test_kill_between_the_answer_and_its_journal_entry_the_gateway_ledger_answer
         report = next(t for t in shown["tasks"] if t["task_id"] == "report")["result"]
         assert report["report"]["coverage"]["planning"][0]["by"] == "model"
         # one provider request for round 1 (re-sent with its key, answered by the ledger);
-        # later rounds ask once each
+        # later rounds ask once each, and the claims (``_speak``) once
         rounds = len(report["report"]["coverage"]["planning"])
-        assert provider.calls == rounds
+        assert provider.calls == rounds + 1
+        assert (
+            "claims"
+            in provider.requests[-1].body["response_format"]["json_schema"]["schema"]["properties"]
+        )
 
 
 def test_parse_reply_is_strict() -> None:

@@ -152,3 +152,72 @@ def test_the_round_schema_names_only_what_the_run_has_seen() -> None:
     assert "db-0" in seen_names([triage, listed])["pods"]
     again = jsonschema.Draft202012Validator(reply_schema([triage, listed]))
     assert again.is_valid(json.loads(_calls(("pod_logs", {"pod": "db-0"}))))
+
+
+def _ok(tool: str, data: dict[str, Any], **args: Any) -> dict[str, Any]:
+    return {"tool": tool, "args": args, "status": "ok", "result": {"data": data}}
+
+
+def test_the_schema_names_every_kind_of_object_the_dump_listed() -> None:
+    triage = _ok(
+        "triage",
+        {
+            "unhealthy": [
+                {"pod": "api-1", "owner": "api-7f", "owner_kind": "ReplicaSet", "node": "n-1"}
+            ],
+            "workloads": [{"kind": "job", "name": "migrate"}],
+        },
+    )
+    described = _ok(
+        "describe_pod",
+        {
+            "pod": {
+                "metadata": {"name": "api-1"},
+                "spec": {
+                    "nodeName": "n-1",
+                    "containers": [
+                        {
+                            "name": "api",
+                            "env": [
+                                {"valueFrom": {"configMapKeyRef": {"name": "api-config"}}},
+                                {"valueFrom": {"secretKeyRef": {"name": "db-creds"}}},
+                            ],
+                        }
+                    ],
+                    "volumes": [{"persistentVolumeClaim": {"claimName": "data-api"}}],
+                },
+            }
+        },
+        pod="api-1",
+    )
+    listings = [
+        _ok("services", {"services": [{"name": "auth"}]}),
+        _ok("claims", {"claims": ["data-db"]}),
+        _ok("node_capacity", {"nodes": [{"name": "n-2"}]}),
+        _ok("autoscalers", {"autoscalers": [{"name": "api-hpa"}]}),
+    ]
+    seen = seen_names([triage, described, *listings])
+    assert seen["kinds"] == {
+        "api-7f": "ReplicaSet",
+        "n-1": "Node",
+        "api-config": "ConfigMap",
+        "db-creds": "Secret",
+        "data-api": "PersistentVolumeClaim",
+        "auth": "Service",
+        "data-db": "PersistentVolumeClaim",
+        "n-2": "Node",
+        "api-hpa": "HorizontalPodAutoscaler",
+    }
+    check = jsonschema.Draft202012Validator(reply_schema([triage, described, *listings]))
+    for name in seen["kinds"]:
+        assert check.is_valid(json.loads(_calls(("events", {"object": name})))), name
+    assert check.is_valid(
+        json.loads(_calls(("workload_status", {"kind": "job", "name": "migrate"})))
+    )
+    assert check.is_valid(
+        json.loads(_calls(("workload_status", {"kind": "replicaset", "name": "api-7f"})))
+    )
+    assert not check.is_valid(json.loads(_calls(("events", {"object": "never-listed"}))))
+    # only what was seen: before the listings, none of their names
+    before = jsonschema.Draft202012Validator(reply_schema([triage]))
+    assert not before.is_valid(json.loads(_calls(("events", {"object": "auth"}))))

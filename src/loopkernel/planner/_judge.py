@@ -20,7 +20,8 @@ the reply broke (one of ``REASONS``). Rules, in the order they are checked:
 ``finish_refused``  a ``finish`` with a status the allowlist does not admit
 ``<validate rule>`` what ``graph.validate`` says: ``cycle``, ``duplicate_task`` ...
 ``disagrees``       ``Allowlist.agree`` and the proposal's effect differs from the
-                    fallback's
+                    fallback's (in anything but the input fields ``Allowlist.vary``
+                    leaves to the model)
 ``idle``            (``agree`` off) an empty proposal where the rules' patch acts: the
                     model may change what is done, not leave the run waiting on nothing
 ``<postcondition>`` what ``_rules.check`` says: the runtime's ``approval_pending``,
@@ -97,6 +98,11 @@ class Allowlist:
     free: frozenset[str] = frozenset()
     """With ``agree``: op kinds a proposal made only of them may use without agreeing
     (e.g. ``{"finish"}``: the model may stop the run early); the postconditions judge it."""
+    vary: frozenset[tuple[str, str]] = frozenset()
+    """With ``agree``: ``(skill, field)`` pairs of task input the model may choose where the
+    rules' patch would set them otherwise (or not at all), e.g. ``("act", "backoff_s")``:
+    retry differently. The proposal must still agree on everything else (which tasks,
+    their ids, the other fields, the edges); the skill's ``input_schema`` bounds the value."""
     max_ops: int = 32
     """The most ops one proposal may have."""
     max_reply_chars: int = 20_000
@@ -235,21 +241,26 @@ def _schema_problem(value: JSON, schema: Mapping[str, Any]) -> str | None:
     return None if error is None else f"input: {str(error.message)[:200]}"
 
 
-def _effect(delta: Delta) -> tuple[Any, ...]:
-    """A delta without its op order: what it does to the graph."""
+def _effect(delta: Delta, vary: frozenset[tuple[str, str]] = frozenset()) -> tuple[Any, ...]:
+    """A delta without its op order: what it does to the graph (less the input fields the
+    model may choose, ``vary``)."""
     return (
-        sorted(json.dumps(_task_key(t), sort_keys=True) for t in delta.tasks),
+        sorted(json.dumps(_task_key(t, vary), sort_keys=True) for t in delta.tasks),
         sorted(delta.edges),
         None if delta.finish is None else json.dumps(delta.finish, sort_keys=True),
         sorted(delta.cancelled_running),
     )
 
 
-def _task_key(task: Any) -> Any:
+def _task_key(task: Any, vary: frozenset[tuple[str, str]] = frozenset()) -> Any:
+    chosen = {f for skill, f in vary if skill == task.skill}
+    given = task.input
+    if chosen and isinstance(given, dict):
+        given = {k: v for k, v in given.items() if k not in chosen}
     return [
         task.task_id,
         task.skill,
-        task.input,
+        given,
         task.evidence_scope,
         task.state.value,
         task.wait_reason,
@@ -292,7 +303,7 @@ def judge(
             wanted = validate(state, fallback or GraphPatch(), [s.name for s in allow.skills])
         except PatchRejected:
             return _refuse("disagrees", "the fallback's patch is outside the allowlist", journal)
-        if _effect(delta) != _effect(wanted):
+        if _effect(delta, allow.vary) != _effect(wanted, allow.vary):
             return _refuse("disagrees", "its effect differs from the deterministic plan", journal)
     if not allow.agree and _idle(delta) and fallback is not None and fallback.ops:
         try:

@@ -22,7 +22,8 @@ belong to the runtime, and no patch can skip or replace them.
 ``unfinished_work`` ``finish succeeded`` without the succeeded tasks ``require`` asks
                     for (at least N of a skill, N from a parameter, or one per item of a
                     task's result list)
-``uncited``         ``finish succeeded`` whose verdict field is not what ``cite`` says
+``uncited``         ``finish succeeded`` whose verdict field is not what ``cite`` says,
+                    or (with ``cite``) a verdict field no ``Cite`` names
                     it is made of (copied from a succeeded task's result, their count,
                     their sum)
 ``fan_out``         more tasks of a skill than ``max_tasks`` allows (counted over the
@@ -307,6 +308,13 @@ def _succeeded(
         problem = _cited(cite, verdict, [t for t in done if t.skill == cite.skill])
         if problem is not None:
             return Refusal(rule="uncited", detail=problem)
+    cited = {c.field for c in post.cite}
+    extra = sorted(set(verdict) - cited) if cited and isinstance(verdict, dict) else []
+    if extra:
+        return Refusal(
+            rule="uncited",
+            detail=f"verdict.{extra[0]} is no cited field (only the work's own may be given)",
+        )
     return None
 
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 from loopkernel import AllowedSkill, Allowlist
 from loopkernel.planner.llm import Bound, Cite, Derive, Postconditions, Require
 
-__all__ = ["ALLOW"]
+__all__ = ["ALLOW", "MAX_BACKOFF_S"]
 
 _INDEX = {"index": {"type": "integer", "minimum": 1}}
+MAX_BACKOFF_S = 2.0
+"""The longest wait a model may put before a retry (``backoff_s``)."""
 ALLOW = Allowlist(
     skills=(
         AllowedSkill(name="load", description="loads the run's steps", input_schema={}),
@@ -27,8 +29,15 @@ ALLOW = Allowlist(
         ),
         AllowedSkill(
             name="act",
-            description="acts through an MCP tool, after guard (or a failed verify)",
-            input_schema={"type": "object", "required": ["index", "attempt", "tool"]},
+            description="acts through an MCP tool, after guard (or a failed verify); a retry "
+            f"may wait backoff_s seconds first (0 to {MAX_BACKOFF_S:g}), the model's choice",
+            input_schema={
+                "type": "object",
+                "required": ["index", "attempt", "tool"],
+                "properties": {
+                    "backoff_s": {"type": "number", "minimum": 0, "maximum": MAX_BACKOFF_S}
+                },
+            },
         ),
         AllowedSkill(
             name="verify",
@@ -44,11 +53,15 @@ ALLOW = Allowlist(
     ops=frozenset({"add", "connect", "cancel", "finish"}),
     finish=frozenset({"succeeded", "failed", "cancelled"}),
     # the path is the rules' (every action behind its guard, every retry counted against
-    # the verify_stuck tripwire); a finish is the model's to propose, judged by the
-    # postconditions: it may stop the run early, never end it succeeded without the work,
-    # past a pending approval or after an escalation
+    # the verify_stuck tripwire), but for how long a retry waits; a finish is the model's
+    # to propose, judged by the postconditions: it may stop the run early, never end it
+    # succeeded without the work, past a pending approval or after an escalation
     agree=True,
     free=frozenset({"finish"}),
+    # retry differently: a retry's act may wait before it acts; the attempt, the tool, the
+    # guard and the price stay the rules' (so the verify_stuck tripwire and the budget
+    # count it), and the schema bounds the wait
+    vary=frozenset({("act", "backoff_s")}),
     postconditions=Postconditions(
         # finish succeeded: every loaded step recorded, the verdict's counts the records'
         # and its spend the actions' own

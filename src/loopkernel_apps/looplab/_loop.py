@@ -13,6 +13,7 @@ again (after a crash or an approval), so the record holds it once.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 from loopkernel import JSON, At, Flow, Step, TaskContext, TaskState, Worker
@@ -137,11 +138,23 @@ async def act(ctx: TaskContext) -> JSON:
         args["delay_s"] = params["act_delay"]
     if params["fault"] and inp["index"] == params["slow_step"]:
         args["fault"] = params["fault"]
+    await _backoff(ctx)
     try:
         return await ctx.call_tool(inp["tool"], args)
     except (BudgetExceeded, TripwireFired) as exc:  # the policy hook stopped the call
         await _escalate(ctx, where, exc)
         raise
+
+
+async def _backoff(ctx: TaskContext) -> None:
+    """A retry the model chose to make differently (``backoff_s``, ``_llm.ALLOW.vary``):
+    noted in the run record (replayed by the effect journal), then the wait."""
+    wait = float(ctx.input.get("backoff_s") or 0)
+    if wait <= 0 or int(ctx.input["attempt"]) < 2:
+        return
+    entry = f"attempt {ctx.input['attempt']} of step {ctx.input['index']} waits {wait:g} s first"
+    await ctx.call_tool("record", {"entry": entry})
+    await asyncio.sleep(wait)
 
 
 async def verify(ctx: TaskContext) -> JSON:

@@ -12,7 +12,9 @@ holds what it says.
 Parameters: ``question``, ``dump``, ``namespace``, ``max_rounds`` (3), ``max_tool_calls``
 (40), ``max_wall_s`` (120), ``max_evidence_chars`` (40000), ``tool_timeout`` (30),
 ``model`` (false: plan with the model through the gateway, ``docs/sre.md``),
-``model_timeout`` (30).
+``model_timeout`` (30), ``model_calls`` (8: the model's own call budget, apart from
+``max_tool_calls``), ``model_context`` (8192: the model's context window in tokens, which
+sizes its prompt).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ _POSITIVE = (
     "max_evidence_chars",
     "tool_timeout",
     "model_timeout",
+    "model_calls",
+    "model_context",
 )
 
 
@@ -95,5 +99,7 @@ app = App(
         "tool_timeout": 30.0,
         "model": False,
         "model_timeout": 30.0,
+        "model_calls": 8,
+        "model_context": 8192,
     },
 )

@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +40,7 @@ __all__ = [
     "check_claims",
     "claims_schema",
     "normalize",
+    "on_object",
     "parse_claims",
 ]
 
@@ -73,6 +74,11 @@ class DropReason(enum.StrEnum):
     """The quote is found only in evidence that is no longer current."""
     MALFORMED = "malformed"
     """The reply's item is not a claim (missing fields, wrong types, unknown kind)."""
+    NO_OBJECT = "no_object"
+    """A claim of cause names no object (kind and name) it is the cause of trouble in."""
+    NOT_ON_OBJECT = "not_on_object"
+    """A claim of cause whose quote is found only in evidence that is not about the object
+    it names (another pod's log, another object's events)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -85,6 +91,10 @@ class Claim:
     """The evidence items it cites."""
     quote: str
     """The exact span of one cited item it rests on."""
+    obj: tuple[str, str] | None = None
+    """A cause's object, ``(kind, name)``: what is at fault."""
+    explains: tuple[str, str] | None = None
+    """A cause's symptom, ``(kind, name)``: what fails *because* of ``obj``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -127,6 +137,15 @@ def claims_schema(refs: Sequence[str], *, max_claims: int = MAX_CLAIMS) -> dict[
     every string bounded, ``refs`` an enum of ``refs`` (the evidence the model was shown)."""
     known = sorted(set(refs))
     ref_item: dict[str, Any] = {"type": "string", "enum": known} if known else {"not": {}}
+    obj = {
+        "type": "object",
+        "properties": {
+            "kind": {"type": "string", "minLength": 1, "maxLength": 40},
+            "name": {"type": "string", "minLength": 1, "maxLength": 253},
+        },
+        "required": ["kind", "name"],
+        "additionalProperties": False,
+    }
     claim = {
         "type": "object",
         "properties": {
@@ -134,6 +153,8 @@ def claims_schema(refs: Sequence[str], *, max_claims: int = MAX_CLAIMS) -> dict[
             "kind": {"type": "string", "enum": [k.value for k in ClaimKind]},
             "refs": {"type": "array", "items": ref_item, "minItems": 1, "maxItems": MAX_REFS},
             "quote": {"type": "string", "minLength": 1, "maxLength": MAX_QUOTE},
+            "object": obj,
+            "explains": obj,
         },
         "required": ["text", "kind", "refs", "quote"],
         "additionalProperties": False,
@@ -184,7 +205,18 @@ def _claim(item: Any) -> Claim | None:
         kind=ClaimKind(kind),
         refs=tuple(refs[:MAX_REFS]),
         quote=quote[:MAX_QUOTE],
+        obj=_object(item.get("object")),
+        explains=_object(item.get("explains")),
     )
+
+
+def _object(value: Any) -> tuple[str, str] | None:
+    if not isinstance(value, dict):
+        return None
+    kind, name = value.get("kind"), value.get("name")
+    if not isinstance(kind, str) or not isinstance(name, str) or not kind or not name:
+        return None
+    return kind[:40], name[:253]
 
 
 def _drop(text: str, reason: DropReason, detail: str) -> DroppedClaim:
@@ -196,15 +228,20 @@ def check_claims(
     evidence: Mapping[str, str],
     *,
     current: Callable[[str], bool],
+    about: Mapping[str, Collection[str]] | None = None,
 ) -> ClaimsChecked:
     """Keep each claim whose quote is found in a current evidence item it cites; drop the
     rest with why. ``evidence`` maps each ref to its content; ``current(ref)`` says
-    whether that item is still current."""
+    whether that item is still current. With ``about`` (each ref -> the names of the
+    objects that item is about: its pod, its object), a claim of cause must name its
+    object, and the item its quote is found in must be about that object (``on_object``)."""
     kept: list[KeptClaim] = []
     dropped: list[DroppedClaim] = []
     normalized = {ref: normalize(content) for ref, content in evidence.items()}
     for claim in claims:
         verdict = _check_one(claim, normalized, current)
+        if isinstance(verdict, KeptClaim) and about is not None:
+            verdict = _check_object(verdict, about)
         if isinstance(verdict, KeptClaim):
             kept.append(verdict)
         else:
@@ -239,3 +276,32 @@ def _check_one(
         quote=quote,
         needs_approval=claim.kind is ClaimKind.NEXT_STEP,
     )
+
+
+def on_object(name: str, about: Collection[str], quote: str) -> bool:
+    """Whether an item about ``about`` (its pod, its object), quoted as ``quote``, is
+    evidence on the object ``name``: an item about one object (a pod's log or description,
+    one object's events) must be about ``name`` or one of its pods (``name-…``); a
+    namespace-wide listing (services, claims, nodes, all events) counts only where the
+    quote itself names ``name`` as a word. Another pod's log naming it does not."""
+    if about:
+        return any(a == name or a.startswith(name + "-") for a in about)
+    return re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", quote) is not None
+
+
+def _check_object(
+    kept: KeptClaim, about: Mapping[str, Collection[str]]
+) -> KeptClaim | DroppedClaim:
+    claim = kept.claim
+    if claim.kind is not ClaimKind.SUSPECTED_CAUSE:
+        return kept
+    if claim.obj is None:
+        return _drop(claim.text, DropReason.NO_OBJECT, "a claim of cause must name its object")
+    name = claim.obj[1]
+    if not on_object(name, about.get(kept.ref, ()), kept.quote):
+        return _drop(
+            claim.text,
+            DropReason.NOT_ON_OBJECT,
+            f"{kept.ref} is not about {claim.obj[0]} {name[:60]}, and the quote does not name it",
+        )
+    return kept

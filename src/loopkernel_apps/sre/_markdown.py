@@ -82,9 +82,24 @@ def render_markdown(r: dict[str, Any]) -> str:
         out.append(f"- failed: {f['tool']} {json.dumps(f['args'], sort_keys=True)}: {f['error']}")
     if cov.get("model"):
         out.append(f"- model: {cov['model']}")
+    out += _claims(cov.get("claims"))
     out += ["", "## Evidence", ""]
     for e in r["evidence"]:
         cut = " (truncated)" if e["truncated"] else ""
         args = json.dumps(e["args"], sort_keys=True)
         out.append(f"- {e['ref']}: {e['tool']} {args} — {e['source']}{cut}")
     return "\n".join(out) + "\n"
+
+
+def _claims(claims: dict[str, Any] | None) -> list[str]:
+    """The model's claims (a run with a model only): what each kept one did, with its
+    quote, and every refused one with why; none of them is a finding."""
+    if claims is None:
+        return []
+    out = [f"- the model's claims: {claims['reason']}"] if claims.get("reason") else []
+    for k in claims["kept"]:
+        out.append(f"- claim kept ({k['status']}; {k['effect']}): {k['text']} [{k['ref']}]")
+        out.append(f"  > {k['quote']}")
+    for r in claims["refused"]:
+        out.append(f"- claim refused ({r['reason']}): {r['text'][:120]} — {r['detail']}")
+    return out

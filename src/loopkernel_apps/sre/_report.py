@@ -57,20 +57,24 @@ _CONFIRMED = re.compile(
 UNVERIFIED_NOTE = "(unverified: no detector observed this directly)"
 
 
-def evidence_items(calls: list[dict[str, Any]], *, max_chars: int | None) -> list[dict[str, Any]]:
-    """E1, E2 ... for each successful call, in journal order; the run's cap cuts content."""
+def evidence_items(
+    calls: list[dict[str, Any]], *, max_chars: int | None, model_chars: int | None = None
+) -> list[dict[str, Any]]:
+    """E1, E2 ... for each successful call, in journal order. The run's cap (``max_chars``)
+    cuts the content of the rules' calls; the model's calls (``by: model``) are cut at
+    their own cap (``model_chars``), so they never spend the rules' budget."""
     items: list[dict[str, Any]] = []
-    total = 0
+    totals = {"rules": 0, "model": 0}
+    caps = {"rules": max_chars, "model": model_chars}
     for call in calls:
         if call["status"] != "ok":
             continue
+        by = "model" if call.get("by") == "model" else "rules"
         result = call["result"]
-        content, truncated = str(result["content"]), bool(result["truncated"])
-        if max_chars is not None and total + len(content) > max_chars:
-            room = max(0, max_chars - total)
-            note = f"[truncated: the run's evidence budget of {max_chars} characters is spent]"
-            content, truncated = content[:room] + ("\n" if room else "") + note, True
-        total += len(content)
+        content, truncated = _cut(
+            str(result["content"]), bool(result["truncated"]), totals[by], caps[by], by
+        )
+        totals[by] += len(content)
         items.append(
             {
                 "ref": f"E{len(items) + 1}",
@@ -83,6 +87,16 @@ def evidence_items(calls: list[dict[str, Any]], *, max_chars: int | None) -> lis
             }
         )
     return items
+
+
+def _cut(content: str, truncated: bool, total: int, cap: int | None, by: str) -> tuple[str, bool]:
+    """``content`` cut where it would take ``total`` past ``cap``, with a note saying so."""
+    if cap is None or total + len(content) <= cap:
+        return content, truncated
+    room = max(0, cap - total)
+    whose = "the run's" if by == "rules" else "the model's own"
+    note = f"[truncated: {whose} evidence budget of {cap} characters is spent]"
+    return content[:room] + ("\n" if room else "") + note, True
 
 
 def merge_facts(facts: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -144,76 +158,102 @@ def _identifiers_in(text: str) -> list[str]:
     return ids
 
 
-def finalize(draft: dict[str, Any], evidence: list[dict[str, Any]]) -> dict[str, Any]:
-    """Validate a draft against the evidence; the report, its Markdown and its digest."""
-    by_ref = {e["ref"]: e for e in evidence}
-    dropped: list[str] = []
+class _Checker:
+    """Checks each claim's citations against the evidence, noting what it drops."""
 
-    def check(claim: dict[str, Any], what: str) -> list[str]:
+    def __init__(self, evidence: list[dict[str, Any]]) -> None:
+        self.by_ref = {e["ref"]: e for e in evidence}
+        self.dropped: list[str] = []
+
+    def refs(self, claim: dict[str, Any], what: str) -> list[str]:
+        """The citations of ``claim`` that name an item holding what it states."""
         kept = []
         for ref in claim.get("evidence") or []:
-            if ref not in by_ref:
-                dropped.append(f"{what}: citation {ref} names no evidence item")
-            elif not supports(by_ref[ref], claim):
-                dropped.append(f"{what}: {ref} does not contain what the claim states")
+            if ref not in self.by_ref:
+                self.dropped.append(f"{what}: citation {ref} names no evidence item")
+            elif not supports(self.by_ref[ref], claim):
+                self.dropped.append(f"{what}: {ref} does not contain what the claim states")
             else:
                 kept.append(ref)
         return kept
 
+
+def _facts(draft: dict[str, Any], check: _Checker) -> list[dict[str, Any]]:
     facts = []
     for n, fact in enumerate(draft.get("observed_facts", []), 1):
-        refs = check(fact, f"fact {n}")
+        refs = check.refs(fact, f"fact {n}")
         if refs:
             facts.append({"text": fact["text"], "evidence": refs, **_opt(fact, "stale")})
         else:
-            dropped.append(f"fact {n} dropped: no supporting evidence ({fact['text'][:60]})")
+            check.dropped.append(f"fact {n} dropped: no supporting evidence ({fact['text'][:60]})")
+    return facts
+
+
+def _chain(draft: dict[str, Any], check: _Checker) -> list[dict[str, Any]]:
     steps = []
     for n, step in enumerate(draft.get("chain", []), 1):
-        refs = check(step, f"chain {n}")
+        refs = check.refs(step, f"chain {n}")
         if refs:
             steps.append({"text": step["text"], "evidence": refs})
+    return steps
+
+
+def _verified_cause(cause: dict[str, Any], refs: list[str]) -> dict[str, Any]:
+    return {
+        "detector": cause["detector"],
+        "text": str(cause["text"]),
+        "evidence": refs,
+        "quote": str(cause.get("quote") or ""),
+        "identifiers": [str(i) for i in cause.get("identifiers") or []],
+        "pod": cause.get("pod"),
+        "container": cause.get("container"),
+        "score": cause.get("score"),
+        "ranking": str(cause.get("ranking") or "as drafted"),
+        **_cause_fields(cause),
+    }
+
+
+def _causes(
+    draft: dict[str, Any], check: _Checker
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(verified, suspected)``: a verified cause keeps its rank only with a supporting
+    citation and a detector's name; else it is a suspected cause of ``low`` confidence."""
     verified, suspected = [], []
     for cause in draft.get("verified_causes", []):
-        refs = check(cause, f"cause {cause.get('detector')}")
+        refs = check.refs(cause, f"cause {cause.get('detector')}")
         if refs and cause.get("detector") in DETECTORS:
-            verified.append(
-                {
-                    "detector": cause["detector"],
-                    "text": str(cause["text"]),
-                    "evidence": refs,
-                    "quote": str(cause.get("quote") or ""),
-                    "identifiers": [str(i) for i in cause.get("identifiers") or []],
-                    "pod": cause.get("pod"),
-                    "container": cause.get("container"),
-                    "score": cause.get("score"),
-                    "ranking": str(cause.get("ranking") or "as drafted"),
-                    **_cause_fields(cause),
-                }
-            )
-        else:
-            dropped.append(f"cause {cause.get('detector')} downgraded to suspected (low)")
-            suspected.append(
-                {
-                    "text": f"{cause['text']} {UNVERIFIED_NOTE}",
-                    "confidence": "low",
-                    "evidence": refs,
-                    **_cause_fields(cause),
-                }
-            )
+            verified.append(_verified_cause(cause, refs))
+            continue
+        check.dropped.append(f"cause {cause.get('detector')} downgraded to suspected (low)")
+        suspected.append(
+            {
+                "text": f"{cause['text']} {UNVERIFIED_NOTE}",
+                "confidence": "low",
+                "evidence": refs,
+                **_cause_fields(cause),
+            }
+        )
+    return verified, suspected
+
+
+def _suspected(draft: dict[str, Any], check: _Checker) -> list[dict[str, Any]]:
+    out = []
     for n, cause in enumerate(draft.get("suspected_causes", []), 1):
-        refs = check(cause, f"suspected {n}")
+        refs = check.refs(cause, f"suspected {n}")
         confidence = cause.get("confidence", "low")
         if confidence not in ("low", "medium", "high") or not refs:
             confidence = "low"
         text = str(cause["text"])
         if _CONFIRMED.search(text) and UNVERIFIED_NOTE not in text:
             text = f"{text} {UNVERIFIED_NOTE}"
-        suspected.append(
+        out.append(
             {"text": text, "confidence": confidence, "evidence": refs, **_cause_fields(cause)}
         )
-    for i, v in enumerate(verified, 1):
-        v["rank"] = i
-    remediation = [
+    return out
+
+
+def _remediation(draft: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
         {
             "action": str(r["action"]),
             "requires_approval": True,
@@ -222,10 +262,48 @@ def finalize(draft: dict[str, Any], evidence: list[dict[str, Any]]) -> dict[str,
         }
         for r in draft.get("proposed_remediation", [])
     ]
+
+
+def _shown(evidence: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    keys = ("ref", "tool", "args", "source", "content", "truncated")
+    return [{k: e[k] for k in keys} for e in evidence]
+
+
+def _sealed(report: dict[str, Any]) -> dict[str, Any]:
+    """The report with its Markdown and its digest."""
+    digest = hashlib.sha256(
+        json.dumps(report, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
+    return {"report": report, "markdown": render_markdown(report), "digest": digest}
+
+
+def finalize(
+    draft: dict[str, Any],
+    evidence: list[dict[str, Any]],
+    claims: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Validate a draft against the evidence; the report, its Markdown and its digest.
+    ``claims`` is what the model said, already quote-checked (``_speak.ask_claims``):
+    ``apply_claims`` lets its kept claims add suspected causes and order a verified
+    cause before its symptom where the cause graph supports it, never verify anything."""
+    check = _Checker(evidence)
+    facts = _facts(draft, check)
+    steps = _chain(draft, check)
+    verified, suspected = _causes(draft, check)
+    suspected += _suspected(draft, check)
     coverage = dict(draft["coverage"])
-    summary = _summary(draft, verified, coverage)
+    next_steps = list(draft.get("next_steps", []))
+    spoken: dict[str, Any] = {}
+    if claims is not None:
+        from loopkernel_apps.sre._speak import apply_claims
+
+        namespace = str(draft.get("namespace") or "")
+        spoken = apply_claims(claims, verified, suspected, next_steps, check.by_ref, namespace)
+        coverage["claims"] = spoken["coverage"]
+    for i, v in enumerate(verified, 1):
+        v["rank"] = i
     report = {
-        "summary": summary,
+        "summary": _summary(draft, verified, coverage) + spoken.get("summary", ""),
         "answer": draft.get("answer"),
         "declined": _declined(coverage),
         "chain": steps,
@@ -233,21 +311,15 @@ def finalize(draft: dict[str, Any], evidence: list[dict[str, Any]]) -> dict[str,
         "verified_causes": verified,
         "suspected_causes": suspected,
         "missing_evidence": list(draft.get("missing_evidence", [])),
-        "next_steps": list(draft.get("next_steps", [])),
-        "proposed_remediation": remediation,
+        "next_steps": next_steps,
+        "proposed_remediation": _remediation(draft),
         "coverage": coverage,
-        "evidence": [
-            {k: e[k] for k in ("ref", "tool", "args", "source", "content", "truncated")}
-            for e in evidence
-        ],
-        "validation": dropped,
+        "evidence": _shown(evidence),
+        "validation": check.dropped,
         "question": draft.get("question"),
         "namespace": draft.get("namespace"),
     }
-    digest = hashlib.sha256(
-        json.dumps(report, sort_keys=True, separators=(",", ":")).encode()
-    ).hexdigest()
-    return {"report": report, "markdown": render_markdown(report), "digest": digest}
+    return _sealed(report)
 
 
 def _cause_fields(cause: dict[str, Any]) -> dict[str, Any]:
@@ -275,7 +347,7 @@ def _opt(d: dict[str, Any], key: str) -> dict[str, Any]:
 
 
 def _incomplete(cov: dict[str, Any]) -> str | None:
-    """"Incomplete: …" when a planned read failed or a bound cut the collection short."""
+    """ "Incomplete: …" when a planned read failed or a bound cut the collection short."""
     failed = cov.get("failed_tools") or []
     parts = []
     for f in failed[:3]:

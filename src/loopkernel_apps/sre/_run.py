@@ -25,6 +25,7 @@ import json
 import re
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -108,9 +109,14 @@ def _key(tool: str, args: Mapping[str, JSON]) -> str:
     return tool + " " + json.dumps(args, sort_keys=True, separators=(",", ":"))
 
 
-def _spent(calls: Iterable[dict[str, Any]]) -> tuple[int, int]:
-    """(tool calls made, evidence characters collected)."""
-    made = [c for c in calls if c["status"] in ("ok", "refused", "failed")]
+def _spent(calls: Iterable[dict[str, Any]], by: str = "rules") -> tuple[int, int]:
+    """(tool calls made, evidence characters collected) in the budget of ``by``: the
+    rules' (the run's bounds) or the model's own."""
+    made = [
+        c
+        for c in calls
+        if c["status"] in ("ok", "refused", "failed") and c.get("by", "rules") == by
+    ]
     chars = sum(len(c["result"]["content"]) for c in made if c["status"] == "ok")
     return len(made), chars
 
@@ -131,19 +137,19 @@ class _Collector:
         self.max_chars = int(ctx.params["max_evidence_chars"])
         self.exhausted: str | None = None
 
-    async def call(self, tool: str, args: dict[str, JSON]) -> dict[str, Any] | None:
+    async def call(
+        self, tool: str, args: dict[str, JSON], by: str = "rules"
+    ) -> dict[str, Any] | None:
         key = _key(tool, args)
         record: dict[str, Any] = {"tool": tool, "args": args}
+        if by == "model":
+            record["by"] = "model"
         if key in self.seen:
             self.calls.append({**record, "status": "duplicate", "note": "already collected"})
             return None
-        made, chars = _spent([*self.prior, *self.calls])
-        if made >= self.max_calls:
-            self.exhausted = "max_tool_calls"
-        elif chars >= self.max_chars:
-            self.exhausted = "max_evidence_chars"
-        if self.exhausted:
-            self.calls.append({**record, "status": "skipped", "note": self.exhausted})
+        spent = self._spent_note(by)
+        if spent:
+            self.calls.append({**record, "status": "skipped", "note": spent})
             return None
         self.seen[key] = len(self.prior) + len(self.calls)
         try:
@@ -158,6 +164,20 @@ class _Collector:
             return None
         self.calls.append({**record, "status": "ok", "result": result})
         return dict(result)
+
+    def _spent_note(self, by: str) -> str | None:
+        """Why a call of ``by`` is not made: its budget is spent. Only the rules' bounds
+        end the collection (``exhausted``); the model's budget skips the model's call."""
+        made, chars = _spent([*self.prior, *self.calls], by)
+        if by == "model":
+            from loopkernel_apps.sre._model import model_spent
+
+            return model_spent(self.ctx.params, made, chars)
+        if made >= self.max_calls:
+            self.exhausted = "max_tool_calls"
+        elif chars >= self.max_chars:
+            self.exhausted = "max_evidence_chars"
+        return self.exhausted
 
     def done(self, **extra: JSON) -> JSON:
         return {"calls": self.calls, "exhausted": self.exhausted, **extra}
@@ -339,136 +359,214 @@ def _expand(step: dict[str, Any], pod: dict[str, Any]) -> dict[str, JSON] | None
     return args
 
 
-async def plan(ctx: TaskContext) -> JSON:
-    """A round: the playbooks' steps not yet taken (the rules path), then, with ``model``
-    on, the calls the model adds (``_model``), all within the bounds.
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WantedCall:
+    """A call a round wants to make, who wants it and why."""
 
-    The rules' steps always come first: the model can add read-only calls in the run's
-    namespace, never remove a playbook step, so a model round is never worse than a rules
-    round. The result's ``planning`` says which planned the round, and why a model
-    proposal was not followed."""
-    params = _params(ctx)
-    n = int(ctx.input["round"])
-    started = _STARTED.setdefault(ctx.run_id, time.monotonic())
-    prior = collected_calls(_ev(ctx))
-    made, chars = _spent(prior)
-    seen = {_key(c["tool"], c["args"]) for c in prior}
-    tri = _triage(ctx)
-    focus = [u for u in tri.get("unhealthy", []) if u["pod"] in tri.get("focus", [])]
-    wanted: list[dict[str, Any]] = []
-    if n == 1:
-        for other in other_namespaces(str(params["question"]), str(params["namespace"])):
-            wanted.append(
-                {
-                    "tool": "events",
-                    "args": {"namespace": other},
-                    "why": f"the question names namespace {other}",
-                }
-            )
-    skills_result: Any = _ev(ctx)["skills"]
+    tool: str
+    args: dict[str, JSON]
+    why: str
+    by: str = "rules"
+    """``rules`` or ``model``: whose budget the call is made in."""
+
+    @property
+    def key(self) -> str:
+        return _key(self.tool, self.args)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"tool": self.tool, "args": self.args, "why": self.why}
+        if self.by == "model":
+            out["by"] = "model"
+        return out
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Round:
+    """What a ``plan`` round starts from."""
+
+    n: int
+    params: Mapping[str, Any]
+    triage: Mapping[str, Any]
+    prior: list[dict[str, Any]]
+    """Every call record of the run so far."""
+    started: float
+
+    @property
+    def focus(self) -> list[dict[str, Any]]:
+        wanted = self.triage.get("focus", [])
+        return [u for u in self.triage.get("unhealthy", []) if u["pod"] in wanted]
+
+
+def _other_namespace_calls(r: Round) -> list[WantedCall]:
+    question, namespace = str(r.params["question"]), str(r.params["namespace"])
+    return [
+        WantedCall(
+            tool="events",
+            args={"namespace": other},
+            why=f"the question names namespace {other}",
+        )
+        for other in other_namespaces(question, namespace)
+    ]
+
+
+def _skill_calls(r: Round, skills_result: Mapping[str, Any]) -> list[WantedCall]:
+    out = []
     for skill in skills_result["skills"]:
         for step in skill["steps"]:
-            for pod in focus or [{}]:
+            for pod in r.focus or [{}]:
                 args = _expand(step, pod)
                 if args is not None:
-                    wanted.append(
-                        {"tool": step["tool"], "args": args, "why": f"skill {skill['name']}"}
+                    out.append(
+                        WantedCall(tool=step["tool"], args=args, why=f"skill {skill['name']}")
                     )
-    # A workload short of replicas with no pod to show for it: its controller could not
-    # create them (quota, admission, a missing service account). Its history and events say.
-    if n == 1:
-        with_pods = {u.get("workload") for u in tri.get("unhealthy", [])}
-        for w in tri.get("workloads", []):
-            if w.get("kind") not in ("deployment", "statefulset", "daemonset", "job"):
-                continue
-            short = w.get("desired") is not None and int(w.get("ready") or 0) < int(w["desired"])
-            fewer = int(w.get("pods") or 0) < int(w.get("desired") or 0)
-            if short and fewer and w["name"] not in with_pods:
-                if w["kind"] == "deployment":
-                    wanted.append(
-                        {
-                            "tool": "rollout_history",
-                            "args": {"deployment": w["name"]},
-                            "why": f"{w['kind']} {w['name']} has no pod to show",
-                        }
-                    )
-                wanted.append(
-                    {
-                        "tool": "events",
-                        "args": {"object": w["name"]},
-                        "why": f"{w['kind']} {w['name']} has no pod to show",
-                    }
-                )
-    # A Deployment or StatefulSet scaled to 0: the Services that select it have no endpoints,
-    # and its events hold the ScalingReplicaSet that did it.
-    if n == 1:
-        for w in tri.get("workloads", []):
-            if w.get("kind") in ("deployment", "statefulset") and w.get("desired") == 0:
-                why = f"{w['kind']} {w['name']} is scaled to 0"
-                wanted.append({"tool": "services", "args": {}, "why": why})
-                wanted.append({"tool": "events", "args": {"object": w["name"]}, "why": why})
-    # Follow-ups from what earlier rounds found: a deployment's history names its newest
-    # ReplicaSet, whose events (FailedCreate: quota, admission) explain missing pods.
-    for c in prior:
-        if c["status"] == "ok" and c["tool"] == "rollout_history":
-            dep = c["args"]["deployment"]
-            revisions = c["result"]["data"].get("revisions", [])
-            if revisions:
-                rs = revisions[-1]["replicaset"]
-                wanted.append(
-                    {
-                        "tool": "events",
-                        "args": {"object": rs},
-                        "why": f"follow-up: the newest ReplicaSet of {dep}",
-                    }
-                )
-            wanted.append(
-                {
-                    "tool": "events",
-                    "args": {"object": dep},
-                    "why": f"follow-up: events of deployment {dep}",
-                }
-            )
-    over = _over_bound(params, started, chars)
-    planning: dict[str, Any] = {"round": n, "by": "rules", "reason": None}
-    if params.get("model"):
-        if over or made >= int(params["max_tool_calls"]):
-            planning["reason"] = "a bound was reached; the model was not asked"
-        else:
-            from loopkernel_apps.sre._model import ask_model
+    return out
 
-            proposal = await ask_model(
-                ctx, round_=n, calls=prior, deadline=float(params["model_timeout"])
-            )
-            planning = {"round": n, **{k: v for k, v in proposal.items() if k != "calls"}}
-            planning["proposed"] = proposal["calls"]
-            wanted += [{**c, "why": f"model, round {n}"} for c in proposal["calls"]]
-    # Steps of earlier rounds are not asked again; two playbooks asking for the same thing in
-    # one round both stay, and the second is answered "already collected" at no cost.
-    calls: list[dict[str, Any]] = []
-    keys: list[str] = []
-    room = int(params["max_tool_calls"]) - made
-    stop = None
-    for w in wanted:
-        key = _key(w["tool"], w["args"])
-        if key in seen:
+
+def _podless_calls(r: Round) -> list[WantedCall]:
+    """A workload short of replicas with no pod to show for it: its controller could not
+    create them (quota, admission, a missing service account). Its history and events say."""
+    with_pods = {u.get("workload") for u in r.triage.get("unhealthy", [])}
+    out = []
+    for w in r.triage.get("workloads", []):
+        if w.get("kind") not in ("deployment", "statefulset", "daemonset", "job"):
             continue
-        if key not in keys:
+        short = w.get("desired") is not None and int(w.get("ready") or 0) < int(w["desired"])
+        fewer = int(w.get("pods") or 0) < int(w.get("desired") or 0)
+        if not (short and fewer and w["name"] not in with_pods):
+            continue
+        why = f"{w['kind']} {w['name']} has no pod to show"
+        if w["kind"] == "deployment":
+            out.append(WantedCall(tool="rollout_history", args={"deployment": w["name"]}, why=why))
+        out.append(WantedCall(tool="events", args={"object": w["name"]}, why=why))
+    return out
+
+
+def _scaled_to_zero_calls(r: Round) -> list[WantedCall]:
+    """A Deployment or StatefulSet scaled to 0: the Services that select it have no
+    endpoints, and its events hold the ScalingReplicaSet that did it."""
+    out = []
+    for w in r.triage.get("workloads", []):
+        if w.get("kind") in ("deployment", "statefulset") and w.get("desired") == 0:
+            why = f"{w['kind']} {w['name']} is scaled to 0"
+            out.append(WantedCall(tool="services", args={}, why=why))
+            out.append(WantedCall(tool="events", args={"object": w["name"]}, why=why))
+    return out
+
+
+def _follow_up_calls(r: Round) -> list[WantedCall]:
+    """Follow-ups from what earlier rounds found: a deployment's history names its newest
+    ReplicaSet, whose events (FailedCreate: quota, admission) explain missing pods."""
+    out = []
+    for c in r.prior:
+        if c["status"] != "ok" or c["tool"] != "rollout_history":
+            continue
+        dep = c["args"]["deployment"]
+        revisions = c["result"]["data"].get("revisions", [])
+        if revisions:
+            rs = revisions[-1]["replicaset"]
+            why = f"follow-up: the newest ReplicaSet of {dep}"
+            out.append(WantedCall(tool="events", args={"object": rs}, why=why))
+        why = f"follow-up: events of deployment {dep}"
+        out.append(WantedCall(tool="events", args={"object": dep}, why=why))
+    return out
+
+
+def _rules_calls(r: Round, skills_result: Mapping[str, Any]) -> list[WantedCall]:
+    """The rules' calls of the round, in the order they are asked."""
+    first = r.n == 1
+    return [
+        *(_other_namespace_calls(r) if first else []),
+        *_skill_calls(r, skills_result),
+        *(_podless_calls(r) if first else []),
+        *(_scaled_to_zero_calls(r) if first else []),
+        *_follow_up_calls(r),
+    ]
+
+
+def _admit(
+    wanted: Iterable[WantedCall], seen: set[str], room: int
+) -> tuple[list[WantedCall], str | None]:
+    """The calls not asked in earlier rounds, at most ``room`` distinct ones. Two playbooks
+    asking for the same thing in one round both stay, and the second is answered "already
+    collected" at no cost. The second value is ``max_tool_calls`` when ``room`` cut it."""
+    calls: list[WantedCall] = []
+    keys: list[str] = []
+    for w in wanted:
+        if w.key in seen:
+            continue
+        if w.key not in keys:
             if len(keys) >= room:
-                stop = "max_tool_calls"
-                break
-            keys.append(key)
+                return calls, "max_tool_calls"
+            keys.append(w.key)
         calls.append(w)
+    return calls, None
+
+
+async def _model_round(
+    ctx: TaskContext, r: Round, over: str | None
+) -> tuple[dict[str, Any], list[WantedCall]]:
+    """The round's planning record and the calls the model adds, in its own budget."""
+    from loopkernel_apps.sre._model import ask_model, model_room
+
+    room = model_room(r.params, r.prior)
+    if over:
+        return {"round": r.n, "by": "rules", "reason": _NOT_ASKED}, []
+    if room <= 0:
+        return {"round": r.n, "by": "rules", "reason": _MODEL_SPENT}, []
+    proposal = await ask_model(
+        ctx, round_=r.n, calls=r.prior, deadline=float(r.params["model_timeout"])
+    )
+    planning = {"round": r.n, **{k: v for k, v in proposal.items() if k != "calls"}}
+    planning["proposed"] = proposal["calls"]
+    why = f"model, round {r.n}"
+    calls = [
+        WantedCall(tool=c["tool"], args=c["args"], why=why, by="model") for c in proposal["calls"]
+    ]
+    return planning, calls
+
+
+_NOT_ASKED = "a bound was reached; the model was not asked"
+_MODEL_SPENT = "the model's own call budget (model_calls) is spent; the model was not asked"
+
+
+async def plan(ctx: TaskContext) -> JSON:
+    """A round: the playbooks' steps not yet taken (the rules path), then, with ``model``
+    on, the calls the model adds (``_model``).
+
+    The rules' steps always come first, within the rules' bounds; the model's calls are
+    made in a budget of their own (``model_calls`` calls, ``_model.MODEL_CHARS``
+    characters), so a model call never displaces a rules step or a follow-up. The model
+    can add read-only calls in the run's namespace, never remove a playbook step, so a
+    model round is never worse than a rules round. The result's ``planning`` says which
+    planned the round, and why a model proposal was not followed."""
+    params = _params(ctx)
+    prior = collected_calls(_ev(ctx))
+    r = Round(
+        n=int(ctx.input["round"]),
+        params=params,
+        triage=_triage(ctx),
+        prior=prior,
+        started=_STARTED.setdefault(ctx.run_id, time.monotonic()),
+    )
+    made, chars = _spent(prior)
+    seen = {_key(c["tool"], c["args"]) for c in prior}
+    skills_result: Any = _ev(ctx)["skills"]
+    calls, stop = _admit(_rules_calls(r, skills_result), seen, int(params["max_tool_calls"]) - made)
+    over = _over_bound(params, r.started, chars)
+    out: dict[str, Any] = {"round": r.n}
+    if params.get("model"):
+        out["planning"], proposed = await _model_round(ctx, r, over)
+        from loopkernel_apps.sre._model import model_room
+
+        taken = seen | {c.key for c in calls}
+        calls += [w for w in proposed if w.key not in taken][: model_room(params, prior)]
     # A bound ends the loop only when there was something left to ask. The flow runs at
     # most max_rounds rounds; a last round that still asked ends as max_rounds.
-    if calls and n >= int(params["max_rounds"]):
+    if calls and r.n >= int(params["max_rounds"]):
         stop = stop or "max_rounds"
-    out: dict[str, Any] = {"calls": calls, "stop": stop, "round": n}
-    if params.get("model"):
-        out["planning"] = planning
     if calls and over:
-        out.update(calls=[], stop=over)
-    return out
+        calls, stop = [], over
+    return {"calls": [c.to_json() for c in calls], "stop": stop, **out}
 
 
 def _over_bound(params: Mapping[str, Any], started: float, chars: int) -> str | None:
@@ -484,7 +582,7 @@ async def act(ctx: TaskContext) -> JSON:
     col = _Collector(ctx)
     planned: Any = _ev(ctx)[f"plan:{ctx.input['round']}"]
     for call in planned["calls"]:
-        await col.call(call["tool"], call["args"])
+        await col.call(call["tool"], call["args"], call.get("by", "rules"))
     return col.done()
 
 
@@ -560,7 +658,11 @@ def split_history(
 async def correlate(ctx: TaskContext) -> JSON:
     params = _params(ctx)
     calls = collected_calls(_ev(ctx))
-    items = evidence_items(calls, max_chars=int(params["max_evidence_chars"]))
+    from loopkernel_apps.sre._model import MODEL_CHARS
+
+    items = evidence_items(
+        calls, max_chars=int(params["max_evidence_chars"]), model_chars=MODEL_CHARS
+    )
     findings, stale = detect(*_detector_inputs(items))
     tri = _triage(ctx)
     focus = set(tri.get("focus", []))
@@ -595,12 +697,17 @@ async def correlate(ctx: TaskContext) -> JSON:
         history=history,
     )
     draft = build_draft(params, collected, diagnosis)
-    return {"draft": draft, "evidence": items}
+    if not params.get("model"):
+        return {"draft": draft, "evidence": items}
+    from loopkernel_apps.sre._speak import ask_claims
+
+    claims = await ask_claims(ctx, items, draft)
+    return {"draft": draft, "evidence": items, "claims": claims}
 
 
 async def report(ctx: TaskContext) -> JSON:
     corr: Any = _ev(ctx)["correlate"]
-    return finalize(corr["draft"], corr["evidence"])
+    return finalize(corr["draft"], corr["evidence"], corr.get("claims"))
 
 
 WORKERS = {
