@@ -9,6 +9,7 @@ import os
 from loopkernel.errors import UsageError
 from loopkernel.store._codec import digest_of, dump_of_state
 from loopkernel.store._fork import Fork
+from loopkernel.store._kb import Knowledge, NewPassage, Passage
 from loopkernel.store._protocol import (
     ArchiveSource,
     Catalog,
@@ -36,9 +37,12 @@ __all__ = [
     "Effects",
     "Fork",
     "Journal",
+    "Knowledge",
     "Leases",
     "LoadedRun",
     "NewEvent",
+    "NewPassage",
+    "Passage",
     "PatchRecord",
     "ProposalNote",
     "RunInfo",

@@ -62,6 +62,7 @@ from loopkernel.store._engine import (
     migrate,
     transact,
 )
+from loopkernel.store._kb import POSTGRES_TEXT
 from loopkernel.store._lease import CHANNEL
 from loopkernel.store._protocol import NewEvent, PatchRecord
 from loopkernel.store._schema import (
@@ -157,6 +158,7 @@ class PostgresStore(SQLStore):
     """
 
     dialect: PostgresDialect
+    text_search = POSTGRES_TEXT
 
     def __init__(
         self,

@@ -62,6 +62,7 @@ from loopkernel.store._engine import (
     migrate,
     transact,
 )
+from loopkernel.store._kb import SQLITE_TEXT
 from loopkernel.store._schema import SQLITE_MIGRATIONS, SQLITE_VERSION, TABLES
 from loopkernel.store._writer import CommitStats, Write, Writer
 
@@ -233,6 +234,7 @@ class SQLiteStore(SQLStore):
     """A ``Store`` in one SQLite file (``runs.db`` by default)."""
 
     dialect: SQLiteDialect
+    text_search = SQLITE_TEXT
 
     def __init__(
         self,

@@ -12,7 +12,8 @@ holds what it says.
 Parameters: ``question``, ``dump``, ``namespace``, ``max_rounds`` (3), ``max_tool_calls``
 (40), ``max_wall_s`` (120), ``max_evidence_chars`` (40000), ``tool_timeout`` (30),
 ``model`` (false: plan with the model through the gateway, ``docs/sre.md``),
-``model_timeout`` (30).
+``model_timeout`` (30), ``kb`` ("": the store URL whose indexed runbooks ``kb_search`` reads,
+``loopkernel sre kb add``; the playbooks search it for the classes they handle).
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ def check_params(params: Mapping[str, JSON]) -> None:
         raise UsageError(f"no dump at {params['dump']}")
     if not params["namespace"]:
         raise UsageError("sre needs a namespace: --set namespace=NS")
+    if not isinstance(params.get("kb", ""), str):
+        raise UsageError(f"kb must be a store URL, not {params['kb']!r}")
     if not isinstance(params["model"], bool):
         raise UsageError(f"model must be true or false, not {params['model']!r}")
     for key in _POSITIVE:
@@ -70,7 +73,10 @@ def build(params: Mapping[str, JSON]) -> AppParts:
 
     check_params(params)
     source = tool_source(
-        str(params["dump"]), str(params["namespace"]), timeout=float(params["tool_timeout"])
+        str(params["dump"]),
+        str(params["namespace"]),
+        timeout=float(params["tool_timeout"]),
+        kb=str(params.get("kb") or "") or None,
     )
 
     def layer(store: Store) -> ToolLayer:
@@ -95,5 +101,6 @@ app = App(
         "tool_timeout": 30.0,
         "model": False,
         "model_timeout": 30.0,
+        "kb": "",
     },
 )
