@@ -91,7 +91,6 @@ from loopkernel.store._codec import (
     with_done_seq,
 )
 from loopkernel.store._fork import Fork, fork_statements
-from loopkernel.store._kb import KnowledgeRows
 from loopkernel.store._lease import (
     CHANNEL,
     LOCAL,
@@ -354,7 +353,7 @@ def migrate(cur: Cursor, where: str, migrations: Sequence[Sequence[str]], versio
         )
 
 
-class SQLStore(KnowledgeRows):
+class SQLStore:
     """The ``Store`` protocols, once: a subclass gives the dialect, the connection (where a
     body runs: ``_submit``), ``open``/``close`` and what only its database has."""
 

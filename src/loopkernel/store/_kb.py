@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from loopkernel.store._engine import Cursor
+    from loopkernel.store._engine import Cursor, How
 
 __all__ = [
     "POSTGRES_TEXT",
@@ -125,15 +125,19 @@ class Knowledge(Protocol):
 
 
 class KnowledgeRows:
-    """``Knowledge`` over the engine (mixed into ``SQLStore``)."""
+    """``Knowledge`` over the engine (mixed into both stores before ``SQLStore``)."""
 
     if TYPE_CHECKING:
         text_search: TextSearch
 
-        def _call(
-            self, body: Callable[[Cursor], T], how: Any = "statement", *, sync: bool = True,
+        async def _call(
+            self,
+            body: Callable[[Cursor], T],
+            how: How = "statement",
+            *,
+            sync: bool = True,
             bulk: bool = False,
-        ) -> Awaitable[T]: ...  # fmt: skip
+        ) -> T: ...
 
     async def put_passages(self, file: str, passages: Sequence[NewPassage]) -> int:
         ts, now = self.text_search, time.time()

@@ -62,7 +62,7 @@ from loopkernel.store._engine import (
     migrate,
     transact,
 )
-from loopkernel.store._kb import POSTGRES_TEXT
+from loopkernel.store._kb import POSTGRES_TEXT, KnowledgeRows
 from loopkernel.store._lease import CHANNEL
 from loopkernel.store._protocol import NewEvent, PatchRecord
 from loopkernel.store._schema import (
@@ -149,7 +149,7 @@ class PostgresDialect(Dialect):
         cur.one("SELECT pg_notify(?, ?)", (channel, run_id))
 
 
-class PostgresStore(SQLStore):
+class PostgresStore(KnowledgeRows, SQLStore):
     """A ``Store`` in a PostgreSQL database (``postgresql://user@host:port/dbname``).
 
     ``min_size``/``max_size`` bound the connection pool; ``connect_timeout`` is how long

@@ -62,7 +62,7 @@ from loopkernel.store._engine import (
     migrate,
     transact,
 )
-from loopkernel.store._kb import SQLITE_TEXT
+from loopkernel.store._kb import SQLITE_TEXT, KnowledgeRows
 from loopkernel.store._schema import SQLITE_MIGRATIONS, SQLITE_VERSION, TABLES
 from loopkernel.store._writer import CommitStats, Write, Writer
 
@@ -230,7 +230,7 @@ class SQLiteDialect(Dialect):
         )
 
 
-class SQLiteStore(SQLStore):
+class SQLiteStore(KnowledgeRows, SQLStore):
     """A ``Store`` in one SQLite file (``runs.db`` by default)."""
 
     dialect: SQLiteDialect
