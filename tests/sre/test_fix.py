@@ -5,12 +5,15 @@ resourceVersion conflicts, 403/404/422, and a call re-sent with its key applied 
 from __future__ import annotations
 
 import asyncio
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from lk_kubeapi import KubeAPI, deployment, pod
 from loopkernel import ToolError
+from loopkernel.testing import run_cli
 from loopkernel.tools import SourceSession, ToolSource, load_tool_defs
 from loopkernel_apps.sre import fix
 from loopkernel_apps.sre.tools import DEFS as READ_DEFS
@@ -129,3 +132,56 @@ def test_forbidden_missing_and_invalid_are_tool_errors_naming_the_status() -> No
         assert isinstance(invalid, ToolError) and "422" in str(invalid)
         assert isinstance(bad_container, ToolError) and "no container 'web'" in str(bad_container)
         assert api.writes == []
+
+
+# -- the fix as a run: parked, approved, sent once however it is killed -------------------------
+
+FIX_APP = "loopkernel_apps.sre.fix._app:app"
+PLAN = {
+    "tool": "set_image",
+    "args": {"deployment": "checkout", "container": "app", "image": "shop/checkout:1.4.1"},
+}
+
+
+def _start(db: Path, api: KubeAPI, run_id: str, **extra: str) -> Any:
+    sets = {"plan": json.dumps(PLAN), "namespace": "prod", "api": api.url, **extra}
+    args = ["run", FIX_APP, "--run-id", run_id]
+    for k, v in sets.items():
+        args += ["--set", f"{k}={v}"]
+    return run_cli(args, db=db)
+
+
+def _until_done(db: Path, run_id: str, crash_at: str | None) -> str:
+    """Approve and resume (killed once at ``crash_at``) until the run ends; its status."""
+    assert run_cli(["approve", run_id, "apply"], db=db).returncode == 0
+    first = run_cli(["resume", run_id], db=db, crash_at=crash_at)
+    assert crash_at is None or first.returncode == -9, (crash_at, first.stderr[-400:])
+    for _ in range(3):
+        out = run_cli(["resume", run_id], db=db)
+        if "waiting" not in out.stdout + out.stderr:
+            return out.stdout + out.stderr
+        # A write sent whose answer was lost parks again (never re-sent by itself): the
+        # operator re-approves; the fix server answers it from the key on the object.
+        assert run_cli(["approve", run_id, "apply"], db=db).returncode == 0
+    raise AssertionError("still waiting")
+
+
+@pytest.mark.parametrize(
+    "crash_at",
+    [None, "tool_sent", "tool_returned", "task_returned", "event_committed", "patch_committed"],
+)
+def test_an_approved_fix_is_applied_exactly_once_however_it_is_killed(
+    tmp_path: Path, crash_at: str | None
+) -> None:
+    db = tmp_path / "runs.db"
+    with _cluster() as api:
+        parked = _start(db, api, "fix-1")
+        assert "set_image is irreversible" in parked.stdout + parked.stderr
+        assert api.writes == []  # parked: nothing sent before the approval
+        _until_done(db, "fix-1", crash_at)
+        assert api.writes == [("patch", "Deployment", "checkout")], crash_at
+        dep = api.get("Deployment", "prod", "checkout")
+        assert dep is not None
+        assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == PLAN["args"]["image"]
+        shown = run_cli(["inspect", "fix-1", "--json"], db=db)
+        assert '"took": true' in shown.stdout.replace(": True", ": true"), shown.stdout[-600:]
