@@ -61,6 +61,7 @@ def _cluster() -> KubeAPI:
 def test_the_write_tools_are_irreversible_and_not_in_the_read_server() -> None:
     writes, reads = load_tool_defs(fix.DEFS), load_tool_defs(READ_DEFS)
     assert {t.effect for t in writes} == {"irreversible"}
+    assert all(t.dedupes_by_key for t in writes)  # a kill in flight: re-sent, answered once
     assert {t.effect for t in reads} == {"read_only"}
     assert not set(writes.names()) & set(reads.names())
 
@@ -72,16 +73,19 @@ def test_each_write_is_applied_once_per_key_and_re_read() -> None:
             [
                 ("set_image", {"deployment": "checkout", "container": "app",
                                "image": "shop/checkout:1.4.1"}, "run/fix/0"),
-                # The same key again: an answer lost to a kill, the call re-sent.
+                # The same key again: an answer lost to a kill, the call re-sent (and once
+                # more as an operator's re-send, KEY/resend/N: the same call).
                 ("set_image", {"deployment": "checkout", "container": "app",
                                "image": "shop/checkout:1.4.1"}, "run/fix/0"),
+                ("set_image", {"deployment": "checkout", "container": "app",
+                               "image": "shop/checkout:1.4.1"}, "run/fix/0/resend/1"),
                 ("scale", {"deployment": "checkout", "replicas": 3}, "run/fix/1"),
                 ("rollout_restart", {"deployment": "checkout"}, "run/fix/2"),
                 ("delete_pod", {"pod": "checkout-7d9-abcde"}, "run/fix/3"),
                 ("delete_pod", {"pod": "checkout-7d9-abcde"}, "run/fix/3"),
             ],
         )  # fmt: skip
-        assert [g["applied"] for g in got] == [True, False, True, True, True, False]
+        assert [g["applied"] for g in got] == [True, False, False, True, True, True, False]
         assert api.writes == [
             ("patch", "Deployment", "checkout"),
             ("patch", "Deployment", "checkout"),
@@ -92,7 +96,7 @@ def test_each_write_is_applied_once_per_key_and_re_read() -> None:
         assert first["images"] == ["shop/checkout:1.4.1"] and first["generation"] == 2
         assert first["observedGeneration"] == 2  # the re-read says the fix took
         assert got[1]["data"]["resourceVersion"] == first["resourceVersion"]
-        assert got[2]["data"]["replicas"] == 3
+        assert got[3]["data"]["replicas"] == 3
         dep = api.get("Deployment", "prod", "checkout")
         assert dep is not None
         assert dep["metadata"]["annotations"][fix.FIX_KEY] == "run/fix/2"

@@ -9,8 +9,10 @@
     set_image        one container's image of a deployment (back to the previous revision's)
     delete_pod       one pod (its controller recreates it)
 
-Every tool is ``irreversible`` (``tool-defs.json``): the tool layer's policy parks the call
-until it is approved, and the effect journal sends it with its idempotency key. The read
+Every tool is ``irreversible`` and ``dedupesByKey`` (``tool-defs.json``): the tool layer's
+policy parks the call until it is approved, and the effect journal sends it with its
+idempotency key; a call killed in flight is sent again under the same key (the server's
+record answers it), and one an operator re-sends (``KEY/resend/N``) is the same call. The read
 tools' server (``loopkernel_apps.sre.tools``) has none of these, and an investigation
 starts only that one.
 
@@ -136,6 +138,7 @@ def _write_deployment(
 
     name = str(args["deployment"])
     source = f"patch deployment {cluster.ns}/{name}"
+    key = None if key is None else key.split("/resend/")[0]  # one call, however re-sent
     for _ in range(CONFLICT_RETRIES + 1):
         try:
             dep = cluster.deployment(name)

@@ -7,9 +7,9 @@
 so the policy parks the task ``waiting`` until an approval is journaled (``loopkernel
 approve``); on the run after it, the call goes out once through the effect journal, under
 its idempotency key, which the fix server also writes on the object. A kill after the
-request and before its answer is journaled parks the task again (the layer never re-sends
-an irreversible call by itself); the re-approved call carries the same key, and the server
-answers it from the object without writing. ``recheck`` reads the answer's re-read object:
+request and before its answer is journaled re-sends it on resume under the same key (the
+tools declare ``dedupesByKey``), and the server answers it from the object without
+writing. ``recheck`` reads the answer's re-read object:
 the generation observed, the image or the replicas asked for.
 
 Not yet: separation of duties. The approver is journaled (the ``human_input`` event's
