@@ -2,7 +2,7 @@
 
 ``loopkernel sre kb add PATH...`` splits each Markdown file into passages, one per heading
 (its heading path, ``Title > Section``, and the text under it), and writes them to the store
-(``loopkernel.store.Knowledge``). A search ranks the passages twice and fuses the two lists
+(``loopkernel.Knowledge``). A search ranks the passages twice and fuses the two lists
 by reciprocal rank (``RRF_K``), without vectors:
 
 - by words: the database's full-text search (SQLite FTS5's BM25, PostgreSQL's ``ts_rank``),
@@ -25,7 +25,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from loopkernel.store import Knowledge, NewPassage
+from loopkernel import Knowledge, NewPassage
 from loopkernel_apps.sre._vocab_rows import rows_for
 
 __all__ = [

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loopkernel import JSON
-from loopkernel.store import Knowledge, open_store
+from loopkernel import JSON, Knowledge, open_store
 from loopkernel_apps.sre._kb import search
 from loopkernel_apps.sre.tools._scope import Scope
 
