@@ -47,7 +47,7 @@ from loopkernel.graph import (
 from loopkernel.ids import RunId, TaskId
 from loopkernel.planner import At, BasePlanner, Flow, Planner, Proposal, Snapshot, Step
 from loopkernel.planner.llm import AllowedSkill, Allowlist, LLMPlanner, planner_for
-from loopkernel.store import SQLiteStore, Store, open_store
+from loopkernel.store import Knowledge, NewPassage, Passage, SQLiteStore, Store, open_store
 
 __version__ = "0.1.0"
 
@@ -70,10 +70,13 @@ __all__ = [
     "GraphPatch",
     "Kernel",
     "KernelParts",
+    "Knowledge",
     "LLMPlanner",
     "LoopKernelError",
     "NeedsApproval",
+    "NewPassage",
     "Param",
+    "Passage",
     "PatchRejected",
     "Planner",
     "Proposal",

@@ -8,6 +8,7 @@ import os
 
 from loopkernel.errors import UsageError, install_hint
 from loopkernel.store._codec import digest_of, dump_of_state
+from loopkernel.store._kb import Knowledge, NewPassage, Passage
 from loopkernel.store._lockwait import DEFAULT_LOCK_WAIT_S
 from loopkernel.store._protocol import (
     Archive,
@@ -41,9 +42,12 @@ __all__ = [
     "Effects",
     "Fork",
     "Journal",
+    "Knowledge",
     "Leases",
     "LoadedRun",
     "NewEvent",
+    "NewPassage",
+    "Passage",
     "PatchRecord",
     "ProposalNote",
     "Reclaimed",

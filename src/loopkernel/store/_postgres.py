@@ -61,6 +61,7 @@ from loopkernel.store._engine import (
     migrate,
     transact,
 )
+from loopkernel.store._kb import POSTGRES_TEXT, KnowledgeRows
 from loopkernel.store._lease import CHANNEL
 from loopkernel.store._lockwait import lock_wait_s_within
 from loopkernel.store._protocol import NewEvent, PatchRecord
@@ -148,7 +149,7 @@ class PostgresDialect(Dialect):
         cur.one("SELECT pg_notify(?, ?)", (channel, run_id))
 
 
-class PostgresStore(SQLStore):
+class PostgresStore(KnowledgeRows, SQLStore):
     """A ``Store`` in a PostgreSQL database (``postgresql://user@host:port/dbname``).
 
     ``min_size``/``max_size`` bound the connection pool; ``connect_timeout`` is how long
@@ -157,6 +158,7 @@ class PostgresStore(SQLStore):
     """
 
     dialect: PostgresDialect
+    text_search = POSTGRES_TEXT
 
     def __init__(
         self,

@@ -32,6 +32,7 @@ from loopkernel.graph import (
     Task,
 )
 from loopkernel.ids import RunId, TaskId
+from loopkernel.store._kb import Knowledge
 from loopkernel.store._lease import ClaimFilter, Holder
 
 __all__ = [
@@ -576,7 +577,7 @@ class Schedules(Protocol):
         whose expression never comes due again (``None``) is removed."""
 
 
-class Store(Journal, Effects, Leases, Catalog, Schedules, Protocol):
+class Store(Journal, Effects, Leases, Catalog, Schedules, Knowledge, Protocol):
     """A durable home for runs, every role at once. Implementations: ``SQLiteStore``,
     ``PostgresStore``, both one engine (``_engine.SQLStore``)."""
 

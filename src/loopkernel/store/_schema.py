@@ -33,6 +33,7 @@ __all__ = [
     "POSTGRES_MIGRATIONS",
     "POSTGRES_VERSION",
     "SQLITE_MIGRATIONS",
+    "SQLITE_TEXT_TABLES",
     "SQLITE_VERSION",
     "TABLES",
     "Table",
@@ -69,8 +70,15 @@ TABLES: tuple[Table, ...] = (
 """Every table whose rows belong to one run, by its ``run_id`` column (``DATABASE_TABLES``
 are the database's). Export keeps, delete removes, each table's rows of one run."""
 
-DATABASE_TABLES: tuple[str, ...] = ("meta", "schedules")
-"""Tables of the whole database, not of a run: the schema version, the schedules."""
+DATABASE_TABLES: tuple[str, ...] = ("meta", "schedules", "kb_passages", "kb_identifiers")
+"""Tables of the whole database, not of a run: the schema version, the schedules, the
+knowledge base's passages and their exact identifiers (``store/_kb.py``)."""
+
+SQLITE_TEXT_TABLES: tuple[str, ...] = tuple(
+    "kb_text" + suffix for suffix in ("", "_data", "_idx", "_content", "_docsize", "_config")
+)
+"""SQLite's full-text index of the passages (FTS5) and the tables FTS5 keeps it in;
+PostgreSQL indexes a ``tsvector`` column of ``kb_passages`` instead."""
 
 LEASE_LOST = "LK001"
 """SQLSTATE of ``loopkernel_commit_step`` when a fenced step's lease epoch is not the run's;
@@ -467,7 +475,38 @@ def _migrations(t: _Dialect) -> list[list[str]]:
     return migrations
 
 
-SQLITE_MIGRATIONS: list[list[str]] = _migrations(_SQLITE)
-POSTGRES_MIGRATIONS: list[list[str]] = _migrations(_POSTGRES)
+def _knowledge(t: _Dialect) -> list[str]:
+    """12 (PostgreSQL's 13): the knowledge base (docs/sre.md, "Runbooks and knowledge"):
+    passages of Markdown files, split by heading, a full-text index (SQLite FTS5 with the
+    Porter stemmer; PostgreSQL an English ``tsvector``, the heading weighted above the body)
+    and the exact identifiers each passage names. Not a run's: export keeps them whole."""
+    if t.postgres:
+        key = "passage_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
+        words = ",\n        words tsvector GENERATED ALWAYS AS (setweight(to_tsvector('english', "
+        words += "heading), 'A') || to_tsvector('english', body)) STORED"
+        index = ["CREATE INDEX kb_passages_words ON kb_passages USING gin (words)"]
+    else:
+        key, words = "passage_id INTEGER PRIMARY KEY", ""
+        index = ["CREATE VIRTUAL TABLE kb_text USING fts5(heading, body, tokenize='porter')"]
+    return [
+        f"""CREATE TABLE kb_passages (
+        {key},
+        file        {t.text} NOT NULL,
+        heading     {t.text} NOT NULL,
+        body        {t.text} NOT NULL,
+        added_at    {t.real} NOT NULL{words}
+    )""",
+        "CREATE INDEX kb_passages_by_file ON kb_passages (file)",
+        f"""CREATE TABLE kb_identifiers (
+        ident       {t.id} NOT NULL,
+        passage_id  {t.int} NOT NULL,
+        PRIMARY KEY (ident, passage_id)
+    ){t.rowid}""",
+        *index,
+    ]
+
+
+SQLITE_MIGRATIONS: list[list[str]] = [*_migrations(_SQLITE), _knowledge(_SQLITE)]
+POSTGRES_MIGRATIONS: list[list[str]] = [*_migrations(_POSTGRES), _knowledge(_POSTGRES)]
 SQLITE_VERSION = len(SQLITE_MIGRATIONS)
 POSTGRES_VERSION = len(POSTGRES_MIGRATIONS)

@@ -63,6 +63,7 @@ from loopkernel.store._engine import (
     migrate,
     transact,
 )
+from loopkernel.store._kb import SQLITE_TEXT, KnowledgeRows
 from loopkernel.store._lockwait import DEFAULT_LOCK_WAIT_S
 from loopkernel.store._protocol import Reclaimed
 from loopkernel.store._schema import SQLITE_MIGRATIONS, SQLITE_VERSION, TABLES
@@ -230,10 +231,11 @@ class SQLiteDialect(Dialect):
         )
 
 
-class SQLiteStore(SQLStore):
+class SQLiteStore(KnowledgeRows, SQLStore):
     """A ``Store`` in one SQLite file (``runs.db`` by default)."""
 
     dialect: SQLiteDialect
+    text_search = SQLITE_TEXT
 
     def __init__(
         self,

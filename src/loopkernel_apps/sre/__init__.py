@@ -14,7 +14,8 @@ Parameters: ``question``, ``dump``, ``namespace``, ``max_rounds`` (3), ``max_too
 ``model`` (false: plan with the model through the gateway, ``docs/sre.md``),
 ``model_timeout`` (30), ``model_calls`` (8: the model's own call budget, apart from
 ``max_tool_calls``), ``model_context`` (8192: the model's context window in tokens, which
-sizes its prompt).
+sizes its prompt), ``kb`` ("": the store URL whose indexed runbooks ``kb_search`` reads,
+``loopkernel sre kb add``; the playbooks search it for the classes they handle).
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ def check_params(params: Mapping[str, JSON]) -> None:
         raise UsageError(f"no dump at {params['dump']}")
     if not params["namespace"]:
         raise UsageError("sre needs a namespace: --set namespace=NS")
+    if not isinstance(params.get("kb", ""), str):
+        raise UsageError(f"kb must be a store URL, not {params['kb']!r}")
     if not isinstance(params["model"], bool):
         raise UsageError(f"model must be true or false, not {params['model']!r}")
     for key in _POSITIVE:
@@ -74,7 +77,10 @@ def build(params: Mapping[str, JSON]) -> AppParts:
 
     check_params(params)
     source = tool_source(
-        str(params["dump"]), str(params["namespace"]), timeout=float(params["tool_timeout"])
+        str(params["dump"]),
+        str(params["namespace"]),
+        timeout=float(params["tool_timeout"]),
+        kb=str(params.get("kb") or "") or None,
     )
 
     def layer(store: Store) -> ToolLayer:
@@ -101,5 +107,6 @@ app = App(
         "model_timeout": 30.0,
         "model_calls": 8,
         "model_context": 8192,
+        "kb": "",
     },
 )

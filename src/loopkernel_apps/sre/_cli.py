@@ -4,6 +4,7 @@
 
     loopkernel investigate "QUESTION" --dump DIR --namespace NS [--db PATH] [--json] [--model]
     loopkernel sre collect --out DIR [--namespace NS ...] [--kubeconfig F] [--context C]
+    loopkernel sre kb add PATH... | search QUERY | list        (``_kb_cli``)
 
 ``investigate`` starts an ``sre`` run, prints progress on stderr, then the report (Markdown,
 or JSON with ``--json``) on stdout; its exit code is the run's (``docs/cli.md``). This
@@ -40,6 +41,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--model", action="store_true", help="plan with a model through the gateway")
     p.add_argument("--run-id", help="the run id (default: a random one)")
+    p.add_argument("--kb", action="store_true", help="search the runbooks indexed in --db")
     p.set_defaults(started=None)
     p.add_argument(
         "--set",
@@ -66,6 +68,9 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--context", help="the kubeconfig context")
     c.add_argument("--db", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     c.set_defaults(func=cmd_collect)
+    from loopkernel_apps.sre._kb_cli import add_kb_parser
+
+    add_kb_parser(sre_sub)
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
@@ -120,6 +125,8 @@ async def cmd_investigate(args: argparse.Namespace) -> int:
     app = load_app("sre")  # bad --set values and a missing extra: before a database exists
     app.build(app.params(None, overrides))
     async with Client(getattr(args, "db", None)) as client:
+        if args.kb:
+            overrides["kb"] = _kb_url(client.store.url)
         _, started = await client.start("sre", overrides=overrides, run_id=args.run_id)
         args.started = started.run_id  # Ctrl-C prints the resume command
         from loopkernel.cli import shown_url  # never the URL's password
@@ -141,6 +148,12 @@ async def cmd_investigate(args: argparse.Namespace) -> int:
         print(report["markdown"], end="")
     print(f"report digest {report['digest']} (run {outcome.run_id})", file=sys.stderr)
     return EXIT_CODES[outcome.status]
+
+
+def _kb_url(url: str) -> str:
+    """The store's URL as the tools server (another process) opens it: a SQLite path made
+    absolute."""
+    return url if "://" in url else str(Path(url).resolve())
 
 
 def _check_dump(path: str, namespace: str) -> Path:

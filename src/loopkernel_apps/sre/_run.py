@@ -33,6 +33,7 @@ from loopkernel import JSON, TaskContext, ToolError, ToolTimeout, ToolUnavailabl
 from loopkernel.planner import At, Flow, Step, repeat
 from loopkernel_apps.sre._detect import Finding, detect, rank, split_symptoms
 from loopkernel_apps.sre._draft import Collected, Diagnosis, build_draft
+from loopkernel_apps.sre._kb import with_kb_searches
 from loopkernel_apps.sre._report import evidence_items, finalize
 from loopkernel_apps.sre._scope import other_namespaces
 from loopkernel_apps.sre._time import RECENT_S, ago, recovered, recovered_pod
@@ -329,6 +330,7 @@ async def skills(ctx: TaskContext) -> JSON:
     chosen = select_skills(
         detectors=detectors, symptoms=symptoms, question=str(ctx.params["question"]), kinds=kinds
     )
+    chosen = with_kb_searches(bool(ctx.params.get("kb")), chosen, detectors, load_skills())
     return {
         "skills": chosen,
         "detectors": detectors,

@@ -1,0 +1,3 @@
+from loopkernel_apps.sre.fix import main
+
+raise SystemExit(main())
