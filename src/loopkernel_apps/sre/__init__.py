@@ -12,7 +12,9 @@ holds what it says.
 Parameters: ``question``, ``dump``, ``namespace``, ``max_rounds`` (3), ``max_tool_calls``
 (40), ``max_wall_s`` (120), ``max_evidence_chars`` (40000), ``tool_timeout`` (30),
 ``model`` (false: plan with the model through the gateway, ``docs/sre.md``),
-``model_timeout`` (30).
+``model_timeout`` (30), ``service`` (``{}``; set by the investigation service, ``_service``:
+who asked, the source, and for a follow-up the earlier run, its reusable evidence and the
+conversation so far).
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ def check_params(params: Mapping[str, JSON]) -> None:
         raise UsageError(f"no dump at {params['dump']}")
     if not params["namespace"]:
         raise UsageError("sre needs a namespace: --set namespace=NS")
+    if not isinstance(params.get("service", {}), dict):
+        raise UsageError("service is set by the investigation service (an object)")
     if not isinstance(params["model"], bool):
         raise UsageError(f"model must be true or false, not {params['model']!r}")
     for key in _POSITIVE:
@@ -95,5 +99,6 @@ app = App(
         "tool_timeout": 30.0,
         "model": False,
         "model_timeout": 30.0,
+        "service": {},
     },
 )
