@@ -4,7 +4,7 @@ An entry point names a function ``pages(host) -> dict`` called once per app buil
 ``create_app``; ``host`` is a :class:`PageHost`, what the inspector lends the app's
 endpoints (the client, rendering with the inspector's own templates, the read gate, CSRF
 and signing). The dict holds ``routes`` (Starlette routes), and optionally ``templates``
-(a folder, its files named ``NAME/file.html`` for the entry point ``NAME``, free to extend
+(a folder holding ``NAME/file.html`` for the entry point ``NAME``, free to extend
 ``base.html`` and include the inspector's fragments), ``static`` (a folder served at
 ``/apps/NAME/static``) and ``nav`` (``[(label, href)]`` links in the top bar).
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jinja2 import ChoiceLoader, FileSystemLoader, PrefixLoader
+from jinja2 import BaseLoader, ChoiceLoader, FileSystemLoader
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import BaseRoute, Mount
@@ -89,7 +89,7 @@ def app_pages(inspector: Inspector) -> list[BaseRoute]:
     """The routes of every installed app's pages; their templates join the inspector's
     loader and their links its top bar."""
     routes: list[BaseRoute] = []
-    folders: dict[str, FileSystemLoader] = {}
+    folders: list[BaseLoader] = []
     nav: list[tuple[str, str]] = []
     for name, make in _entry_points():
         try:
@@ -99,12 +99,13 @@ def app_pages(inspector: Inspector) -> list[BaseRoute]:
             continue
         routes += given.get("routes", [])
         if given.get("templates"):
-            folders[name] = FileSystemLoader(Path(given["templates"]))
+            folders.append(FileSystemLoader(Path(given["templates"])))
         if given.get("static"):
             routes.append(Mount(f"/apps/{name}/static", StaticFiles(directory=given["static"])))
         nav += [(str(label), str(href)) for label, href in given.get("nav", [])]
     env = inspector.env
     if folders:
-        env.loader = ChoiceLoader([env.loader, PrefixLoader(folders)]) if env.loader else None
+        # the inspector's own first: an app adds templates, never replaces base.html
+        env.loader = ChoiceLoader([*([env.loader] if env.loader else []), *folders])
     env.globals["app_nav"] = nav
     return routes
