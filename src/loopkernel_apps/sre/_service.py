@@ -75,6 +75,13 @@ def dump_digest(path: str | Path) -> str:
     return h.hexdigest()[:32]
 
 
+def _untouched_since(path: str | Path, when: float) -> bool:
+    """No file of the dump was modified after ``when`` (epoch seconds)."""
+    root = Path(path)
+    files = [root] if root.is_file() else [p for p in root.rglob("*") if p.is_file()]
+    return all(p.stat().st_mtime <= when for p in files)
+
+
 def _service(params: JSON) -> dict[str, Any]:
     found = params.get("service") if isinstance(params, dict) else None
     return dict(found) if isinstance(found, dict) else {}
@@ -185,7 +192,7 @@ class Investigations:
         await self.check_limits(who)
         earlier = _service(params)
         digest = await asyncio.to_thread(dump_digest, dump)
-        reuse = await self._reusable(parent, earlier, digest)
+        reuse = await self._reusable(parent, earlier, digest, dump)
         history = [
             *earlier.get("history", []),
             {
@@ -207,18 +214,23 @@ class Investigations:
         return await self._submit(question, namespace, dump, service, run_id)
 
     async def _reusable(
-        self, parent: str, earlier: dict[str, Any], digest: str
+        self, parent: str, earlier: dict[str, Any], digest: str, dump: str
     ) -> list[dict[str, Any]]:
         """The parent's successful calls whose evidence is current: a dump unchanged since
         (any age), or a live read younger than ``reuse_max_age_s``."""
-        if earlier.get("dump_digest") != digest:
-            return []  # the dump changed: nothing read from it before is current
         from loopkernel_apps.sre._run import collected_calls
 
         inspection = await self.client.inspect(parent)
+        started = float(inspection.info.created_at)
+        known = earlier.get("dump_digest")
+        if known is None:  # asked outside the service: unchanged if nothing is newer than it
+            unchanged = await asyncio.to_thread(_untouched_since, dump, started)
+        else:
+            unchanged = known == digest
+        if not unchanged:
+            return []  # the dump changed: nothing read from it before is current
         by_task = {t["task_id"]: t["result"] for t in inspection.tasks if t["state"] == "succeeded"}
         now = self.clock()
-        started = float(inspection.info.created_at)
         out = []
         for call in collected_calls(by_task):
             if call["status"] != "ok":
