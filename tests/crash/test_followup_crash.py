@@ -43,8 +43,19 @@ def parent(tmp_path_factory: pytest.TempPathFactory) -> Path:
     case = incident(CASE)
     done = _cli(
         tmp,
-        ["investigate", case["question"], "--dump", case["dump"], "--namespace",
-         case["namespace"], "--run-id", PARENT, "--set", "max_tool_calls=4", "--json"],
+        [
+            "investigate",
+            case["question"],
+            "--dump",
+            case["dump"],
+            "--namespace",
+            case["namespace"],
+            "--run-id",
+            PARENT,
+            "--set",
+            "max_tool_calls=4",
+            "--json",
+        ],
     )
     assert done.returncode == 0, done.stderr
     assert len(_audit(tmp)) == 4
@@ -53,8 +64,19 @@ def parent(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _follow_up(tmp: Path, parent: Path) -> None:
     shutil.copy(parent / "runs.db", tmp / "runs.db")  # the .db alone is the whole run
-    asked = _cli(tmp, ["investigate", "and what do its logs say?", "--follow-up", PARENT,
-                       "--run-id", FOLLOW, "--user", "alice"])
+    asked = _cli(
+        tmp,
+        [
+            "investigate",
+            "and what do its logs say?",
+            "--follow-up",
+            PARENT,
+            "--run-id",
+            FOLLOW,
+            "--user",
+            "alice",
+        ],
+    )
     assert asked.returncode == 0, asked.stderr
     assert asked.stdout.strip() == FOLLOW
 

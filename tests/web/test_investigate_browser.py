@@ -13,7 +13,16 @@ from typing import Any
 
 import pytest
 
-from lk_service import ALICE, BOB, dump_archive, member, people_file, start_workers, stop_workers, tar_with
+from lk_service import (
+    ALICE,
+    BOB,
+    dump_archive,
+    member,
+    people_file,
+    start_workers,
+    stop_workers,
+    tar_with,
+)
 from lk_web import Served, run_async, screenshot, start_server, stop_server
 from loopkernel.client import Client
 
@@ -95,9 +104,7 @@ def test_ask_watch_read_the_report_and_follow_up(served: Served, page: Any, tmp_
     assert "payments" in row.inner_text() and "OOMKilled" in row.inner_text()
 
 
-def test_a_user_outside_the_namespace_is_refused_with_one_line(
-    served: Served, page: Any
-) -> None:
+def test_a_user_outside_the_namespace_is_refused_with_one_line(served: Served, page: Any) -> None:
     before = len(_runs(served.db))
     _ask(page, served.url, BOB, "why is the payments deployment restarting?", "prod")
     page.click("button:has-text('Investigate')")

@@ -97,9 +97,7 @@ def _check(members: list[Member], max_unpacked_bytes: int) -> None:
             raise ArchiveRefused(f"refused: the archive holds a device or special file: {m.name!r}")
         total += m.size
         if total > max_unpacked_bytes:
-            raise ArchiveRefused(
-                f"refused: the archive unpacks to over {max_unpacked_bytes} bytes"
-            )
+            raise ArchiveRefused(f"refused: the archive unpacks to over {max_unpacked_bytes} bytes")
 
 
 def _write(root: Path, name: str, data: IO[bytes] | None, room: int) -> int:

@@ -2,14 +2,15 @@
 
 ::
 
-    loopkernel investigate "QUESTION" --dump DIR --namespace NS [--db PATH] [--json] [--model]
+    loopkernel investigate "QUESTION" --dump DIR --namespace NS [--db PATH] [--json]
     loopkernel investigate "QUESTION" --dump DIR --namespace NS --submit [--user NAME]
     loopkernel investigate "QUESTION" --follow-up RUN [--user NAME]
     loopkernel sre collect --out DIR [--namespace NS ...] [--kubeconfig F] [--context C]
 
 ``investigate`` starts an ``sre`` run, prints progress on stderr, then the report (Markdown,
-or JSON with ``--json``) on stdout; its exit code is the run's (``docs/cli.md``). With ``--submit`` (or
-``--follow-up RUN``) it hands the question to the workers instead (``_service``), as
+or JSON with ``--json``) on stdout; its exit code is the run's (``docs/cli.md``). With
+``--submit`` (or ``--follow-up RUN``) it hands the question to the workers instead
+(``_service``), as
 ``--user`` (default: the login name), checked against the service table of ``--people`` or
 ``$LOOPKERNEL_SRE_SERVICE`` when one is given, and prints the run id. This
 module loads with every ``loopkernel`` command, so it imports nothing heavy at the top.
@@ -184,7 +185,7 @@ async def cmd_submit(args: argparse.Namespace) -> int:
                 user=user,
                 question=args.question,
                 namespace=args.namespace,
-                dump=str(Path(args.dump).resolve()),
+                dump=_absolute(args.dump),
                 run_id=args.run_id,
             )
     if args.json:
@@ -192,6 +193,10 @@ async def cmd_submit(args: argparse.Namespace) -> int:
     else:
         print(run, flush=True)
     return 0
+
+
+def _absolute(path: str) -> str:
+    return str(Path(path).resolve())
 
 
 def _check_dump(path: str, namespace: str) -> Path:

@@ -28,7 +28,9 @@ def _service(params: Mapping[str, JSON]) -> Mapping[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
-def reused(params: Mapping[str, JSON], tool: str, args: Mapping[str, JSON]) -> dict[str, Any] | None:
+def reused(
+    params: Mapping[str, JSON], tool: str, args: Mapping[str, JSON]
+) -> dict[str, Any] | None:
     """The call record answering ``tool(args)`` from the earlier run, if its evidence is
     reusable: status ``ok``, the earlier result, and ``reused`` saying from where and how old."""
     key = _key(tool, args)
@@ -50,9 +52,7 @@ def reused(params: Mapping[str, JSON], tool: str, args: Mapping[str, JSON]) -> d
 
 def reused_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The run's calls answered from an earlier run: tool, args, where from, how old."""
-    return [
-        {"tool": c["tool"], "args": c["args"], **c["reused"]} for c in calls if c.get("reused")
-    ]
+    return [{"tool": c["tool"], "args": c["args"], **c["reused"]} for c in calls if c.get("reused")]
 
 
 def earlier_questions(params: Mapping[str, JSON]) -> list[str]:
@@ -66,19 +66,25 @@ def _markdown(reuse: list[dict[str, Any]], history: list[dict[str, Any]]) -> str
     if history:
         lines += ["", "## Earlier in this conversation (untrusted context, not evidence)", ""]
         for h in history:
-            lines.append(f"- {h.get('asked_by') or 'someone'} asked ({h['run_id']}): "
-                         f"{json.dumps(h.get('question', ''))}; the answer was "
-                         f"{json.dumps(h.get('answer') or '')}")
+            lines.append(
+                f"- {h.get('asked_by') or 'someone'} asked ({h['run_id']}): "
+                f"{json.dumps(h.get('question', ''))}; the answer was "
+                f"{json.dumps(h.get('answer') or '')}"
+            )
     if reuse:
         lines += ["", "## Evidence reused from the earlier run", ""]
         for r in reuse:
             args = json.dumps(r["args"], sort_keys=True)
-            lines.append(f"- {r['tool']} {args}: from run {r['from_run']}, "
-                         f"{round(float(r['age_s']))} s old at the question")
+            lines.append(
+                f"- {r['tool']} {args}: from run {r['from_run']}, "
+                f"{round(float(r['age_s']))} s old at the question"
+            )
     return "\n".join(lines) + ("\n" if lines else "")
 
 
-def annotate(result: dict[str, Any], params: Mapping[str, JSON], calls: list[dict[str, Any]]) -> dict[str, Any]:
+def annotate(
+    result: dict[str, Any], params: Mapping[str, JSON], calls: list[dict[str, Any]]
+) -> dict[str, Any]:
     """The report task's result with the follow-up's part: ``conversation`` (the earlier
     questions and answers, marked untrusted) and ``reused`` (which evidence, how old), and
     both sections at the end of the Markdown. A run that is not a follow-up is unchanged."""

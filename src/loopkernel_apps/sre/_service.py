@@ -71,7 +71,8 @@ def dump_digest(path: str | Path) -> str:
     files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
     for p in files:
         st = p.stat()
-        h.update(f"{p.relative_to(root) if p != root else p.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        name = p.relative_to(root) if p != root else p.name
+        h.update(f"{name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return h.hexdigest()[:32]
 
 

@@ -21,7 +21,7 @@ import os
 import secrets
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
@@ -42,7 +42,21 @@ UNPACKED_FACTOR = 10
 """An upload may unpack to this many times its bound."""
 
 
-def pages(host: Any) -> dict[str, Any]:
+class Host(Protocol):
+    """What the inspector lends the page (``loopkernel.web._apps.PageHost``)."""
+
+    refused: type[Any]
+    client: Any
+
+    def render(self, request: Request, template: str, code: int = 200, **ctx: Any) -> Response: ...
+    def error(self, request: Request, code: int, message: str) -> Response: ...
+    def gate(self, request: Request) -> Response | None: ...
+    def csrf_ok(self, request: Request, submitted: str | None) -> bool: ...
+    def sign(self, text: str) -> str: ...
+    def signed(self, text: str, signature: str | None) -> bool: ...
+
+
+def pages(host: Host) -> dict[str, Any]:
     """The routes, templates, static files and top-bar link of the page."""
     page = _Page(host)
     return {
@@ -59,7 +73,7 @@ def pages(host: Any) -> dict[str, Any]:
 
 
 class _Page:
-    def __init__(self, host: Any) -> None:
+    def __init__(self, host: Host) -> None:
         self.host = host
         self.people: People | None = None
         self.problem: str | None = None
@@ -181,7 +195,9 @@ class _Page:
             return self.host.error(request, 404, f"no investigation {run_id}")
         except UsageError as exc:  # RunNotFound among them: never a path or a traceback
             code = 404 if exc.code == "run_not_found" else 400
-            return self.host.error(request, code, f"no investigation {run_id}" if code == 404 else str(exc))
+            return self.host.error(
+                request, code, f"no investigation {run_id}" if code == 404 else str(exc)
+            )
         return self.host.render(
             request,
             "conversation.html",
@@ -232,7 +248,7 @@ class _Page:
         if upload.size is not None and upload.size > bound:
             raise UsageError(f"refused: the upload is over {bound} bytes")
         root = Path(self.people.uploads or "uploads")
-        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        await asyncio.to_thread(root.mkdir, mode=0o700, parents=True, exist_ok=True)
         name = f"upload-{int(time.time())}-{secrets.token_hex(4)}"
         archive = root / f"{name}.archive"
         with archive.open("wb") as out:
@@ -266,7 +282,7 @@ class _Page:
             raise UsageError(f"this server has no cluster named {cluster!r}")
         root = Path(self.people.uploads or "uploads")
         out = root / f"live-{cluster}-{int(time.time())}-{secrets.token_hex(4)}"
-        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        await asyncio.to_thread(root.mkdir, mode=0o700, parents=True, exist_ok=True)
         await asyncio.to_thread(
             collect,
             out,
