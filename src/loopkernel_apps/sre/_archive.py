@@ -79,7 +79,7 @@ def _zip_kind(info: zipfile.ZipInfo) -> str:
         return "symlink"
     if info.is_dir():
         return "dir"
-    if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+    if stat.S_IFMT(mode) and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # 0: a plain file
         return "device"
     return "file"
 
