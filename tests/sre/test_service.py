@@ -5,6 +5,7 @@ that is still current, and none of it when the dump changed)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import tarfile
 import time
@@ -157,3 +158,24 @@ def test_queue_and_rate_limits_per_user_are_counted_from_the_store(
         "refused: alice has 2 questions not finished (at most 2); wait for one to end",
         "refused: alice asked 3 questions in the last hour (at most 3)",
     ]
+
+
+def test_the_command_line_refuses_out_of_scope_before_a_database_exists(tmp_path: Path) -> None:
+    from loopkernel.testing import run_cli
+
+    table = people_file(tmp_path)
+    case = incident(CASE)
+    args = ["investigate", Q, "--dump", case["dump"], "--namespace", "prod", "--submit"]
+    out = run_cli([*args, "--user", "bob", "--people", str(table)], db=tmp_path / "runs.db")
+    assert out.returncode == 2, out.stderr
+    assert "refused: bob may not investigate namespace prod" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "runs.db").exists()
+    asked = run_cli(
+        [*args, "--user", "alice", "--people", str(table), "--json"], db=tmp_path / "runs.db"
+    )
+    assert asked.returncode == 0, asked.stderr
+    got = json.loads(asked.stdout)
+    assert got["asked_by"] == "alice"
+    shown = run_cli(["inspect", got["run_id"], "--json"], db=tmp_path / "runs.db")
+    assert json.loads(shown.stdout)["params"]["service"]["asked_by"] == "alice"

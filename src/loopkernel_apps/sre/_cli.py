@@ -172,6 +172,10 @@ async def cmd_submit(args: argparse.Namespace) -> int:
     table = args.people or os.environ.get("LOOPKERNEL_SRE_SERVICE")
     people = load_people(table) if table else None
     user = args.user or getpass.getuser()
+    if people is not None and not args.follow_up:  # refused before a database is opened
+        from loopkernel_apps.sre._people import check_scope
+
+        check_scope(people.user(user), args.namespace or "", args.question)
     async with Client(getattr(args, "db", None)) as client:
         svc = Investigations(client, people)
         if args.follow_up:
