@@ -58,7 +58,7 @@ def add_parser(sub: Any) -> None:
         metavar="KEY=VALUE",
         help="a bound: max_rounds, max_tool_calls, max_wall_s, max_evidence_chars",
     )
-    p.set_defaults(func=cmd_investigate)
+    p.set_defaults(func=cmd_investigate, parser=p)
 
     sre = sub.add_parser("sre", help="SRE investigator utilities (collect a dump)")
     sre_sub = sre.add_subparsers(dest="sre_command", required=True, metavar="COMMAND")
@@ -109,8 +109,7 @@ async def cmd_investigate(args: argparse.Namespace) -> int:
 
     if args.submit or args.follow_up:
         return await cmd_submit(args)
-    if not args.dump or not args.namespace:
-        raise UsageError("investigate needs --dump DIR and --namespace NS")
+    _need_dump(args)
     dump = _check_dump(args.dump, args.namespace)
     if args.model:
         from loopkernel.models import ModelClient
@@ -172,6 +171,8 @@ async def cmd_submit(args: argparse.Namespace) -> int:
     table = args.people or os.environ.get("LOOPKERNEL_SRE_SERVICE")
     people = load_people(table) if table else None
     user = args.user or getpass.getuser()
+    if not args.follow_up:
+        _need_dump(args)
     if people is not None and not args.follow_up:  # refused before a database is opened
         from loopkernel_apps.sre._people import check_scope
 
@@ -183,8 +184,6 @@ async def cmd_submit(args: argparse.Namespace) -> int:
                 user=user, parent=args.follow_up, question=args.question, run_id=args.run_id
             )
         else:
-            if not args.dump or not args.namespace:
-                raise UsageError("--submit needs --dump DIR and --namespace NS")
             run = await svc.ask(
                 user=user,
                 question=args.question,
@@ -197,6 +196,13 @@ async def cmd_submit(args: argparse.Namespace) -> int:
     else:
         print(run, flush=True)
     return 0
+
+
+def _need_dump(args: argparse.Namespace) -> None:
+    """Without --follow-up, --dump and --namespace are required (argparse's own refusal)."""
+    missing = [f for f, v in (("--dump", args.dump), ("--namespace", args.namespace)) if not v]
+    if missing:
+        args.parser.error(f"the following arguments are required: {', '.join(missing)}")
 
 
 def _absolute(path: str) -> str:
