@@ -89,7 +89,8 @@ def create_app(
     (and every read with ``require_token_for_reads``); at most ``max_streams`` live
     streams are served at once, each sending a keepalive after ``keepalive_seconds`` of
     silence. Requests are answered only when their ``Host`` is loopback or one of
-    ``trusted_hosts`` (DNS rebinding); a sign-in lasts ``session_seconds``."""
+    ``trusted_hosts`` (DNS rebinding); a sign-in lasts ``session_seconds``. The
+    installed apps' pages are served too (``_apps``: entry point group ``loopkernel.pages``)."""
     inspector = Inspector(
         client=client,
         auth=Auth(
@@ -103,8 +104,10 @@ def create_app(
         past=PastCache(client=client),
         background=Background(client=client),
     )
+    from loopkernel.web._apps import app_pages
+
     app = Starlette(
-        routes=ROUTES,
+        routes=[*app_pages(inspector), *ROUTES],
         exception_handlers={
             RunNotFound: _not_found,
             UsageError: _bad_request,

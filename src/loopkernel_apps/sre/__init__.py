@@ -15,7 +15,10 @@ Parameters: ``question``, ``dump``, ``namespace``, ``max_rounds`` (3), ``max_too
 ``model_timeout`` (30), ``model_calls`` (8: the model's own call budget, apart from
 ``max_tool_calls``), ``model_context`` (8192: the model's context window in tokens, which
 sizes its prompt), ``kb`` ("": the store URL whose indexed runbooks ``kb_search`` reads,
-``loopkernel sre kb add``; the playbooks search it for the classes they handle).
+``loopkernel sre kb add``; the playbooks search it for the classes they handle),
+``service`` (``{}``; set by the investigation service, ``_service``: who asked, the
+source, and for a follow-up the earlier run, its reusable evidence and the conversation
+so far).
 """
 
 from __future__ import annotations
@@ -64,6 +67,8 @@ def check_params(params: Mapping[str, JSON]) -> None:
         raise UsageError("sre needs a namespace: --set namespace=NS")
     if not isinstance(params.get("kb", ""), str):
         raise UsageError(f"kb must be a store URL, not {params['kb']!r}")
+    if not isinstance(params.get("service", {}), dict):
+        raise UsageError("service is set by the investigation service (an object)")
     if not isinstance(params["model"], bool):
         raise UsageError(f"model must be true or false, not {params['model']!r}")
     for key in _POSITIVE:
@@ -108,5 +113,6 @@ app = App(
         "model_calls": 8,
         "model_context": 8192,
         "kb": "",
+        "service": {},
     },
 )

@@ -2,12 +2,18 @@
 
 ::
 
-    loopkernel investigate "QUESTION" --dump DIR --namespace NS [--db PATH] [--json] [--model]
+    loopkernel investigate "QUESTION" --dump DIR --namespace NS [--db PATH] [--json]
+    loopkernel investigate "QUESTION" --dump DIR --namespace NS --submit [--user NAME]
+    loopkernel investigate "QUESTION" --follow-up RUN [--user NAME]
     loopkernel sre collect --out DIR [--namespace NS ...] [--kubeconfig F] [--context C]
     loopkernel sre kb add PATH... | search QUERY | list        (``_kb_cli``)
 
 ``investigate`` starts an ``sre`` run, prints progress on stderr, then the report (Markdown,
-or JSON with ``--json``) on stdout; its exit code is the run's (``docs/cli.md``). This
+or JSON with ``--json``) on stdout; its exit code is the run's (``docs/cli.md``). With
+``--submit`` (or ``--follow-up RUN``) it hands the question to the workers instead
+(``_service``), as
+``--user`` (default: the login name), checked against the service table of ``--people`` or
+``$LOOPKERNEL_SRE_SERVICE`` when one is given, and prints the run id. This
 module loads with every ``loopkernel`` command, so it imports nothing heavy at the top.
 """
 
@@ -35,14 +41,18 @@ def add_parser(sub: Any) -> None:
         "'kubectl cluster-info dump', deterministic detectors, a cited report.",
     )
     p.add_argument("question", help='what to explain, e.g. "why is payments restarting?"')
-    p.add_argument("--dump", required=True, help="the dump: a directory or a stdout-form file")
-    p.add_argument("--namespace", required=True, help="the namespace the tools may read")
+    p.add_argument("--dump", help="the dump: a directory or a stdout-form file")
+    p.add_argument("--namespace", help="the namespace the tools may read")
     p.add_argument("--db", default=argparse.SUPPRESS, help="database (default $LOOPKERNEL_DB)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--model", action="store_true", help="plan with a model through the gateway")
     p.add_argument("--run-id", help="the run id (default: a random one)")
     p.add_argument("--kb", action="store_true", help="search the runbooks indexed in --db")
     p.set_defaults(started=None)
+    p.add_argument("--submit", action="store_true", help="hand it to the workers; print the run id")
+    p.add_argument("--follow-up", metavar="RUN", help="a follow-up on a finished investigation")
+    p.add_argument("--user", help="who asks (default: the login name); journaled with the run")
+    p.add_argument("--people", help="the service's scope table (default $LOOPKERNEL_SRE_SERVICE)")
     p.add_argument(
         "--set",
         action="append",
@@ -50,7 +60,7 @@ def add_parser(sub: Any) -> None:
         metavar="KEY=VALUE",
         help="a bound: max_rounds, max_tool_calls, max_wall_s, max_evidence_chars",
     )
-    p.set_defaults(func=cmd_investigate)
+    p.set_defaults(func=cmd_investigate, parser=p)
 
     sre = sub.add_parser("sre", help="SRE investigator utilities (collect a dump)")
     sre_sub = sre.add_subparsers(dest="sre_command", required=True, metavar="COMMAND")
@@ -102,6 +112,9 @@ async def cmd_investigate(args: argparse.Namespace) -> int:
     from loopkernel.cli import EXIT_CODES, Progress
     from loopkernel.client import Client, Listeners
 
+    if args.submit or args.follow_up:
+        return await cmd_submit(args)
+    _need_dump(args)
     dump = _check_dump(args.dump, args.namespace)
     if args.model:
         from loopkernel.models import ModelClient
@@ -154,6 +167,59 @@ def _kb_url(url: str) -> str:
     """The store's URL as the tools server (another process) opens it: a SQLite path made
     absolute."""
     return url if "://" in url else str(Path(url).resolve())
+
+
+async def cmd_submit(args: argparse.Namespace) -> int:
+    """``--submit`` / ``--follow-up``: the question to the workers, through the service."""
+    import getpass
+    import os
+
+    from loopkernel import UsageError
+    from loopkernel.client import Client
+    from loopkernel_apps.sre._people import load_people
+    from loopkernel_apps.sre._service import Investigations
+
+    if args.model or args.set:
+        raise UsageError("--submit takes the service's bounds: leave out --model and --set")
+    table = args.people or os.environ.get("LOOPKERNEL_SRE_SERVICE")
+    people = load_people(table) if table else None
+    user = args.user or getpass.getuser()
+    if not args.follow_up:
+        _need_dump(args)
+    if people is not None and not args.follow_up:  # refused before a database is opened
+        from loopkernel_apps.sre._people import check_scope
+
+        check_scope(people.user(user), args.namespace or "", args.question)
+    async with Client(getattr(args, "db", None)) as client:
+        svc = Investigations(client, people)
+        if args.follow_up:
+            run = await svc.follow_up(
+                user=user, parent=args.follow_up, question=args.question, run_id=args.run_id
+            )
+        else:
+            run = await svc.ask(
+                user=user,
+                question=args.question,
+                namespace=args.namespace,
+                dump=_absolute(args.dump),
+                run_id=args.run_id,
+            )
+    if args.json:
+        print(json.dumps({"run_id": run, "asked_by": user}))
+    else:
+        print(run, flush=True)
+    return 0
+
+
+def _need_dump(args: argparse.Namespace) -> None:
+    """Without --follow-up, --dump and --namespace are required (argparse's own refusal)."""
+    missing = [f for f, v in (("--dump", args.dump), ("--namespace", args.namespace)) if not v]
+    if missing:
+        args.parser.error(f"the following arguments are required: {', '.join(missing)}")
+
+
+def _absolute(path: str) -> str:
+    return str(Path(path).resolve())
 
 
 def _check_dump(path: str, namespace: str) -> Path:

@@ -33,6 +33,7 @@ from loopkernel import JSON, TaskContext, ToolError, ToolTimeout, ToolUnavailabl
 from loopkernel.planner import At, Flow, Step, repeat
 from loopkernel_apps.sre._detect import Finding, detect, rank, split_symptoms
 from loopkernel_apps.sre._draft import Collected, Diagnosis, build_draft
+from loopkernel_apps.sre._followup import annotate, earlier_questions, reused
 from loopkernel_apps.sre._kb import with_kb_searches
 from loopkernel_apps.sre._report import evidence_items, finalize
 from loopkernel_apps.sre._scope import other_namespaces
@@ -112,11 +113,13 @@ def _key(tool: str, args: Mapping[str, JSON]) -> str:
 
 def _spent(calls: Iterable[dict[str, Any]], by: str = "rules") -> tuple[int, int]:
     """(tool calls made, evidence characters collected) in the budget of ``by``: the
-    rules' (the run's bounds) or the model's own."""
+    rules' (the run's bounds) or the model's own. A call a follow-up reused costs nothing."""
     made = [
         c
         for c in calls
-        if c["status"] in ("ok", "refused", "failed") and c.get("by", "rules") == by
+        if c["status"] in ("ok", "refused", "failed")
+        and c.get("by", "rules") == by
+        and not c.get("reused")
     ]
     chars = sum(len(c["result"]["content"]) for c in made if c["status"] == "ok")
     return len(made), chars
@@ -148,6 +151,11 @@ class _Collector:
         if key in self.seen:
             self.calls.append({**record, "status": "duplicate", "note": "already collected"})
             return None
+        earlier = reused(self.ctx.params, tool, args)  # a follow-up: still current, not re-read
+        if earlier is not None:
+            self.seen[key] = len(self.prior) + len(self.calls)
+            self.calls.append(earlier)
+            return dict(earlier["result"])
         spent = self._spent_note(by)
         if spent:
             self.calls.append({**record, "status": "skipped", "note": spent})
@@ -237,6 +245,10 @@ async def triage(ctx: TaskContext) -> JSON:
     result = await col.call("triage", {})
     data = (result or {}).get("data", {})
     focus, named = focus_pods(data, str(ctx.params["question"]))
+    for question in reversed(earlier_questions(ctx.params)) if not named else ():
+        focus, named = focus_pods(data, question)  # "and its logs?": the earlier subject
+        if named:
+            break
     return col.done(
         named=named,
         unhealthy=data.get("unhealthy", []),
@@ -709,7 +721,8 @@ async def correlate(ctx: TaskContext) -> JSON:
 
 async def report(ctx: TaskContext) -> JSON:
     corr: Any = _ev(ctx)["correlate"]
-    return finalize(corr["draft"], corr["evidence"], corr.get("claims"))
+    result = finalize(corr["draft"], corr["evidence"], corr.get("claims"))
+    return annotate(result, ctx.params, collected_calls(_ev(ctx)))
 
 
 WORKERS = {
