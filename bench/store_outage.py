@@ -131,12 +131,15 @@ def main(argv: list[str] | None = None) -> int:
     long_row, short_row = rows
     ok = (
         long_row["exit"] == 8
-        and long_row["stderr_lines"] == 1
+        and long_row["stderr_lines"] <= 2  # "retrying for up to N s" once, then the end
+        and "gave up" in long_row["stderr"].splitlines()[-1]
         and long_row["ended_after_cut"] < bound + args.task + 5
         and short_row["exit"] == 0
         and short_row["status"] == "succeeded"
+        and short_row["task_starts"] == 1
     )
-    argv_shown = " ".join(argv if argv is not None else sys.argv[1:])
+    given = list(argv if argv is not None else sys.argv[1:])
+    argv_shown = " ".join("URL" if i and given[i - 1] == "--pg" else a for i, a in enumerate(given))
     payload = {"command": f"python -m bench.store_outage {argv_shown}", "rows": rows, "ok": ok}
     print(json.dumps({"ok": ok}))
     write_results("store_outage", payload, quick=args.quick, load=os.getloadavg())

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -141,6 +142,18 @@ def _transact(
     attempt.committing = True
     cur.run("COMMIT")
     return out
+
+
+class _QuietPool(logging.Filter):
+    """The pool's own warnings about our pool (``error connecting in 'loopkernel'``, once
+    per reconnect try while the server is away) are not printed: the call that gives up
+    says so in one line (``StoreUnavailable``), and a server back in time is no news."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno <= logging.WARNING and "'loopkernel'" in record.getMessage())
+
+
+logging.getLogger("psycopg.pool").addFilter(_QuietPool())
 
 
 def redact(url: str) -> str:
@@ -253,11 +266,12 @@ class PostgresStore(SQLStore):
         if pool is None:
             raise UsageError("the store is not open; call `await store.open()` first")
 
-        # --store-retry is a total: a call waits for a connection no longer than what is
-        # left of it (LOCK_WAIT, read here: the thread does not see the loop's context),
-        # and says how long it waited, so that the retries count that wait in.
+        # --store-retry is a total: a call waits for a connection as long as what is left
+        # of it (LOCK_WAIT, read here: the thread does not see the loop's context), not
+        # connect_timeout (a server back after 30 s of 60 would restart the task in
+        # flight), and says how long it waited, so that the retries count that wait in.
         bound = LOCK_WAIT.get()
-        timeout = self.connect_timeout if bound is None else min(self.connect_timeout, bound)
+        timeout = self.connect_timeout if bound is None else bound
         return await self._on_thread(lambda: self._work(pool, body, how, sync, timeout))
 
     def _work(
