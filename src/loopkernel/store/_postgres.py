@@ -145,12 +145,15 @@ def _transact(
 
 
 class _QuietPool(logging.Filter):
-    """The pool's own warnings about our pool (``error connecting in 'loopkernel'``, once
-    per reconnect try while the server is away) are not printed: the call that gives up
-    says so in one line (``StoreUnavailable``), and a server back in time is no news."""
+    """The pool's warnings about a lost server (``error connecting in 'loopkernel'``, once
+    per reconnect try; ``discarding closed connection``) are not printed: the call that
+    gives up says so in one line (``StoreUnavailable``), a server back in time is no news."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.levelno <= logging.WARNING and "'loopkernel'" in record.getMessage())
+        if record.levelno > logging.WARNING:
+            return True
+        text = record.getMessage()
+        return "'loopkernel'" not in text and not text.startswith("discarding closed connection")
 
 
 logging.getLogger("psycopg.pool").addFilter(_QuietPool())
