@@ -38,6 +38,9 @@ request was an irreversible ``publish``, which docs/durability.md says is never 
 ``--batch``: many runs in one process sharing their commits (SQLite group commit), killed
 at the group's crash points and resumed (``bench/chaos_batch.py``).
 
+``--pg-kill-every SECONDS`` (with ``--pg``): the PostgreSQL workers' connections are
+terminated every SECONDS while they execute the runs (``bench/chaos_churn.py``).
+
 ``--load sqlite``: 200 runs at once on one SQLite file, executed by several
 ``loopkernel worker`` processes; ``--load postgres``: 1,000 runs over 4 workers on
 PostgreSQL. Both report throughput and 0 lost (each run's digest is its reference's).
@@ -1199,7 +1202,20 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         help="many runs per process sharing their commits, killed and resumed instead "
         "(bench/chaos_batch.py; --quick, --seed, --work, --out apply)",
     )
-    p.add_argument("--runs", type=int, default=None, help="--load: runs (200 / 1000)")
+    p.add_argument(
+        "--pg-kill-every",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with --pg: kill the PostgreSQL workers' connections every SECONDS instead "
+        "(bench/chaos_churn.py; --quick, --kills, --max-seconds, --out apply)",
+    )
+    p.add_argument(
+        "--runs",
+        type=int,
+        default=None,
+        help="--load: runs (200 / 1000); --pg-kill-every: the first N of a worker case's",
+    )
     p.add_argument("--workers", type=int, default=None, help="--load: worker processes (4)")
     args = p.parse_args(argv)
     if args.seed is None:
@@ -1220,6 +1236,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         batch = ["--seed", str(args.seed), "--work", str(work)] + (["--quick"] * args.quick)
         return batch_main(batch + (["--out", str(args.out)] if args.out else []))
+    if args.pg_kill_every is not None:
+        if not args.pg:
+            print("chaos: --pg-kill-every needs --pg URL", file=sys.stderr)
+            return 2
+        from bench.chaos_churn import main as churn_main
+
+        return churn_main(args, work)
     if args.load:
         if args.load == "postgres" and not args.pg:
             print("chaos: --load postgres needs --pg URL", file=sys.stderr)

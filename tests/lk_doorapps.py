@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,6 +44,12 @@ class _SlowPlanner(BasePlanner):
 
 
 async def _slow(ctx: TaskContext) -> Any:
+    """Each start is one line in ``$LK_TEST_SLOW_STARTS`` when set (outside the run's
+    state: a restart shows there, not in the digest)."""
+    starts = os.environ.get("LK_TEST_SLOW_STARTS")
+    if starts:
+        with open(starts, "a") as out:  # noqa: ASYNC230 (one short line, a test's count)
+            out.write(f"{ctx.params['seconds']}\n")
     await asyncio.sleep(float(ctx.params["seconds"]))
     return {"slept": ctx.params["seconds"]}
 

@@ -78,6 +78,37 @@ def test_the_quick_chaos_setting_loses_doubles_and_diverges_nothing(
     assert total["exact"] == total["tried"] == len(cases)
 
 
+@pytest.mark.postgres
+def test_runs_on_workers_whose_connections_are_killed_every_3_seconds_end_exact(
+    pg_database: str, tmp_path: Path
+) -> None:
+    """``bash scripts/chaos --pg URL --pg-kill-every 3`` at its small size: a speculation and
+    looplab's baseline on two workers whose every connection is terminated every 3 s (the
+    pool's, the LISTEN ones, a statement in flight); both runs end with their uninterrupted
+    runs' digests, each effect applied once."""
+    out = tmp_path / "churn.json"
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "bench.chaos", "--quick", "--seed", "20261203"),
+            *("--pg", pg_database, "--pg-kill-every", "3", "--runs", "2"),
+            *("--work", str(tmp_path / "work"), "--out", str(out)),
+        ],
+        cwd=ROOT,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    report = proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert out.exists(), report
+    got = json.loads(out.read_text())
+    total = got["table"]["total"]
+    assert total["exact"] == total["tried"] == 2, json.dumps(got["not_exact"], indent=1)
+    assert proc.returncode == 0, report
+    assert got["kills"] >= 4, report  # the churn happened while the runs worked
+    assert {c["app"] for c in got["cases"]} == {"churn:speculation", "churn:looplab/baseline"}
+
+
 def _tool_server(pid: int) -> int | None:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():

@@ -20,7 +20,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from lk_helpers import LOOPKERNEL, cli_env
+from lk_helpers import LOOPKERNEL, ROOT, cli_env
 from lk_secrets import AWS_KEY, PASSWORD, SECRETS
 from loopkernel.cli import shown_url
 
@@ -126,6 +126,10 @@ def test_no_command_prints_a_postgresql_urls_password(pg_backend: Backend) -> No
     outs.append(cli("--db", url, "runs"))
     outs.append(cli("--db", url, "inspect", "g"))
     outs.append(cli("--db", url, "wait", "g", "--timeout", "0"))
+    dump = ROOT / "examples/incidents/oom-payments/dump"
+    outs.append(cli("--db", url, "investigate", "why?", "--dump", str(dump), "--namespace", "prod"))
+    assert outs[-1].returncode == 0, outs[-1].stderr
+    assert "started in postgresql://postgres:PASSWORD@" in outs[-1].stderr  # named, masked
     down = with_password("postgresql://postgres@127.0.0.1:1/nothing", secret)
     outs.append(cli("--db", down, "runs"))
     assert outs[-1].returncode == 8, outs[-1].stderr

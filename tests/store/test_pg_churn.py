@@ -160,4 +160,5 @@ def test_store_retry_bounds_the_whole_wait_for_a_server_that_went_away(
     print(f"server away: gave up {took:.1f} s after it went, --store-retry 8")
     assert proc.returncode == 8, err
     assert "gave up after 8 s of retries" in err
+    assert len(err.strip().splitlines()) == 1, err  # not the pool's reconnect warnings too
     assert took < 4 + 8 + 5  # the task's 4 s, the retries' 8 s, slack for a loaded machine

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-__all__ = ["DEFAULT_LOCK_WAIT_S", "lock_wait_at_most", "lock_wait_s_within"]
+__all__ = ["DEFAULT_LOCK_WAIT_S", "lock_wait_at_most", "lock_wait_s_bound", "lock_wait_s_within"]
 
 DEFAULT_LOCK_WAIT_S = 10.0
 """``lock_wait_s`` when none is given: seconds, in all, a store call waits for a write lock
@@ -41,3 +41,8 @@ def lock_wait_s_within(own: float) -> float:
     ``lock_wait_at_most`` set in this context; at least 0."""
     bound = _LOCK_WAIT_S_BOUND.get()
     return own if bound is None else max(0.0, min(own, bound))
+
+
+def lock_wait_s_bound() -> float | None:
+    """What is left of the total ``lock_wait_at_most`` set in this context, or None."""
+    return _LOCK_WAIT_S_BOUND.get()

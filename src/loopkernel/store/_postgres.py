@@ -36,9 +36,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from typing import ClassVar, Literal, TypeAlias, TypeVar
 
 import psycopg
@@ -63,7 +65,7 @@ from loopkernel.store._engine import (
 )
 from loopkernel.store._kb import POSTGRES_TEXT, KnowledgeRows
 from loopkernel.store._lease import CHANNEL
-from loopkernel.store._lockwait import lock_wait_s_within
+from loopkernel.store._lockwait import lock_wait_s_bound
 from loopkernel.store._protocol import NewEvent, PatchRecord
 from loopkernel.store._schema import (
     LEASE_LOST,
@@ -89,6 +91,73 @@ needs, and its late writes then fail."""
 _COMMIT_STEP = "SELECT loopkernel_commit_step(?, ?, ?, ?::jsonb)"
 """``commit_step`` as one statement: the run, the fence's epoch (or NULL), the time, and
 the step's rows as one JSON document (``_step_json``), parsed once on the server."""
+
+
+RECONNECTS = 3
+"""Times one call runs again, on a new connection, after the server dropped the one it ran
+on (a terminated backend, a restart, a cut network), within the call's wait bound: a
+statement in flight is not a task's failure."""
+
+_XACT_STATUS = "SELECT pg_xact_status(%s::xid8)"
+_XACT_ID = "SELECT pg_current_xact_id()::text"
+
+
+class _Attempt:
+    """One try of a call on one connection: the write's transaction id (known before its
+    COMMIT is sent), whether the COMMIT was sent, and the body's result."""
+
+    __slots__ = ("committing", "out", "xid")
+
+    def __init__(self) -> None:
+        self.xid: str | None = None
+        self.committing = False
+        self.out: object = None
+
+
+def _transact(
+    conn: Conn, dialect: PostgresDialect, body: Callable[[Cursor], T], how: How, sync: bool,
+    attempt: _Attempt,
+) -> T:  # fmt: skip
+    """``transact``; a write also takes its transaction id, in the round trip of its
+    ``BEGIN`` (the simple protocol runs several statements), and says when its COMMIT goes:
+    if the connection drops then, the id tells whether it landed."""
+    if how != "write":
+        return transact(conn, dialect, body, how, sync)
+    cur = Cursor(conn, dialect)
+    try:
+        result = conn.execute("; ".join([*dialect.begin(how, sync), _XACT_ID]))
+        while result.nextset():
+            pass
+        attempt.xid = str(result.fetchone()[0])  # type: ignore[index]
+    except psycopg.Error as exc:
+        meant = dialect.classify(exc)
+        if meant is None:
+            raise
+        raise meant from exc
+    try:
+        out = attempt.out = body(cur)
+    except BaseException:
+        with suppress(Exception):
+            cur.run("ROLLBACK")
+        raise
+    attempt.committing = True
+    cur.run("COMMIT")
+    return out
+
+
+class _QuietPool(logging.Filter):
+    """The pool's warnings about a lost server (``error connecting in 'loopkernel'``, once
+    per reconnect try; ``discarding closed connection``) are not printed: the call that
+    gives up says so in one line (``StoreUnavailable``), a server back in time is no news."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.WARNING:
+            return True
+        text = record.getMessage()
+        return "'loopkernel'" not in text and not text.startswith("discarding closed connection")
+
+
+logging.getLogger("psycopg.pool").addFilter(_QuietPool())
 
 
 def redact(url: str) -> str:
@@ -202,20 +271,55 @@ class PostgresStore(KnowledgeRows, SQLStore):
         if pool is None:
             raise UsageError("the store is not open; call `await store.open()` first")
 
-        # --store-retry is a total: a call waits for a connection no longer than what is
-        # left of it (lock_wait_at_most's bound, read here: the thread does not see the
-        # loop's context), and says how long it waited, so that the retries count it in.
-        timeout = lock_wait_s_within(self.connect_timeout)
+        # --store-retry is a total: a call waits for a connection as long as what is left
+        # of it (lock_wait_at_most's bound, read here: the thread does not see the loop's
+        # context), not connect_timeout (a server back after 30 s of 60 would restart the
+        # task in flight), and says how long it waited, so that the retries count it in.
+        bound = lock_wait_s_bound()
+        timeout = self.connect_timeout if bound is None else bound
+        return await self._on_thread(lambda: self._work(pool, body, how, sync, timeout))
 
-        def work() -> T:
-            began = time.monotonic()
+    def _work(
+        self, pool: ConnectionPool[Conn], body: Callable[[Cursor], T], how: How, sync: bool,
+        timeout: float,
+    ) -> T:  # fmt: skip
+        """``body`` on a pooled connection; on a new one when the server dropped it under
+        the call (``RECONNECTS``), unless its COMMIT was sent: then ``_landed`` asks."""
+        began = time.monotonic()
+        for left in range(RECONNECTS, -1, -1):
+            attempt = _Attempt()
             try:
-                with pool.connection(timeout=max(0.05, timeout)) as conn:
-                    return transact(conn, self.dialect, body, how, sync)
+                wait = max(0.05, timeout - (time.monotonic() - began))
+                with pool.connection(timeout=wait) as conn:
+                    try:
+                        return _transact(conn, self.dialect, body, how, sync, attempt)
+                    except StoreUnavailable:
+                        if not left or not (conn.broken or conn.closed):
+                            raise
+                if attempt.committing and self._landed(pool, attempt, began + timeout):
+                    return attempt.out  # type: ignore[return-value]
             except PoolTimeout as exc:
                 raise self.dialect.unavailable(exc, time.monotonic() - began) from exc
+        raise AssertionError("unreachable: the last attempt raises")
 
-        return await self._on_thread(work)
+    def _landed(self, pool: ConnectionPool[Conn], attempt: _Attempt, deadline: float) -> bool:
+        """Whether the transaction whose COMMIT was cut off committed, asked on another
+        connection (``pg_xact_status``). ``in progress``: its backend has not ended yet
+        (a cut network: at most ``IDLE_TX_TIMEOUT_MS``), asked again."""
+        wait = max(0.05, deadline - time.monotonic())
+        with pool.connection(timeout=wait) as conn:
+            while True:
+                row = conn.execute(_XACT_STATUS, (attempt.xid,)).fetchone()
+                status = None if row is None else row[0]
+                if status in ("committed", "aborted"):
+                    return bool(status == "committed")
+                if status is None or time.monotonic() >= deadline:
+                    raise StoreUnavailable(
+                        f"PostgreSQL at {self.where}: the connection dropped during a COMMIT "
+                        f"whose outcome is {status or 'no longer known'}",
+                        url=self.where,
+                    )
+                time.sleep(0.05)
 
     async def open(self) -> None:
         if self._pool is None:
@@ -328,7 +432,7 @@ class PostgresStore(KnowledgeRows, SQLStore):
         params = (run_id, None if fence is None else fence.epoch, time.time())
         step = _step_json(run_id, journal, records, delta, final)
         try:
-            row = await self._call(lambda cur: cur.one(_COMMIT_STEP, (*params, step)))
+            row = await self._call(lambda cur: cur.one(_COMMIT_STEP, (*params, step)), "write")
         except DuplicateKey:
             raise self._planned_twice(run_id, records) from None
         except psycopg.DatabaseError as exc:
