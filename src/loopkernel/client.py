@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import getpass
 import hmac
+import math
 import os
 import secrets
 import socket
@@ -225,6 +226,17 @@ def approver_text(by: JSON) -> str:
     return f"{by['actor']} ({', '.join(facts)})" if facts else str(by["actor"])
 
 
+def _money(value: object) -> float:
+    """A reported amount as a float (0 for anything that is not a finite number)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    return float(value) if math.isfinite(value) else 0.0
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def _user() -> str:
     try:
         return getpass.getuser()
@@ -327,6 +339,16 @@ class Client:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.store.close()
+
+    def reader(self) -> Client | None:
+        """A client that only reads, on a connection of its own (SQLite: a query-only
+        connection and thread beside the store's writer; PostgreSQL: a connection of its
+        own): its reads never slow the runs this client's store writes. Open it (``async
+        with``) after this one. ``None`` for a store that has no such view."""
+        make = getattr(self.store, "reader", None)
+        if make is None:
+            return None
+        return Client(store=make(), require_token=self.require_token)
 
     def kernel(
         self,
@@ -616,6 +638,15 @@ class Client:
         ``before`` for the next page."""
         return await self.store.list_runs(limit, status=status, app=app, before=before)
 
+    async def run_counts(self, app: str | None = None) -> dict[str, int]:
+        """status -> how many runs have it (of ``app`` only, when given); empty from a
+        store that cannot say."""
+        query = getattr(self.store, "run_counts", None)
+        if query is None:
+            return {}
+        counts: dict[str, int] = await query(app)
+        return counts
+
     async def graph(self, run_id: str) -> GraphState:
         """The run's materialized graph: tasks with their states, and edges."""
         return (await self.store.load_run(RunId(run_id))).state
@@ -863,21 +894,36 @@ class Client:
         times: dict[str, tuple[float | None, float | None]] = await query(_rid(run_id), task_id)
         return times
 
-    async def usage(self, run_id: str) -> dict[str, float | int]:
-        """What the run spent, from the effect journal: ``tool_calls``, ``model_calls``,
-        ``tokens`` (input + output) and ``cost_usd`` of its journaled model answers."""
+    async def usage(self, run_id: str) -> dict[str, float | int | None]:
+        """What the run spent, from its budget ledger (the effect journal, as the policy
+        counts it: ``tools.policy_hook``): ``tool_calls``, ``model_calls``, ``tokens``
+        (input + output), ``tool_usd`` and ``model_usd`` (the ``cost_usd`` that journaled
+        tool results and model answers report), ``cost_usd`` (both), and ``limit_usd``:
+        the run's ``max_usd`` when its parameters carry a policy, else ``None``."""
+        info = await self.store.get_run(_rid(run_id))
         calls = models = tokens = 0
-        usd = 0.0
+        tool_usd = model_usd = 0.0
         for e in await self.store.effects(_rid(run_id)):
-            if e.tool != "model":
-                calls += 1
+            model = e.tool == "model"
+            calls, models = calls + (not model), models + model
+            if e.status != "done" or not isinstance(e.result, Mapping):
                 continue
-            models += 1
-            if e.status == "done" and isinstance(e.result, Mapping):
-                usd += float(e.result.get("cost_usd") or 0.0)
-                tokens += int(e.result.get("input_tokens") or 0)
-                tokens += int(e.result.get("output_tokens") or 0)
-        return {"tool_calls": calls, "model_calls": models, "tokens": tokens, "cost_usd": usd}
+            if not model:
+                tool_usd += _money(e.result.get("cost_usd"))
+                continue
+            model_usd += _money(e.result.get("cost_usd"))
+            tokens += _count(e.result.get("input_tokens")) + _count(e.result.get("output_tokens"))
+        policy = info.params.get("policy") if isinstance(info.params, Mapping) else None
+        limit = policy.get("max_usd") if isinstance(policy, Mapping) else None
+        return {
+            "tool_calls": calls,
+            "model_calls": models,
+            "tokens": tokens,
+            "tool_usd": tool_usd,
+            "model_usd": model_usd,
+            "cost_usd": tool_usd + model_usd,
+            "limit_usd": None if limit is None else _money(limit),
+        }
 
     async def search_runs(
         self,

@@ -509,6 +509,13 @@ class SQLStore:
         rows = await self._call(lambda cur: cur.all(sql, (*params, limit)))
         return [_info(row) for row in rows]
 
+    async def run_counts(self, app: str | None = None) -> dict[str, int]:
+        """How many runs there are of each status (of one app), one ``GROUP BY``."""
+        where, params = run_page_filter(None, app, None, "?")
+        sql = f"SELECT status, COUNT(*) FROM runs{where} GROUP BY status"
+        rows = await self._call(lambda cur: cur.all(sql, tuple(params)))
+        return {str(row[0]): int(row[1]) for row in rows}
+
     async def token_hash(self, run_id: RunId) -> str:
         row = await self._call(
             lambda cur: cur.one("SELECT token_hash FROM runs WHERE run_id = ?", (run_id,))

@@ -123,13 +123,17 @@ def create_app(
 @contextlib.asynccontextmanager
 async def _lifespan(app: Starlette) -> AsyncIterator[None]:
     lk: Inspector = app.state.inspector
-    async with asyncio.TaskGroup() as group:  # the owner of every background run
-        lk.background.group = group
-        try:
-            yield
-        finally:
-            lk.background.stop()
-            await lk.watcher.stop()
+    async with contextlib.AsyncExitStack() as stack:
+        reader = lk.client.reader()
+        if reader is not None:  # every read on a connection of its own, off the writer's
+            lk.use_reader(await stack.enter_async_context(reader))
+        async with asyncio.TaskGroup() as group:  # the owner of every background run
+            lk.background.group = group
+            try:
+                yield
+            finally:
+                lk.background.stop()
+                await lk.watcher.stop()
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:

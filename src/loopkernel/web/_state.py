@@ -175,14 +175,29 @@ class Inspector:
     """The server's shared state: one per app."""
 
     client: Client
+    """Where the inspector writes (decisions, cancels, forks) and executes."""
     auth: Auth
     watcher: Watcher
     env: Environment
     keepalive_seconds: float
     past: PastCache
     background: Background
+    reader: Client | None = None
+    """Where every page, stream and hub reads: the client's read-only view on a
+    connection of its own (``Client.reader``), opened by the app's lifespan; the client
+    itself before that (or for a store that has none)."""
     drawings: dict[str, Drawing] = field(default_factory=dict)
     """run -> the drawing of its last snapshot: computed once for every stream of it."""
+
+    @property
+    def reads(self) -> Client:
+        return self.client if self.reader is None else self.reader
+
+    def use_reader(self, reader: Client) -> None:
+        """Read through ``reader`` from now on (hubs, pages, states at a seq)."""
+        self.reader = self.watcher.client = self.past.client = reader
+        for hub in self.watcher.hubs.values():
+            hub.client = reader
 
     def render(self, request: Request, name: str, code: int = 200, **ctx: Any) -> HTMLResponse:
         csrf = (
@@ -235,7 +250,7 @@ class Inspector:
         """The run now: the live hub's snapshot when a stream watches it, else read."""
         hub = self.watcher.hubs.get(run_id)
         if hub is None:
-            hub = Hub(client=self.client, run_id=run_id)
+            hub = Hub(client=self.reads, run_id=run_id)
         await hub.refresh()
         assert hub.snapshot is not None
         return hub.snapshot

@@ -120,7 +120,7 @@ async def events_stream(request: Request) -> Response:
     if (denied := lk.gate(request)) is not None:
         return denied
     run_id = run_id_of(request)
-    info = await lk.client.info(run_id)  # 404 before the stream starts
+    info = await lk.reads.info(run_id)  # 404 before the stream starts
     after = _seq_of(request.headers.get("last-event-id") or request.query_params.get("after"))
     if after is None:
         return Response("Last-Event-ID must be an event seq\n", status_code=400)
@@ -150,7 +150,7 @@ async def events_stream(request: Request) -> Response:
             headers={"Retry-After": "5"},
         )
     body = stream(
-        lk.client,
+        lk.reads,
         lk.watcher,
         run_id,
         after,
