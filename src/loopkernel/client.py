@@ -223,7 +223,10 @@ def approver_text(by: JSON) -> str:
     who = f"{by['user']}@{by['host']}" if "user" in by and "host" in by else None
     facts = [str(by[k]) for k in ("via", "address") if isinstance(by.get(k), str)]
     facts += [who] if who else []
-    return f"{by['actor']} ({', '.join(facts)})" if facts else str(by["actor"])
+    actor = str(by["actor"])
+    if isinstance(by.get("name"), str) and by["name"] != actor:  # a named operator
+        actor = f"{actor} {by['name']}"
+    return f"{actor} ({', '.join(facts)})" if facts else actor
 
 
 def _money(value: object) -> float:
@@ -838,15 +841,20 @@ class Client:
         token: str | None = None,
         local: bool = True,
         finish_waiting: bool = True,
+        by: Mapping[str, str] | None = None,
     ) -> RunStatus:
-        """Ask for the run to stop (journaled as ``cancel_requested``). Unless ``local``,
-        the run's approval token is required. With ``finish_waiting`` a stopped (waiting)
-        run is finished here and now; without it the event waits for ``resume`` or a
-        worker, like an approval."""
+        """Ask for the run to stop (journaled as ``cancel_requested``, with who asked:
+        ``approver``, ``by`` what the caller knows of them; a ``name`` in it is the web
+        inspector's operator's). Unless ``local``, the run's
+        approval token is required. With ``finish_waiting`` a stopped (waiting) run is
+        finished here and now; without it the event waits for ``resume`` or a worker,
+        like an approval."""
         rid = _rid(run_id)
         if not local and (token is None or not await self.check_token(run_id, token)):
             raise ApprovalRefused(f"cancelling run {rid} needs its approval token", run_id=rid)
-        await self.store.request_cancel(rid, reason)
+        named = by is not None and "name" in by  # the inspector's named operator
+        who = approver("run token" if token is not None else "operator" if named else "local", by)
+        await self.store.request_cancel(rid, redact_text(reason), who)
         info = await self.store.get_run(rid)
         if info.status is RunStatus.WAITING and finish_waiting:
             return (await self.execute(run_id)).status

@@ -102,3 +102,33 @@ def test_the_app_reads_through_the_reader_once_it_serves(db_path: Path) -> None:
             assert lk.reads.store._db is None  # closed with the app  # type: ignore[attr-defined]
 
     run_async(go())
+
+
+@pytest.mark.postgres
+def test_the_postgres_reader_has_a_connection_of_its_own(pg_backend: Any) -> None:
+    """Every pooled connection of the store held (as a burst of writes would hold them),
+    the reader still reads, and follows the journal's ``LISTEN``."""
+    url = pg_backend.url
+    run_id, _ = make_run(url, "lk_testapps:gate")
+
+    async def go() -> None:
+        async with Client(url) as client:
+            reader = client.reader()
+            assert reader is not None
+            async with reader:
+                store: Any = client.store
+                pool = store._pool
+                held = [pool.getconn() for _ in range(store.max_size)]
+                try:
+                    async with asyncio.timeout(20):
+                        hub = Watcher(client=reader).hub(run_id)
+                        assert await hub.refresh()
+                        assert hub.snapshot is not None
+                        assert hub.snapshot.info.status.value == "waiting"
+                finally:
+                    for conn in held:
+                        pool.putconn(conn)
+                with pytest.raises(UsageError, match="read-only"):
+                    await reader.cancel(run_id, "no")
+
+    run_async(go())

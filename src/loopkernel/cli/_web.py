@@ -59,6 +59,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             max_streams=args.max_streams,
             allow_hosts=tuple(args.allow_host),
             keepalive_seconds=args.keepalive_seconds,
+            operators_file=args.operators,
             beside=None if args.no_timers else wake,
         )
 
@@ -81,6 +82,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--token-file",
         help="read the operator token from this file (default: a new one, printed at start)",
+    )
+    p.add_argument(
+        "--operators",
+        metavar="FILE",
+        help="named operators, one 'NAME SHA256-OF-TOKEN' per line: each signs in with a "
+        "token of their own, and their decisions and cancels are journaled with their name",
     )
     p.add_argument(
         "--require-token-for-reads",

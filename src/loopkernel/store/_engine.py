@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from functools import lru_cache
@@ -721,11 +721,17 @@ class SQLStore:
                 task_id=task_id,
             ) from None
 
-    async def request_cancel(self, run_id: RunId, reason: str) -> Event:
+    async def request_cancel(
+        self, run_id: RunId, reason: str, by: Mapping[str, str] | None = None
+    ) -> Event:
+        data: dict[str, JSON] = {"reason": reason}
+        if by is not None:
+            data["by"] = dict(by)
+
         def body(cur: Cursor, status: RunStatus) -> Event:
             if status in TERMINAL_RUN:
                 raise UsageError(f"run {run_id} is already {status}", run_id=run_id)
-            events = [NewEvent(kind=EventKind.CANCEL_REQUESTED, data={"reason": reason})]
+            events = [NewEvent(kind=EventKind.CANCEL_REQUESTED, data=data)]
             now = time.time()
             (event,) = self._append(cur, run_id, self._last_seq(cur, run_id), events, now)
             if status is RunStatus.WAITING:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any
 
 from starlette.applications import Starlette
@@ -58,6 +58,8 @@ ROUTES = [
     Route("/login", actions.login_page, methods=["GET"]),
     Route("/login", actions.login, methods=["POST"]),
     Route("/logout", actions.logout, methods=["POST"]),
+    Route("/sessions", actions.sessions_page, methods=["GET"]),
+    Route("/sessions/revoke", actions.revoke, methods=["POST"]),
     Route("/runs/{run_id}", pages.run_page),
     Route("/runs/{run_id}/events", events_stream),
     Route("/runs/{run_id}/events/{seq}", pages.event_value),
@@ -84,16 +86,19 @@ def create_app(
     keepalive_seconds: float = KEEPALIVE_SECONDS,
     trusted_hosts: Collection[str] = (),
     session_seconds: float = 12 * 3600.0,
+    operators: Mapping[str, str] | None = None,
 ) -> Starlette:
     """The inspector over an open ``client``. ``operator_token`` authorizes every write
     (and every read with ``require_token_for_reads``); at most ``max_streams`` live
     streams are served at once, each sending a keepalive after ``keepalive_seconds`` of
     silence. Requests are answered only when their ``Host`` is loopback or one of
-    ``trusted_hosts`` (DNS rebinding); a sign-in lasts ``session_seconds``."""
+    ``trusted_hosts`` (DNS rebinding); a sign-in lasts ``session_seconds``. ``operators``:
+    named operators, name -> SHA-256 of their token (``serve --operators``)."""
     inspector = Inspector(
         client=client,
         auth=Auth(
             operator_token=operator_token,
+            operators=dict(operators or {}),
             require_for_reads=require_token_for_reads,
             session_seconds=session_seconds,
         ),

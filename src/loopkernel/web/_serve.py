@@ -18,6 +18,7 @@ import uvicorn
 from loopkernel.client import Client
 from loopkernel.errors import UsageError
 from loopkernel.web._app import create_app
+from loopkernel.web._auth import read_operators
 
 __all__ = ["operator_token", "serve", "trusted_hosts"]
 
@@ -34,6 +35,21 @@ def operator_token(token_file: str | None) -> tuple[str, bool]:
     if len(token) < 16:
         raise UsageError(f"the token in {path} is too short: use at least 16 characters")
     return token, False
+
+
+def operators_of(path: str | None) -> dict[str, str]:
+    """The named operators of an operators file (``NAME SHA256-OF-TOKEN`` lines), or
+    none without one."""
+    if path is None:
+        return {}
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read the operators file {path}: {exc.strerror}") from None
+    try:
+        return read_operators(text, path)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -81,6 +97,7 @@ async def serve(
     max_streams: int = 64,
     allow_hosts: tuple[str, ...] = (),
     keepalive_seconds: float | None = None,
+    operators_file: str | None = None,
     out: TextIO = sys.stdout,
     beside: Callable[[Client], Coroutine[Any, Any, None]] | None = None,
 ) -> None:
@@ -93,6 +110,7 @@ async def serve(
     second reads the file's header with a plain ``open``/``close``, and POSIX drops every
     lock the process holds on a file when any descriptor of it closes)."""
     token, new = operator_token(token_file)
+    operators = operators_of(operators_file)
     sock = _bind(host, port)
     async with Client(db) as client:
         app = create_app(
@@ -101,6 +119,7 @@ async def serve(
             require_token_for_reads=require_token_for_reads,
             max_streams=max_streams,
             trusted_hosts=trusted_hosts(host, allow_hosts),
+            operators=operators,
             **({} if keepalive_seconds is None else {"keepalive_seconds": keepalive_seconds}),
         )
         bound = sock.getsockname()
@@ -110,6 +129,8 @@ async def serve(
             print(f"operator token: {token}", file=out)
         else:
             print(f"operator token: read from {token_file}", file=out)
+        if operators:
+            print(f"named operators: {', '.join(sorted(operators))}", file=out)
         print("sign in at /login to approve, reject and cancel", file=out)
         if not _is_loopback(host):
             print(f"warning: listening on {host}, not only this machine", file=out)

@@ -18,7 +18,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from loopkernel.client import Client, Inspection
+from loopkernel.client import Client, Inspection, approver_text
 from loopkernel.graph import RunStatus, TaskState
 from loopkernel.ids import TaskId, valid_id
 from loopkernel.web import _views as views
@@ -103,13 +103,18 @@ class Background:
     running: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     """run -> its execution here."""
 
-    def start(self, run_id: str) -> None:
-        """Execute ``run_id`` in the background; refused when it already runs here or the
-        server is not serving (no lifespan)."""
+    def start(self, run_id: str, by: dict[str, str] | None = None) -> None:
+        """Execute ``run_id`` in the background (``by``: who asked, for the log);
+        refused when it already runs here or the server is not serving (no lifespan)."""
         if self.group is None:
             raise Refused(503, "this server is not running its background executor")
         if run_id in self.running:
             raise Refused(409, f"run {run_id} is already being resumed here")
+        log.warning(
+            "run %s executed here, asked by %s",
+            run_id,
+            approver_text({"actor": "operator", **(by or {})}),
+        )
         self.running[run_id] = self.group.create_task(self._execute(run_id))
 
     async def _execute(self, run_id: str) -> None:
@@ -208,6 +213,7 @@ class Inspector:
         ctx.update(
             csrf=csrf,
             operator=self.auth.is_operator(request),
+            operator_name=self.auth.operator_name(request),
             locked=self.auth.require_for_reads,
             path=request.url.path,
         )
