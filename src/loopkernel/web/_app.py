@@ -36,7 +36,7 @@ from loopkernel.web._state import (
     inspector_of,
     templates,
 )
-from loopkernel.web._stream import events_stream
+from loopkernel.web._stream import events_stream, shared_stream
 
 __all__ = ["create_app"]
 
@@ -61,6 +61,7 @@ ROUTES = [
     Route("/sessions", actions.sessions_page, methods=["GET"]),
     Route("/sessions/revoke", actions.revoke, methods=["POST"]),
     Route("/runs/{run_id}", pages.run_page),
+    Route("/live", shared_stream),
     Route("/runs/{run_id}/events", events_stream),
     Route("/runs/{run_id}/events/{seq}", pages.event_value),
     Route("/runs/{run_id}/at/{seq}", pages.at_page),
