@@ -19,6 +19,7 @@ from loopkernel.graph import EventKind
 from loopkernel.ids import RunId
 from loopkernel.store import NewEvent
 from loopkernel.web._app import _lifespan, create_app
+from loopkernel.web._auth import Auth
 from loopkernel.web._live import Watcher
 
 
@@ -86,7 +87,7 @@ def test_the_app_reads_through_the_reader_once_it_serves(db_path: Path) -> None:
 
     async def go() -> None:
         async with Client(str(db_path)) as client:
-            app = create_app(client, operator_token="t" * 24)
+            app = create_app(client, auth=Auth(operator_token="t" * 24))
             lk = app.state.inspector
             assert lk.reads is client
             async with _lifespan(app):

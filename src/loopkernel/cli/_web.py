@@ -42,7 +42,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from loopkernel.web import require_extra
 
     require_extra()
-    from loopkernel.web._serve import serve
+    from loopkernel.web._serve import Listen, serve
 
     async def wake(client: Client) -> None:
         from loopkernel._waker import TimerWaker
@@ -52,12 +52,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     async def serve_and_wake() -> None:
         await serve(
             args.db,
-            host=args.host,
-            port=args.port,
+            listen=Listen(host=args.host, port=args.port, allow_hosts=tuple(args.allow_host)),
             token_file=args.token_file,
             require_token_for_reads=args.require_token_for_reads,
             max_streams=args.max_streams,
-            allow_hosts=tuple(args.allow_host),
             keepalive_seconds=args.keepalive_seconds,
             operators_file=args.operators,
             beside=None if args.no_timers else wake,

@@ -17,7 +17,7 @@ without a lease: the executor reads them from the journal.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -324,9 +324,7 @@ class Journal(Protocol):
         An enqueued run that was ``waiting`` becomes ``running`` again: claimable.
         """
 
-    async def request_cancel(
-        self, run_id: RunId, reason: str, by: Mapping[str, str] | None = None
-    ) -> Event:
+    async def request_cancel(self, run_id: RunId, reason: str, by: JSON = None) -> Event:
         """Journal ``cancel_requested`` (with ``by``: who asked, as ``approver`` writes
         it); the executor (now or at resume) finishes the run.
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Collection, Mapping
+from collections.abc import AsyncIterator, Collection
 from typing import Any
 
 from starlette.applications import Starlette
@@ -80,29 +80,20 @@ ROUTES = [
 def create_app(
     client: Client,
     *,
-    operator_token: str,
-    require_token_for_reads: bool = False,
+    auth: Auth,
     max_streams: int = 64,
     poll_seconds: float = 1.0,
     keepalive_seconds: float = KEEPALIVE_SECONDS,
     trusted_hosts: Collection[str] = (),
-    session_seconds: float = 12 * 3600.0,
-    operators: Mapping[str, str] | None = None,
 ) -> Starlette:
-    """The inspector over an open ``client``. ``operator_token`` authorizes every write
-    (and every read with ``require_token_for_reads``); at most ``max_streams`` live
-    streams are served at once, each sending a keepalive after ``keepalive_seconds`` of
-    silence. Requests are answered only when their ``Host`` is loopback or one of
-    ``trusted_hosts`` (DNS rebinding); a sign-in lasts ``session_seconds``. ``operators``:
-    named operators, name -> SHA-256 of their token (``serve --operators``)."""
+    """The inspector over an open ``client``. ``auth``: the operator tokens (the server's
+    and the named operators'), whether reads need one, how long a sign-in lasts. At most
+    ``max_streams`` live streams are served at once, each sending a keepalive after
+    ``keepalive_seconds`` of silence. Requests are answered only when their ``Host`` is
+    loopback or one of ``trusted_hosts`` (DNS rebinding)."""
     inspector = Inspector(
         client=client,
-        auth=Auth(
-            operator_token=operator_token,
-            operators=dict(operators or {}),
-            require_for_reads=require_token_for_reads,
-            session_seconds=session_seconds,
-        ),
+        auth=auth,
         watcher=Watcher(client=client, poll_seconds=poll_seconds, max_streams=max_streams),
         env=templates(),
         keepalive_seconds=keepalive_seconds,
