@@ -27,7 +27,9 @@ function connect() {
   es.addEventListener("error", function () {
     var state = es.readyState === EventSource.CLOSED ? "closed" : "reconnecting";
     each(function (id) { send(id, "error", JSON.stringify({ state: state })); });
-    if (es.readyState === EventSource.CLOSED && source === es) later(1000);
+    // Never the browser's own retry: it would reopen the first URL, whose `after`s are
+    // stale (the shared stream carries no Last-Event-ID). Reopen with each view's last seq.
+    if (source === es) { es.close(); later(1000); }
   });
   TYPES.forEach(function (type) {
     es.addEventListener(type, function (e) {
