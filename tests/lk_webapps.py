@@ -49,3 +49,32 @@ chain = App(
     build=_chain,
     defaults={"steps": 30, "seconds": 0.1},
 )
+
+
+class OneTaskPlanner(BasePlanner):
+    """One task, ``parse``; the run ends as its task did."""
+
+    def on_start(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+        return GraphPatch().add(TaskSpec(task_id="parse", skill="parse"))
+
+    def on_completed(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+        return GraphPatch().finish("succeeded", None)
+
+    def on_failed(self, snapshot: Snapshot, event: Event) -> GraphPatch:
+        return GraphPatch().finish("failed", {"task": str(event.task_id)})
+
+
+def read_config_line(line: str) -> int:
+    """Where the failure is raised: its name must show in the page's traceback."""
+    return int(line.split("=", 1)[1])
+
+
+async def parse_config(ctx: TaskContext) -> Any:
+    return {"port": read_config_line("api_key=sk-live-abcdefghijklmnopqrstuvwx")}
+
+
+broken = App(
+    name="lk_webapps:broken",
+    description="a task whose worker raises",
+    build=lambda params: AppParts(planner=OneTaskPlanner(), workers={"parse": parse_config}),
+)

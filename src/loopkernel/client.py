@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import getpass
 import hmac
 import os
 import secrets
-import socket
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Collection, Mapping
@@ -37,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from loopkernel._app import App, load_app, registered
 from loopkernel._hold import HELD, acquire_here, hold_lease
 from loopkernel._hooks import crashpoint
+from loopkernel._people import approver, approver_text, usage_of
 from loopkernel.errors import (
     ApprovalRefused,
     RunHeld,
@@ -104,6 +103,8 @@ __all__ = [
     "Inspection",
     "Listeners",
     "Pruned",
+    "approver",
+    "approver_text",
     "check_payload",
     "parse_payload",
 ]
@@ -202,35 +203,6 @@ class Pruned:
     deleted, on a dry run, or where the server's vacuum reuses it (PostgreSQL)."""
 
 
-def approver(actor: str, known: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Who answered an approval, as the journal keeps it (``human_input``'s ``by``):
-    ``actor`` is the authority the answer came with (``operator``: the web inspector's
-    operator; ``run token``: the run's approval token; ``local``: write access to the
-    store), then what the caller knows of the person (the CLI: the user and host it runs
-    as; the inspector: ``via`` and the browser's ``address``). Never a token: a token is
-    checked, then only its kind is written."""
-    facts = dict(known) if known is not None else {"user": _user(), "host": socket.gethostname()}
-    return {"actor": actor, **{k: redact_text(str(v))[:200] for k, v in facts.items()}}
-
-
-def approver_text(by: JSON) -> str:
-    """One line for a ``human_input``'s ``by``: ``operator (web inspector, 127.0.0.1)``,
-    ``local (alice@build-1)``; ``unknown`` for an answer journaled before it was kept."""
-    if not isinstance(by, Mapping) or not isinstance(by.get("actor"), str):
-        return "unknown (journaled before approvers were recorded)"
-    who = f"{by['user']}@{by['host']}" if "user" in by and "host" in by else None
-    facts = [str(by[k]) for k in ("via", "address") if isinstance(by.get(k), str)]
-    facts += [who] if who else []
-    return f"{by['actor']} ({', '.join(facts)})" if facts else str(by["actor"])
-
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no name for this uid (a container)
-        return f"uid {os.getuid()}"
-
-
 def _rid(run_id: str) -> RunId:
     """A run id from a caller, checked against the id grammar before it reaches a store."""
     return RunId(check_id(run_id))
@@ -326,6 +298,16 @@ class Client:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.store.close()
+
+    def reader(self) -> Client | None:
+        """A client that only reads, on a connection of its own (SQLite: a query-only
+        connection and thread beside the store's writer; PostgreSQL: a connection of its
+        own): its reads never slow the runs this client's store writes. Open it (``async
+        with``) after this one. ``None`` for a store that has no such view."""
+        make = getattr(self.store, "reader", None)
+        if make is None:
+            return None
+        return Client(store=make(), require_token=self.require_token)
 
     def kernel(
         self,
@@ -599,6 +581,15 @@ class Client:
         ``before`` for the next page."""
         return await self.store.list_runs(limit, status=status, app=app, before=before)
 
+    async def run_counts(self, app: str | None = None) -> dict[str, int]:
+        """status -> how many runs have it (of ``app`` only, when given); empty from a
+        store that cannot say."""
+        query = getattr(self.store, "run_counts", None)
+        if query is None:
+            return {}
+        counts: dict[str, int] = await query(app)
+        return counts
+
     async def graph(self, run_id: str) -> GraphState:
         """The run's materialized graph: tasks with their states, and edges."""
         return (await self.store.load_run(RunId(run_id))).state
@@ -790,15 +781,20 @@ class Client:
         token: str | None = None,
         local: bool = True,
         finish_waiting: bool = True,
+        by: Mapping[str, str] | None = None,
     ) -> RunStatus:
-        """Ask for the run to stop (journaled as ``cancel_requested``). Unless ``local``,
-        the run's approval token is required. With ``finish_waiting`` a stopped (waiting)
-        run is finished here and now; without it the event waits for ``resume`` or a
-        worker, like an approval."""
+        """Ask for the run to stop (journaled as ``cancel_requested``, with who asked:
+        ``approver``, ``by`` what the caller knows of them; a ``name`` in it is the web
+        inspector's operator's). Unless ``local``, the run's
+        approval token is required. With ``finish_waiting`` a stopped (waiting) run is
+        finished here and now; without it the event waits for ``resume`` or a worker,
+        like an approval."""
         rid = _rid(run_id)
         if not local and (token is None or not await self.check_token(run_id, token)):
             raise ApprovalRefused(f"cancelling run {rid} needs its approval token", run_id=rid)
-        await self.store.request_cancel(rid, reason)
+        named = by is not None and "name" in by  # the inspector's named operator
+        who = approver("run token" if token is not None else "operator" if named else "local", by)
+        await self.store.request_cancel(rid, redact_text(reason), who)
         info = await self.store.get_run(rid)
         if info.status is RunStatus.WAITING and finish_waiting:
             return (await self.execute(run_id)).status
@@ -846,21 +842,14 @@ class Client:
         times: dict[str, tuple[float | None, float | None]] = await query(_rid(run_id), task_id)
         return times
 
-    async def usage(self, run_id: str) -> dict[str, float | int]:
-        """What the run spent, from the effect journal: ``tool_calls``, ``model_calls``,
-        ``tokens`` (input + output) and ``cost_usd`` of its journaled model answers."""
-        calls = models = tokens = 0
-        usd = 0.0
-        for e in await self.store.effects(_rid(run_id)):
-            if e.tool != "model":
-                calls += 1
-                continue
-            models += 1
-            if e.status == "done" and isinstance(e.result, Mapping):
-                usd += float(e.result.get("cost_usd") or 0.0)
-                tokens += int(e.result.get("input_tokens") or 0)
-                tokens += int(e.result.get("output_tokens") or 0)
-        return {"tool_calls": calls, "model_calls": models, "tokens": tokens, "cost_usd": usd}
+    async def usage(self, run_id: str) -> dict[str, float | int | None]:
+        """What the run spent, from its budget ledger (the effect journal, as the policy
+        counts it: ``tools.policy_hook``): ``tool_calls``, ``model_calls``, ``tokens``
+        (input + output), ``tool_usd`` and ``model_usd`` (the ``cost_usd`` that journaled
+        tool results and model answers report), ``cost_usd`` (both), and ``limit_usd``:
+        the run's ``max_usd`` when its parameters carry a policy, else ``None``."""
+        info = await self.store.get_run(_rid(run_id))
+        return usage_of(info.params, await self.store.effects(_rid(run_id)))
 
     async def search_runs(
         self,

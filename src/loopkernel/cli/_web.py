@@ -43,7 +43,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from loopkernel.web import require_extra
 
     require_extra()
-    from loopkernel.web._serve import serve
+    from loopkernel.web._serve import Listen, serve
 
     async def chores(client: Client) -> None:
         from loopkernel._waker import TimerWaker
@@ -57,13 +57,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     async def serve_and_wake() -> None:
         await serve(
             args.db,
-            host=args.host,
-            port=args.port,
+            listen=Listen(host=args.host, port=args.port, allow_hosts=tuple(args.allow_host)),
             token_file=args.token_file,
             require_token_for_reads=args.require_token_for_reads,
             max_streams=args.max_streams,
-            allow_hosts=tuple(args.allow_host),
             keepalive_seconds=args.keepalive_seconds,
+            operators_file=args.operators,
             beside=None if args.no_timers and args.retention is None else chores,
         )
 
@@ -86,6 +85,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--token-file",
         help="read the operator token from this file (default: a new one, printed at start)",
+    )
+    p.add_argument(
+        "--operators",
+        metavar="FILE",
+        help="named operators, one 'NAME SHA256-OF-TOKEN' per line: each signs in with a "
+        "token of their own, and their decisions and cancels are journaled with their name",
     )
     p.add_argument(
         "--require-token-for-reads",

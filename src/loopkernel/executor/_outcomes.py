@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import hashlib
 import json
+import traceback
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
@@ -105,9 +106,29 @@ def outcome_of(
     return EventKind.TASK_COMPLETED, succeeded
 
 
+TRACEBACK_CHARS = 8192
+"""The most of a failure's traceback its ``task_failed`` event keeps (the end: the frame
+that raised, and the exception)."""
+
+
+def traceback_of(exc: BaseException) -> str:
+    """``exc``'s traceback (with its causes) as the journal keeps it: redacted, its last
+    ``TRACEBACK_CHARS`` characters, valid UTF-8."""
+    text = "".join(traceback.format_exception(exc))
+    if len(text) > TRACEBACK_CHARS:
+        text = "...\n" + text[-TRACEBACK_CHARS:]
+    return redact_text(text.encode("utf-8", "replace").decode("utf-8"))
+
+
 def event_data(kind: EventKind, task: Task, fut: asyncio.Task[JSON] | None = None) -> JSON:
     if kind in (EventKind.TASK_FAILED, EventKind.TRIPWIRE):
-        return {"error": task.error, "attempt": task.attempts}
+        failure: dict[str, JSON] = {"error": task.error, "attempt": task.attempts}
+        # In the event only, not in the task's error: the digest stays free of paths and
+        # line numbers, and the inspector shows it beside the failure.
+        raised = fut.exception() if fut is not None and not fut.cancelled() else None
+        if kind is EventKind.TASK_FAILED and raised is not None:
+            failure["traceback"] = traceback_of(raised)
+        return failure
     if kind is EventKind.APPROVAL_REQUIRED:
         data: dict[str, JSON] = {"reason": task.wait_reason, "wait_epoch": task.wait_epoch}
         asked = fut.exception() if fut is not None and not fut.cancelled() else None

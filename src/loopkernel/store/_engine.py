@@ -91,6 +91,7 @@ from loopkernel.store._codec import (
     with_done_seq,
 )
 from loopkernel.store._fork import fork_statements
+from loopkernel.store._inspect import InspectorReads
 from loopkernel.store._lease import (
     CHANNEL,
     LOCAL,
@@ -269,13 +270,6 @@ _UPSERT_TASK = (
     "wait_reason=excluded.wait_reason, human_input=excluded.human_input, "
     "wait_epoch=excluded.wait_epoch, done_seq=excluded.done_seq, wake_at=excluded.wake_at"
 )
-TASK_EVENTS = (
-    "SELECT seq, kind, task_id, data FROM events WHERE run_id = ? AND seq IN "
-    "(SELECT seq FROM events WHERE run_id = ? AND task_id = ?) ORDER BY seq"
-)
-"""One task's events: the seqs from the covering index ``events_by_task``, the rows by the
-primary key (SQLite, without statistics, would rather scan the run's whole journal by its
-primary key than look rows up from an index that does not cover them)."""
 _LAST_SEQ = "SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?"
 _RUN_ROW = "SELECT status, lease_epoch, owner FROM runs WHERE run_id = ?"
 _RUN_ROW_SEQ = (
@@ -344,7 +338,7 @@ def migrate(cur: Cursor, where: str, migrations: Sequence[Sequence[str]], versio
         )
 
 
-class SQLStore:
+class SQLStore(InspectorReads):
     """The ``Store`` protocols, once: a subclass gives the dialect, the connection (where a
     body runs: ``_submit``), ``open``/``close`` and what only its database has."""
 
@@ -709,11 +703,12 @@ class SQLStore:
                 task_id=task_id,
             ) from None
 
-    async def request_cancel(self, run_id: RunId, reason: str) -> Event:
+    async def request_cancel(self, run_id: RunId, reason: str, by: JSON = None) -> Event:
         def body(cur: Cursor, status: RunStatus) -> Event:
             if status in TERMINAL_RUN:
                 raise UsageError(f"run {run_id} is already {status}", run_id=run_id)
-            events = [NewEvent(kind=EventKind.CANCEL_REQUESTED, data={"reason": reason})]
+            data = {"reason": reason} if by is None else {"reason": reason, "by": by}
+            events = [NewEvent(kind=EventKind.CANCEL_REQUESTED, data=data)]
             now = time.time()
             (event,) = self._append(cur, run_id, self._last_seq(cur, run_id), events, now)
             if status is RunStatus.WAITING:
@@ -848,47 +843,6 @@ class SQLStore:
         sql = "SELECT source_run, source_seq FROM forks WHERE run_id = ?"
         row = await self._call(lambda cur: cur.one(sql, (run_id,)))
         return None if row is None else (RunId(row[0]), int(row[1]))
-
-    # -- for the web inspector (client.py composes them) ------------------------------------
-
-    async def forks_of(self, run_id: RunId) -> list[tuple[RunId, int]]:
-        """``(run, seq)`` of the runs forked from ``run_id``."""
-        sql = "SELECT run_id, source_seq FROM forks WHERE source_run = ? ORDER BY run_id"
-        rows = await self._call(lambda cur: cur.all(sql, (run_id,)))
-        return [(RunId(r[0]), int(r[1])) for r in rows]
-
-    async def task_events(self, run_id: RunId, task_id: str) -> list[Event]:
-        """The events of one task, filtered by the database (``events_by_task``)."""
-        args = (run_id, run_id, task_id)
-        rows = await self._call(lambda cur: cur.all(TASK_EVENTS, args))
-        return [event_from_row(run_id, row) for row in rows]
-
-    async def event_times(self, run_id: RunId, after: int = 0) -> dict[int, float]:
-        """When each event after ``after`` was journaled (seq -> epoch seconds)."""
-        sql = "SELECT seq, created_at FROM events WHERE run_id = ? AND seq > ? ORDER BY seq"
-        rows = await self._call(lambda cur: cur.all(sql, (run_id, after)))
-        return {int(r[0]): float(r[1]) for r in rows}
-
-    async def task_times(
-        self, run_id: RunId, task_id: str | None = None
-    ) -> dict[str, tuple[float | None, float | None]]:
-        """task -> (when its latest attempt started, when its finishing event was
-        journaled), epoch seconds or ``None``; every task, or the one ``task_id``."""
-        sql = (
-            "SELECT t.task_id, t.started_at, e.created_at FROM tasks t LEFT JOIN events e "
-            "ON e.run_id = t.run_id AND e.seq = t.done_seq WHERE t.run_id = ?"
-        )
-        args: tuple[Any, ...] = (run_id,)
-        if task_id is not None:
-            sql, args = sql + " AND t.task_id = ?", (run_id, task_id)
-        rows = await self._call(lambda cur: cur.all(sql, args))
-        return {
-            str(r[0]): (
-                None if r[1] is None else float(r[1]),
-                None if r[2] is None else float(r[2]),
-            )
-            for r in rows
-        }
 
     async def delete_run(self, run_id: RunId) -> None:
         self._unfenced("delete runs")

@@ -67,6 +67,7 @@ from loopkernel.store._kb import POSTGRES_TEXT, KnowledgeRows
 from loopkernel.store._lease import CHANNEL
 from loopkernel.store._lockwait import lock_wait_s_bound
 from loopkernel.store._protocol import NewEvent, PatchRecord
+from loopkernel.store._reader import refuse_write
 from loopkernel.store._schema import (
     LEASE_LOST,
     NO_RUN,
@@ -412,6 +413,11 @@ class PostgresStore(KnowledgeRows, SQLStore):
         view._listener = Listener(self.url)
         return view
 
+    def reader(self) -> PostgresStore:
+        """A read-only view with a pool of one connection of its own (and its own
+        ``LISTEN``): a reader never takes a connection this store's writes wait for."""
+        return PostgresReader(self.url, min_size=1, max_size=1, create=False)
+
     # -- the step in one round trip ----------------------------------------------------------
 
     async def commit_step(
@@ -470,6 +476,19 @@ _STEP_TASK = (
     *("wait_reason", "human", "wait_epoch", "done", "wake"),
 )
 """The step function's names for ``TASK_COLUMNS``, in their order."""
+
+
+class PostgresReader(PostgresStore):
+    """``PostgresStore.reader()``: the same queries, writes refused."""
+
+    async def _submit(
+        self, body: Callable[[Cursor], T], how: How, sync: bool, bulk: bool = False
+    ) -> T:
+        refuse_write(how)
+        return await super()._submit(body, how, sync, bulk)
+
+    def reader(self) -> PostgresStore:
+        return PostgresReader(self.url, min_size=1, max_size=1, create=False)
 
 
 def _step_json(

@@ -401,8 +401,9 @@ class Journal(Protocol):
         An enqueued run that was ``waiting`` becomes ``running`` again: claimable.
         """
 
-    async def request_cancel(self, run_id: RunId, reason: str) -> Event:
-        """Journal ``cancel_requested``; the executor (now or at resume) finishes the run.
+    async def request_cancel(self, run_id: RunId, reason: str, by: JSON = None) -> Event:
+        """Journal ``cancel_requested`` (with ``by``: who asked, as ``approver`` writes
+        it); the executor (now or at resume) finishes the run.
 
         An enqueued run that was ``waiting`` becomes ``running`` again: claimable.
         """

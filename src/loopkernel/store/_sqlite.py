@@ -66,6 +66,7 @@ from loopkernel.store._engine import (
 from loopkernel.store._kb import SQLITE_TEXT, KnowledgeRows
 from loopkernel.store._lockwait import DEFAULT_LOCK_WAIT_S
 from loopkernel.store._protocol import Reclaimed
+from loopkernel.store._reader import SQLiteReader
 from loopkernel.store._schema import SQLITE_MIGRATIONS, SQLITE_VERSION, TABLES
 from loopkernel.store._writer import CommitStats, Write, Writer
 
@@ -602,6 +603,11 @@ class SQLiteStore(KnowledgeRows, SQLStore):
         except BaseException:
             target.unlink(missing_ok=True)
             raise
+
+    def reader(self) -> SQLiteReader:
+        """A read-only view on a connection and a thread of its own (``_reader``): what it
+        reads never waits behind, nor holds up, this store's writer thread."""
+        return SQLiteReader(self)
 
     def archive(self, run_id: RunId) -> SQLiteArchive:
         """The run's tasks read back synchronously, for an executor that evicts finished

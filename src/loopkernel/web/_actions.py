@@ -4,6 +4,7 @@ authority before it touches a run."""
 
 from __future__ import annotations
 
+import logging
 from typing import Literal
 
 from starlette.datastructures import FormData
@@ -16,7 +17,19 @@ from loopkernel.graph import TERMINAL_RUN, RunStatus
 from loopkernel.web._auth import CSRF_COOKIE, SESSION_COOKIE
 from loopkernel.web._state import Inspector, Refused, inspector_of, run_id_of
 
-__all__ = ["cancel", "decide", "fork", "login", "login_page", "logout", "resume"]
+__all__ = [
+    "cancel",
+    "decide",
+    "fork",
+    "login",
+    "login_page",
+    "logout",
+    "resume",
+    "revoke",
+    "sessions_page",
+]
+
+log = logging.getLogger("loopkernel.web")
 
 
 async def authorized_form(
@@ -43,10 +56,15 @@ async def authorized_form(
 
 
 def answered_by(lk: Inspector, request: Request) -> dict[str, str]:
-    """What the inspector knows of who answers: how they came, from which address."""
+    """What the inspector knows of who acts: the operator's name (when an operator
+    token authorized it), how they came, from which address."""
     via = "web API, Bearer" if lk.auth.is_bearer(request) else "web inspector"
-    host = request.client.host if request.client is not None else None
-    return {"via": via} if host is None else {"via": via, "address": host}
+    out = {"via": via}
+    if (name := lk.auth.operator_name(request)) is not None:
+        out["name"] = name
+    if request.client is not None:
+        out["address"] = request.client.host
+    return out
 
 
 async def decide(request: Request) -> Response:
@@ -68,7 +86,7 @@ async def decide(request: Request) -> Response:
         if snap.cancel_requested:
             raise Refused(409, "refused: a cancel of this run is journaled; it stops")
         verdict: Literal["approve", "reject"] = "approve" if decision == "approve" else "reject"
-        who = answered_by(lk, request)
+        who = _acting(lk, request, token, form)
         if token is None:  # the operator: the server checked the authority
             event = await lk.client.decide_as_operator(
                 run_id, task_id, verdict, payload=payload, by=who
@@ -84,6 +102,17 @@ async def decide(request: Request) -> Response:
     return lk.back_to(run_id, f"{decision} journaled for {task_id} (event #{event.seq})")
 
 
+def _acting(lk: Inspector, request: Request, token: str | None, form: FormData) -> dict[str, str]:
+    """``answered_by``; when the form's own token named an operator (typed in, not
+    signed in), that operator's name."""
+    who = answered_by(lk, request)
+    raw = form.get("token")
+    name = lk.auth.who(raw) if token is None and isinstance(raw, str) else None
+    if name is not None and "name" not in who:
+        who["name"] = name
+    return who
+
+
 async def cancel(request: Request) -> Response:
     lk = inspector_of(request)
     run_id = run_id_of(request)
@@ -94,9 +123,12 @@ async def cancel(request: Request) -> Response:
         info = await lk.client.info(run_id)
         if info.status in TERMINAL_RUN:
             raise Refused(409, f"run {run_id} is already {info.status.value}")
+        who = _acting(lk, request, token, form)
         # Like the CLI: a waiting run (nobody executes it) is finished here and now.
         try:
-            status = await lk.client.cancel(run_id, reason, token=token, local=token is None)
+            status = await lk.client.cancel(
+                run_id, reason, token=token, local=token is None, by=who
+            )
         except RunHeld:
             status = RunStatus.RUNNING
     except Refused as exc:
@@ -114,13 +146,13 @@ async def resume(request: Request) -> Response:
     lk = inspector_of(request)
     run_id = run_id_of(request)
     try:
-        _, token = await authorized_form(lk, request, run_id)
+        form, token = await authorized_form(lk, request, run_id)
         if token is not None:
             raise Refused(403, "resuming a run needs the operator token")
         info = await lk.client.info(run_id)
         if info.status in TERMINAL_RUN:
             raise Refused(409, f"run {run_id} is already {info.status.value}")
-        lk.background.start(run_id)
+        lk.background.start(run_id, by=_acting(lk, request, token, form))
     except Refused as exc:
         return lk.render(request, "error.html", exc.status, message=exc.message, back=run_id)
     except LoopKernelError as exc:
@@ -147,7 +179,7 @@ async def fork(request: Request) -> Response:
             raise Refused(400, f"the run has no event #{at}")
         started = await lk.client.fork(run_id, at=at)
         if form.get("execute"):
-            lk.background.start(started.run_id)
+            lk.background.start(started.run_id, by=_acting(lk, request, token, form))
     except Refused as exc:
         return lk.render(request, "error.html", exc.status, message=exc.message, back=run_id)
     except LoopKernelError as exc:
@@ -168,7 +200,8 @@ async def login(request: Request) -> Response:
     if not auth.csrf_ok(request, csrf if isinstance(csrf, str) else None):
         return lk.render(request, "error.html", 403, message="this form is stale; reload the page")
     token = form.get("token")
-    if not auth.is_operator_token(token if isinstance(token, str) else None):
+    name = auth.who(token if isinstance(token, str) else None)
+    if name is None:
         return lk.render(request, "login.html", 403, next="/", error="wrong token")
     target = form.get("next")
     # Only a path on this server: never "//host" or "/\\host", which browsers treat as
@@ -176,7 +209,7 @@ async def login(request: Request) -> Response:
     ok = isinstance(target, str) and target.startswith("/") and target[1:2] not in "/\\"
     target = target if ok and isinstance(target, str) else "/"
     response = RedirectResponse(target, status_code=303)
-    sid, csrf = auth.new_session()
+    sid, csrf = auth.new_session(name)
     secure = request.url.scheme == "https"
     for name, value in ((SESSION_COOKIE, sid), (CSRF_COOKIE, csrf)):
         response.set_cookie(
@@ -200,3 +233,32 @@ async def logout(request: Request) -> Response:
     response = RedirectResponse("/", status_code=303)
     response.delete_cookie(SESSION_COOKIE)
     return response
+
+
+async def sessions_page(request: Request) -> Response:
+    """The live sign-ins (operator, time left), each revocable; operators only."""
+    lk = inspector_of(request)
+    if not lk.auth.is_operator(request):
+        return lk.render(request, "error.html", 403, message="sign in as an operator first")
+    return lk.render(request, "sessions.html", sessions=lk.auth.sessions())
+
+
+async def revoke(request: Request) -> Response:
+    """End one session (``session=HANDLE``) or every one (``session=all``), at once: the
+    next request of each is signed out. Operators only; CSRF checked."""
+    lk = inspector_of(request)
+    form = await request.form()
+    csrf = form.get("csrf")
+    bearer = lk.auth.is_bearer(request)
+    if not bearer and not lk.auth.csrf_ok(request, csrf if isinstance(csrf, str) else None):
+        return lk.render(request, "error.html", 403, message="this form is stale; reload the page")
+    name = lk.auth.operator_name(request)
+    if name is None:
+        return lk.render(request, "error.html", 403, message="sign in as an operator first")
+    raw = form.get("session")
+    which = raw if isinstance(raw, str) and raw else None
+    if which is None:
+        return lk.render(request, "error.html", 400, message="which session? (or all)")
+    ended = lk.auth.revoke(None if which == "all" else which)
+    log.warning("%s revoked %d session(s) (%s)", name, ended, which)
+    return RedirectResponse("/sessions" if lk.auth.is_operator(request) else "/", status_code=303)

@@ -36,7 +36,7 @@ from loopkernel.web._state import (
     inspector_of,
     templates,
 )
-from loopkernel.web._stream import events_stream
+from loopkernel.web._stream import events_stream, shared_stream
 
 __all__ = ["create_app"]
 
@@ -58,7 +58,10 @@ ROUTES = [
     Route("/login", actions.login_page, methods=["GET"]),
     Route("/login", actions.login, methods=["POST"]),
     Route("/logout", actions.logout, methods=["POST"]),
+    Route("/sessions", actions.sessions_page, methods=["GET"]),
+    Route("/sessions/revoke", actions.revoke, methods=["POST"]),
     Route("/runs/{run_id}", pages.run_page),
+    Route("/live", shared_stream),
     Route("/runs/{run_id}/events", events_stream),
     Route("/runs/{run_id}/events/{seq}", pages.event_value),
     Route("/runs/{run_id}/at/{seq}", pages.at_page),
@@ -77,27 +80,21 @@ ROUTES = [
 def create_app(
     client: Client,
     *,
-    operator_token: str,
-    require_token_for_reads: bool = False,
+    auth: Auth,
     max_streams: int = 64,
     poll_seconds: float = 1.0,
     keepalive_seconds: float = KEEPALIVE_SECONDS,
     trusted_hosts: Collection[str] = (),
-    session_seconds: float = 12 * 3600.0,
 ) -> Starlette:
-    """The inspector over an open ``client``. ``operator_token`` authorizes every write
-    (and every read with ``require_token_for_reads``); at most ``max_streams`` live
-    streams are served at once, each sending a keepalive after ``keepalive_seconds`` of
-    silence. Requests are answered only when their ``Host`` is loopback or one of
-    ``trusted_hosts`` (DNS rebinding); a sign-in lasts ``session_seconds``. The
+    """The inspector over an open ``client``. ``auth``: the operator tokens (the server's
+    and the named operators'), whether reads need one, how long a sign-in lasts. At most
+    ``max_streams`` live streams are served at once, each sending a keepalive after
+    ``keepalive_seconds`` of silence. Requests are answered only when their ``Host`` is
+    loopback or one of ``trusted_hosts`` (DNS rebinding). The
     installed apps' pages are served too (``_apps``: entry point group ``loopkernel.pages``)."""
     inspector = Inspector(
         client=client,
-        auth=Auth(
-            operator_token=operator_token,
-            require_for_reads=require_token_for_reads,
-            session_seconds=session_seconds,
-        ),
+        auth=auth,
         watcher=Watcher(client=client, poll_seconds=poll_seconds, max_streams=max_streams),
         env=templates(),
         keepalive_seconds=keepalive_seconds,
@@ -126,13 +123,17 @@ def create_app(
 @contextlib.asynccontextmanager
 async def _lifespan(app: Starlette) -> AsyncIterator[None]:
     lk: Inspector = app.state.inspector
-    async with asyncio.TaskGroup() as group:  # the owner of every background run
-        lk.background.group = group
-        try:
-            yield
-        finally:
-            lk.background.stop()
-            await lk.watcher.stop()
+    async with contextlib.AsyncExitStack() as stack:
+        reader = lk.client.reader()
+        if reader is not None:  # every read on a connection of its own, off the writer's
+            lk.use_reader(await stack.enter_async_context(reader))
+        async with asyncio.TaskGroup() as group:  # the owner of every background run
+            lk.background.group = group
+            try:
+                yield
+            finally:
+                lk.background.stop()
+                await lk.watcher.stop()
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:

@@ -257,6 +257,8 @@ class Watcher:
     active: int = 0
     """Open streams (slots taken)."""
     hubs: dict[str, Hub] = field(default_factory=dict)
+    listeners: set[asyncio.Event] = field(default_factory=set)
+    """Set whenever some journal moved (the runs lists' live views wait on them)."""
     _task: asyncio.Task[None] | None = None
 
     def reserve(self) -> bool:
@@ -294,6 +296,9 @@ class Watcher:
                 await self.client.wait_for_journal(self.poll_seconds)
             except Exception:  # the store is unreachable for now: poll until it is back
                 await asyncio.sleep(self.poll_seconds)
+            if time.monotonic() - began < self.poll_seconds:  # woken, not timed out
+                for wake in self.listeners:
+                    wake.set()
             if (rest := began + self.min_gap - time.monotonic()) > 0:
                 await asyncio.sleep(rest)
             for run_id, hub in list(self.hubs.items()):

@@ -9,8 +9,11 @@ import json
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from loopkernel.graph import RunStatus
+from loopkernel.client import Client
+from loopkernel.graph import RunStatus, TaskState
+from loopkernel.store import RunInfo
 from loopkernel.web import _views as views
+from loopkernel.web._live import Snapshot
 from loopkernel.web._state import (
     AT_PAGE,
     JOURNAL_TAIL,
@@ -51,10 +54,10 @@ async def runs_page(request: Request) -> Response:
         except ValueError:
             return lk.render(request, "error.html", 400, message="bad page cursor")
     if search:
-        runs = await lk.client.search_runs(search, PAGE_SIZE + 1, status=status, app=app)
+        runs = await lk.reads.search_runs(search, PAGE_SIZE + 1, status=status, app=app)
         before = None
     else:
-        runs = await lk.client.list_runs(
+        runs = await lk.reads.list_runs(
             PAGE_SIZE + 1,
             status=None if status is None else RunStatus(status),
             app=app,
@@ -62,6 +65,7 @@ async def runs_page(request: Request) -> Response:
         )
     more = len(runs) > PAGE_SIZE and not search
     runs = runs[:PAGE_SIZE]
+    counts = await lk.reads.run_counts(app)
     cursor = f"{runs[-1].created_at!r}:{runs[-1].run_id}" if more and runs else None
     live = not search and before is None
     return lk.render(
@@ -75,6 +79,8 @@ async def runs_page(request: Request) -> Response:
         cursor=cursor,
         first_page=before is None,
         live=live,
+        counts=counts,
+        costs=await _costs(lk.reads, runs),
     )
 
 
@@ -87,19 +93,25 @@ async def runs_fragment(request: Request) -> Response:
     status = q.get("status") or None
     if status is not None and status not in STATUSES:
         return Response("unknown status\n", status_code=400)
-    runs = await lk.client.list_runs(
+    runs = await lk.reads.list_runs(
         PAGE_SIZE,
         status=None if status is None else RunStatus(status),
         app=q.get("app") or None,
     )
-    return HTMLResponse(lk.fragment("_runs_rows.html", runs=runs))
+    costs = await _costs(lk.reads, runs)
+    return HTMLResponse(lk.fragment("_runs_rows.html", runs=runs, costs=costs))
+
+
+async def _costs(client: Client, runs: list[RunInfo]) -> dict[str, dict[str, float | int | None]]:
+    """run -> what it spent (``Client.usage``: the budget ledger), for a page of runs."""
+    return {r.run_id: await client.usage(r.run_id) for r in runs}
 
 
 async def run_page(request: Request) -> Response:
     lk = inspector_of(request)
     if (denied := lk.gate(request)) is not None:
         return denied
-    client = lk.client
+    client = lk.reads
     run_id = run_id_of(request)
     snap = await lk.snapshot_of(run_id)
     info = snap.info
@@ -140,15 +152,39 @@ async def run_page(request: Request) -> Response:
         timeline=line,
         planned=views.planned_through(shown, patches, start),
         all_tasks=request.query_params.get("tasks") == "all",
+        failures=await _failures(client, run_id, snap),
         **ctx,
     )
+
+
+FAILURES_SHOWN = 5
+"""Failed tasks whose error and traceback the run page shows (the first, by id)."""
+
+
+async def _failures(client: Client, run_id: str, snap: Snapshot) -> list[dict[str, object]]:
+    """The run's failed tasks (at most ``FAILURES_SHOWN``): each one's error and the
+    traceback of its latest failure."""
+    failed = sorted(
+        snap.state.in_state(TaskState.FAILED), key=lambda t: views.natural_key(t.task_id)
+    )
+    out: list[dict[str, object]] = []
+    for task in failed[:FAILURES_SHOWN]:
+        events = await client.task_events(run_id, task.task_id)
+        out.append(
+            {
+                "task": task,
+                "error": views.preview(task.error, 300),
+                "traceback": views.failure_traceback(task, events),
+            }
+        )
+    return out
 
 
 async def task_page(request: Request) -> Response:
     lk = inspector_of(request)
     if (denied := lk.gate(request)) is not None:
         return denied
-    client = lk.client
+    client = lk.reads
     run_id = run_id_of(request)
     task_id = request.path_params["task_id"]
     info = await client.info(run_id)
@@ -175,7 +211,7 @@ async def task_page(request: Request) -> Response:
         times=times,
         took=views.task_time(await client.task_times(run_id, task_id), task_id),
         decisions=views.decisions(events, times),
-        traceback=views.traceback_of(task.error),
+        traceback=views.failure_traceback(task, events),
     )
 
 
@@ -185,7 +221,7 @@ async def task_value(request: Request) -> Response:
     if (denied := lk.gate(request)) is not None:
         return denied
     run_id = run_id_of(request)
-    task = (await lk.client.graph(run_id)).get(request.path_params["task_id"])
+    task = (await lk.reads.graph(run_id)).get(request.path_params["task_id"])
     part = request.path_params["part"]
     if task is None or part not in ("input", "result", "error", "human_input"):
         return Response("no such value\n", status_code=404)
@@ -206,7 +242,7 @@ async def event_value(request: Request) -> Response:
         seq = int(request.path_params["seq"])
     except ValueError:
         return Response("not an event seq\n", status_code=400)
-    found = await lk.client.event(run_id, seq) if 0 < seq <= MAX_SEQ else None
+    found = await lk.reads.event(run_id, seq) if 0 < seq <= MAX_SEQ else None
     if found is None:
         return Response("no such event\n", status_code=404)
     return Response(
@@ -222,7 +258,7 @@ async def at_page(request: Request) -> Response:
     if (denied := lk.gate(request)) is not None:
         return denied
     run_id = run_id_of(request)
-    info = await lk.client.info(run_id)
+    info = await lk.reads.info(run_id)
     try:
         seq = int(request.path_params["seq"])
     except ValueError:
@@ -257,7 +293,7 @@ async def history(request: Request) -> Response:
     if (denied := lk.gate(request)) is not None:
         return denied
     run_id = run_id_of(request)
-    found = await lk.client.inspect(run_id, journal=True)
+    found = await lk.reads.inspect(run_id, journal=True)
     body = await asyncio.to_thread(
         lambda: json.dumps(found.to_json(), ensure_ascii=False, sort_keys=True).encode()
     )

@@ -10,6 +10,7 @@ import secrets
 import socket
 import sys
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -18,8 +19,9 @@ import uvicorn
 from loopkernel.client import Client
 from loopkernel.errors import UsageError
 from loopkernel.web._app import create_app
+from loopkernel.web._auth import Auth, read_operators
 
-__all__ = ["operator_token", "serve", "trusted_hosts"]
+__all__ = ["Listen", "operator_token", "serve", "trusted_hosts"]
 
 
 def operator_token(token_file: str | None) -> tuple[str, bool]:
@@ -34,6 +36,21 @@ def operator_token(token_file: str | None) -> tuple[str, bool]:
     if len(token) < 16:
         raise UsageError(f"the token in {path} is too short: use at least 16 characters")
     return token, False
+
+
+def operators_of(path: str | None) -> dict[str, str]:
+    """The named operators of an operators file (``NAME SHA256-OF-TOKEN`` lines), or
+    none without one."""
+    if path is None:
+        return {}
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read the operators file {path}: {exc.strerror}") from None
+    try:
+        return read_operators(text, path)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -71,21 +88,32 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Listen:
+    """Where ``serve`` listens, and which host names it answers to."""
+
+    host: str = "127.0.0.1"
+    port: int = 8765
+    """0: any free port."""
+    allow_hosts: tuple[str, ...] = ()
+    """Host names answered besides loopback and ``host`` (``--allow-host``)."""
+
+
 async def serve(
     db: str | None,
     *,
-    host: str = "127.0.0.1",
-    port: int = 8765,
+    listen: Listen = Listen(),
     token_file: str | None = None,
     require_token_for_reads: bool = False,
     max_streams: int = 64,
-    allow_hosts: tuple[str, ...] = (),
     keepalive_seconds: float | None = None,
+    operators_file: str | None = None,
     out: TextIO = sys.stdout,
     beside: Callable[[Client], Coroutine[Any, Any, None]] | None = None,
 ) -> None:
     """Serve the inspector until interrupted. Requests are answered for loopback names,
-    ``host`` itself (unless it is a wildcard address) and ``allow_hosts``.
+    ``listen.host`` itself (unless it is a wildcard address) and ``listen.allow_hosts``;
+    ``operators_file`` names the operators (``read_operators``).
 
     ``beside(client)``: a task run on the same client while the server runs (``loopkernel
     serve``'s timer waker), cancelled and awaited when it stops. The same client, not a
@@ -93,12 +121,16 @@ async def serve(
     second reads the file's header with a plain ``open``/``close``, and POSIX drops every
     lock the process holds on a file when any descriptor of it closes)."""
     token, new = operator_token(token_file)
-    sock = _bind(host, port)
+    operators = operators_of(operators_file)
+    host, allow_hosts = listen.host, listen.allow_hosts
+    sock = _bind(host, listen.port)
     async with Client(db) as client:
+        auth = Auth(
+            operator_token=token, operators=operators, require_for_reads=require_token_for_reads
+        )
         app = create_app(
             client,
-            operator_token=token,
-            require_token_for_reads=require_token_for_reads,
+            auth=auth,
             max_streams=max_streams,
             trusted_hosts=trusted_hosts(host, allow_hosts),
             **({} if keepalive_seconds is None else {"keepalive_seconds": keepalive_seconds}),
@@ -110,6 +142,8 @@ async def serve(
             print(f"operator token: {token}", file=out)
         else:
             print(f"operator token: read from {token_file}", file=out)
+        if operators:
+            print(f"named operators: {', '.join(sorted(operators))}", file=out)
         print("sign in at /login to approve, reject and cancel", file=out)
         if not _is_loopback(host):
             print(f"warning: listening on {host}, not only this machine", file=out)

@@ -18,7 +18,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from loopkernel.client import Client, Inspection
+from loopkernel.client import Client, Inspection, approver_text
 from loopkernel.graph import RunStatus, TaskState
 from loopkernel.ids import TaskId, valid_id
 from loopkernel.web import _views as views
@@ -103,13 +103,18 @@ class Background:
     running: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     """run -> its execution here."""
 
-    def start(self, run_id: str) -> None:
-        """Execute ``run_id`` in the background; refused when it already runs here or the
-        server is not serving (no lifespan)."""
+    def start(self, run_id: str, by: dict[str, str] | None = None) -> None:
+        """Execute ``run_id`` in the background (``by``: who asked, for the log);
+        refused when it already runs here or the server is not serving (no lifespan)."""
         if self.group is None:
             raise Refused(503, "this server is not running its background executor")
         if run_id in self.running:
             raise Refused(409, f"run {run_id} is already being resumed here")
+        log.warning(
+            "run %s executed here, asked by %s",
+            run_id,
+            approver_text({"actor": "operator", **(by or {})}),
+        )
         self.running[run_id] = self.group.create_task(self._execute(run_id))
 
     async def _execute(self, run_id: str) -> None:
@@ -175,14 +180,29 @@ class Inspector:
     """The server's shared state: one per app."""
 
     client: Client
+    """Where the inspector writes (decisions, cancels, forks) and executes."""
     auth: Auth
     watcher: Watcher
     env: Environment
     keepalive_seconds: float
     past: PastCache
     background: Background
+    reader: Client | None = None
+    """Where every page, stream and hub reads: the client's read-only view on a
+    connection of its own (``Client.reader``), opened by the app's lifespan; the client
+    itself before that (or for a store that has none)."""
     drawings: dict[str, Drawing] = field(default_factory=dict)
     """run -> the drawing of its last snapshot: computed once for every stream of it."""
+
+    @property
+    def reads(self) -> Client:
+        return self.client if self.reader is None else self.reader
+
+    def use_reader(self, reader: Client) -> None:
+        """Read through ``reader`` from now on (hubs, pages, states at a seq)."""
+        self.reader = self.watcher.client = self.past.client = reader
+        for hub in self.watcher.hubs.values():
+            hub.client = reader
 
     def render(self, request: Request, name: str, code: int = 200, **ctx: Any) -> HTMLResponse:
         csrf = (
@@ -193,6 +213,7 @@ class Inspector:
         ctx.update(
             csrf=csrf,
             operator=self.auth.is_operator(request),
+            operator_name=self.auth.operator_name(request),
             locked=self.auth.require_for_reads,
             path=request.url.path,
         )
@@ -235,7 +256,7 @@ class Inspector:
         """The run now: the live hub's snapshot when a stream watches it, else read."""
         hub = self.watcher.hubs.get(run_id)
         if hub is None:
-            hub = Hub(client=self.client, run_id=run_id)
+            hub = Hub(client=self.reads, run_id=run_id)
         await hub.refresh()
         assert hub.snapshot is not None
         return hub.snapshot

@@ -1,22 +1,28 @@
 """``GET /runs/R/events``: a run page's live stream (Server-Sent Events), and the
-fragments it sends, rendered for what that one page shows."""
+fragments it sends, rendered for what that one page shows; ``GET /live``: the live views
+of every tab of one browser multiplexed on one stream (the pages' SharedWorker)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from loopkernel.graph import Event, TaskState
+from loopkernel.ids import valid_id
 from loopkernel.store import PatchRecord
 from loopkernel.web import _views as views
 from loopkernel.web._auth import CSRF_COOKIE
-from loopkernel.web._live import Renderers, Snapshot, digest, stream
+from loopkernel.web._live import Renderers, Snapshot, Watcher, digest, stream
 from loopkernel.web._state import MAX_SEQ, TASKS_SHOWN, Inspector, inspector_of, run_id_of
 
-__all__ = ["events_stream"]
+__all__ = ["events_stream", "shared_stream"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -120,8 +126,39 @@ async def events_stream(request: Request) -> Response:
     if (denied := lk.gate(request)) is not None:
         return denied
     run_id = run_id_of(request)
-    info = await lk.client.info(run_id)  # 404 before the stream starts
-    after = _seq_of(request.headers.get("last-event-id") or request.query_params.get("after"))
+    last = request.headers.get("last-event-id")
+    opened = await _open_view(lk, request, run_id, request.query_params, last)
+    if isinstance(opened, Response):
+        return opened
+    # The slot is taken last, once nothing can refuse the request any more, and from here
+    # to the response (which gives it back however it ends) nothing can raise.
+    if not lk.watcher.reserve():
+        return _too_many()
+    return _Stream(opened, lk.watcher.release, media_type="text/event-stream", headers=_HEADERS)
+
+
+_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+
+
+def _too_many() -> Response:
+    return Response(
+        "too many live streams; try again shortly\n",
+        status_code=503,
+        headers={"Retry-After": "5"},
+    )
+
+
+async def _open_view(
+    lk: Inspector,
+    request: Request,
+    run_id: str,
+    query: Mapping[str, str],
+    last_event_id: str | None,
+) -> AsyncIterator[str] | Response:
+    """The messages of one run page's stream (``stream``), for the page that ``query``
+    describes (``after``, ``planned``, ``state``, ``tasks``); or the answer refusing it."""
+    info = await lk.reads.info(run_id)  # 404 before the stream starts
+    after = _seq_of(last_event_id or query.get("after"))
     if after is None:
         return Response("Last-Event-ID must be an event seq\n", status_code=400)
     if after > min(MAX_SEQ, info.last_seq):
@@ -129,7 +166,7 @@ async def events_stream(request: Request) -> Response:
             f"Last-Event-ID {after} is past the run's last event ({info.last_seq})\n",
             status_code=400,
         )
-    planned = _seq_of(request.query_params.get("planned"))
+    planned = _seq_of(query.get("planned"))
     if planned is None:
         return Response("planned must be an event seq\n", status_code=400)
     view = _PageView(
@@ -138,19 +175,11 @@ async def events_stream(request: Request) -> Response:
         started=info.created_at,
         operator=lk.auth.is_operator(request),
         csrf=request.cookies.get(CSRF_COOKIE, ""),
-        all_tasks=request.query_params.get("tasks") == "all",
-        page_key=request.query_params.get("state"),
+        all_tasks=query.get("tasks") == "all",
+        page_key=query.get("state"),
     )
-    # The slot is taken last, once nothing can refuse the request any more, and from here
-    # to the response (which gives it back however it ends) nothing can raise.
-    if not lk.watcher.reserve():
-        return Response(
-            "too many live streams; try again shortly\n",
-            status_code=503,
-            headers={"Retry-After": "5"},
-        )
-    body = stream(
-        lk.client,
+    return stream(
+        lk.reads,
         lk.watcher,
         run_id,
         after,
@@ -158,12 +187,125 @@ async def events_stream(request: Request) -> Response:
         planned=min(after, planned),
         keepalive_seconds=lk.keepalive_seconds,
     )
-    return _Stream(
-        body,
-        lk.watcher.release,
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
+
+
+MAX_SUBSCRIPTIONS = 32
+"""Live views one shared stream (``GET /live``) carries at most."""
+
+
+async def shared_stream(request: Request) -> Response:
+    """``GET /live?subs=[...]``: the live views of every tab of one browser on one
+    connection (the page's SharedWorker, ``static/shared.js``). Each subscription is
+    ``{"id": ID, "url": "/runs/R/events?after=..."}`` (a run page's stream, as that
+    page would open it) or ``{"id": ID, "runs": true}`` (the runs list: told when some
+    journal moved). Every message is the one the view's own stream would send, with
+    ``"sub": ID`` in its data. One stream slot for the whole connection."""
+    lk = inspector_of(request)
+    if (denied := lk.gate(request)) is not None:
+        return denied
+    try:
+        subs = json.loads(request.query_params.get("subs") or "[]")
+    except ValueError:
+        subs = None
+    if not isinstance(subs, list) or not 0 < len(subs) <= MAX_SUBSCRIPTIONS:
+        return Response(f"subs must be a list of 1 to {MAX_SUBSCRIPTIONS}\n", status_code=400)
+    views: dict[str, AsyncIterator[str]] = {}
+    for sub in subs:
+        opened = await _subscription(lk, request, sub)
+        if isinstance(opened, Response):
+            return opened
+        views[str(sub["id"])] = opened
+    if not lk.watcher.reserve():
+        return _too_many()
+    body = merged(views, lk.keepalive_seconds)
+    return _Stream(body, lk.watcher.release, media_type="text/event-stream", headers=_HEADERS)
+
+
+async def _subscription(lk: Inspector, request: Request, sub: Any) -> AsyncIterator[str] | Response:
+    if not isinstance(sub, dict) or not isinstance(sub.get("id"), str) or len(sub["id"]) > 64:
+        return Response("each subscription needs an id\n", status_code=400)
+    if sub.get("runs") is True:
+        return runs_changes(lk.watcher)
+    url = urlsplit(str(sub.get("url", "")))
+    parts = url.path.split("/")
+    if len(parts) != 4 or parts[:2] != ["", "runs"] or parts[3] != "events":
+        return Response("a subscription's url is a run's /events\n", status_code=400)
+    run_id = unquote(parts[2])
+    if not valid_id(run_id):
+        return Response("that is not a run id\n", status_code=400)
+    query = dict(parse_qsl(url.query))
+    return await _open_view(lk, request, run_id, query, None)
+
+
+async def runs_changes(watcher: Watcher) -> AsyncIterator[str]:
+    """The runs list's view: a ``runs`` message whenever some journal moved (at most every
+    ``RUNS_GAP`` seconds); the page then reads its rows again."""
+    wake = asyncio.Event()
+    watcher.listeners.add(wake)
+    watcher.start()
+    try:
+        yield "retry: 1000\n\n"
+        while True:
+            await wake.wait()
+            wake.clear()
+            yield "event: runs\ndata: {}\n\n"
+            await asyncio.sleep(RUNS_GAP)
+    finally:
+        watcher.listeners.discard(wake)
+
+
+RUNS_GAP = 1.0
+"""Seconds between two ``runs`` messages of one runs list."""
+
+
+async def merged(
+    views: dict[str, AsyncIterator[str]], keepalive_seconds: float
+) -> AsyncIterator[str]:
+    """The messages of every view, as each comes, with its subscription's id spliced into
+    its data; a view that ended (``end``) leaves the others going, and the stream ends
+    with the last one. Each view is pumped by a task this generator owns: cancelled and
+    awaited however the stream ends (the browser went away)."""
+    queue: asyncio.Queue[tuple[str, str] | None] = asyncio.Queue(maxsize=256)
+
+    async def pump(sub: str, messages: AsyncIterator[str]) -> None:
+        try:
+            async for message in messages:
+                await queue.put((sub, message))
+        finally:
+            await messages.aclose()  # type: ignore[attr-defined]
+        await queue.put(None)  # this view ended (not reached when cancelled)
+
+    tasks = [asyncio.ensure_future(pump(sub, views[sub])) for sub in views]
+    live = len(tasks)
+    try:
+        yield f"retry: 1000\n\n: keepalive every {keepalive_seconds:g} s\n\n"
+        while live:
+            got = await queue.get()
+            if got is None:
+                live = sum(not t.done() for t in tasks)
+                continue
+            if (tagged := tag(*got)) is not None:
+                yield tagged
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def tag(sub: str, message: str) -> str | None:
+    """One view's message for the shared stream: its ``event:`` and ``data:`` lines,
+    ``"sub"`` spliced into the data object (its ``id:`` dropped: the worker keeps each
+    view's last seq); ``None`` for what is not a message (the retry line, comments)."""
+    kind = data = None
+    for line in message.split("\n"):
+        if line.startswith("event: "):
+            kind = line[7:]
+        elif line.startswith("data: {"):
+            data = line[6:]
+    if kind is None or data is None:
+        return None
+    inner = data[1:] if data[1:2] == "}" else "," + data[1:]
+    return f'event: {kind}\ndata: {{"sub":{json.dumps(sub)}{inner}\n\n'
 
 
 def _seq_of(raw: str | None) -> int | None:

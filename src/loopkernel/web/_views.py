@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -379,6 +379,19 @@ def traceback_of(error: JSON) -> str | None:
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
             return "".join(str(v) for v in value)
     return None
+
+
+def failure_traceback(task: Task, events: Sequence[Event]) -> str | None:
+    """The traceback of the task's latest failure: its ``task_failed`` event keeps it
+    (redacted, bounded, ``executor._outcomes``); an older error may carry one itself."""
+    for ev in reversed(events):
+        if ev.kind is EventKind.TASK_FAILED and ev.task_id == task.task_id:
+            data = ev.data if isinstance(ev.data, dict) else {}
+            found = data.get("traceback")
+            if isinstance(found, str) and found.strip():
+                return found
+            break
+    return traceback_of(task.error)
 
 
 def approval_of(task: Task, call: JSON = None) -> dict[str, str]:

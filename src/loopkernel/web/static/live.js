@@ -4,19 +4,76 @@
 (function () {
   "use strict";
 
-  // The runs list: its first page refreshes itself every few seconds.
+  // One live stream per browser: every tab's views go through one SharedWorker
+  // (static/shared.js), which holds one EventSource for all of them. Without
+  // SharedWorker (or with it refused), each view opens an EventSource of its own.
+  var worker = null;
+  var views = {};
+  function sharedPort() {
+    if (worker === null) {
+      worker = false;
+      if (window.SharedWorker) {
+        try {
+          worker = new SharedWorker("/static/shared.js", { name: "loopkernel-live" });
+          worker.port.addEventListener("message", function (m) {
+            var view = views[m.data.id];
+            if (view) view(m.data);
+          });
+          worker.port.start();
+        } catch (e) { worker = false; }
+      }
+    }
+    return worker ? worker.port : null;
+  }
+  // An EventSource's face (addEventListener, close, readyState) over the shared stream.
+  function SharedSource(port, url, runs) {
+    var id = Math.random().toString(36).slice(2) + Date.now().toString(36);
+    var handlers = {};
+    var me = {
+      readyState: 0,
+      addEventListener: function (type, fn) { (handlers[type] = handlers[type] || []).push(fn); },
+      close: function () { port.postMessage({ op: "unwatch", id: id }); delete views[id]; me.readyState = 2; }
+    };
+    views[id] = function (msg) {
+      if (msg.type === "error") me.readyState = JSON.parse(msg.data).state === "closed" ? 2 : 0;
+      else me.readyState = 1;
+      (handlers[msg.type] || []).forEach(function (fn) { fn({ data: msg.data }); });
+    };
+    port.postMessage({ op: "watch", id: id, url: url, runs: !!runs });
+    return me;
+  }
+  function openSource(url, runs) {
+    var port = sharedPort();
+    document.body.setAttribute("data-stream-mode", port ? "shared" : "own");
+    if (port) return SharedSource(port, url, runs);
+    return runs ? null : new EventSource(url);
+  }
+  window.addEventListener("pagehide", function () {
+    Object.keys(views).forEach(function (id) {
+      worker.port.postMessage({ op: "unwatch", id: id });
+    });
+    views = {};
+  });
+
+  // The runs list: its first page reads its rows again when some journal moved (told on
+  // the shared stream), else every few seconds.
   var runsBody = document.querySelector("#runs-body[data-poll]");
   if (runsBody && window.fetch) {
-    var poll = function () {
+    var busy = false;
+    var reload = function () {
+      if (busy) return;
+      busy = true;
       fetch(runsBody.getAttribute("data-poll"), { credentials: "same-origin" })
         .then(function (r) { return r.ok ? r.text() : null; })
         .then(function (html) {
           if (html !== null) { runsBody.innerHTML = html; document.body.setAttribute("data-runs-polled", String(Date.now())); }
         })
         .catch(function () {})
-        .then(function () { setTimeout(poll, 3000); });
+        .then(function () { busy = false; });
     };
-    setTimeout(poll, 3000);
+    var told = openSource(null, true);
+    if (told) told.addEventListener("runs", reload);
+    else setInterval(reload, 3000);
   }
 
   // Durations that move while a run runs ("running for", "waiting for"): the server
@@ -74,7 +131,7 @@
   }
 
   function connect() {
-    source = new EventSource(url);
+    source = openSource(url, false);
     source.addEventListener("open", function () { if (dot) dot.hidden = false; alive(); });
     source.addEventListener("error", function () {
       // CONNECTING: the browser retries by itself (with Last-Event-ID); CLOSED: it gave up.
