@@ -209,8 +209,8 @@ def test_hints_spell_the_command_as_it_was_started_when_it_is_not_on_path(
         return out.stdout
 
     hidden = gate("g1", "/usr/bin:/bin")
-    assert f"    {script} --db r.db approve g1 gate" in hidden
+    assert f"  {script} --db r.db approve g1 gate" in hidden
     assert f"then: {script} --db r.db resume g1" in hidden
     shown = gate("g2", f"{script.parent}:/usr/bin:/bin")
-    assert "    loopkernel --db r.db approve g2 gate" in shown
+    assert "  loopkernel --db r.db approve g2 gate" in shown
     assert "then: loopkernel --db r.db resume g2" in shown

@@ -210,7 +210,7 @@ db.execute("ROLLBACK")
 
 def test_no_store_method_bypasses_the_engine() -> None:
     # Every coroutine of the SQLite store is the engine's, but for these few, which open,
-    # close, wait or copy and translate their faults as the engine does.
+    # close, wait, copy or vacuum and translate their faults as the engine does.
     own = {
         name
         for name, fn in vars(SQLiteStore).items()
@@ -222,6 +222,7 @@ def test_no_store_method_bypasses_the_engine() -> None:
         "open",
         "close",
         "checkpoint",
+        "reclaim",
         "export",
         "wait_for_journal",
         "wait_for_work",

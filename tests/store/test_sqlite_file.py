@@ -141,12 +141,14 @@ def test_the_wal_is_folded_in_as_it_grows_though_commits_never_checkpoint(
 
     folds: list[int] = []
     asyncio.run(go())
-    # A step writes about seven pages: some 80 MB of journal went through a WAL that
-    # stayed near 4 MiB, folded in once per 4 MiB or so (15 times), not at every look
-    # of the thread's (one write in 64, ~110 here) once the file had passed 4 MiB: the
-    # file is cut back to 4 MiB when it is written again from its start.
+    # A step writes about eight pages (seven, and the pointer map of a file made with
+    # auto_vacuum = INCREMENTAL): some 80 MB of journal went through a WAL that stayed
+    # near 4 MiB, folded in once per 4 MiB or so (15 times), not at every look of the
+    # thread's (one write in 64, ~110 here) once the file had passed 4 MiB: the file is
+    # cut back to 4 MiB when it is written again from its start. The peak is 4 MiB and
+    # the writes of one look's period (6.46 MB measured; 6.27 MB before the pointer map).
     assert len(sizes) > 2900
-    assert max(sizes) < 6 * 1024 * 1024, max(sizes)
+    assert max(sizes) < 7 * 1024 * 1024, max(sizes)
     assert 1 <= folds[0] <= 30, folds
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT COUNT(*) FROM tasks WHERE state = 'succeeded'").fetchone() == (

@@ -258,4 +258,4 @@ def test_approve_and_cancel_from_other_processes_and_a_worker_reacts_at_once(
         ended = cli(url, "wait", other, "--timeout", "45")
         assert ended.returncode == 5, (ended.stdout, (tmp_path / "w.log").read_text())
     log = (tmp_path / "w.log").read_text()
-    assert log.count("waits for a human") == 2 and f"{gate} succeeded" in log
+    assert log.count("waiting for a human") == 2 and f"{gate} succeeded" in log
