@@ -158,13 +158,24 @@ def _module_name(path: Path) -> str:
 
 
 def import_graph() -> dict[str, set[str]]:
-    """Module -> the package modules it imports (at the top or inside a function)."""
+    """Module -> the package modules it imports when it runs (at the top or inside a
+    function). An import under ``if TYPE_CHECKING:`` never runs (it names a type for the
+    checker), so it is no edge: a circle is one that Python would walk."""
     paths = {_module_name(p): p for p in _modules(("src",))}
     graph: dict[str, set[str]] = {}
     for name, path in paths.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         found: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        typing_only = {
+            id(inner)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING")
+            for inner in ast.walk(node)
+        }
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
             if isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:

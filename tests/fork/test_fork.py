@@ -150,7 +150,7 @@ def test_the_cli_forks_and_inspects_as_of_a_seq(lite_backend: Backend) -> None:
     forked = cli("fork", "o", "--at", "3", "--run-id", "o2")
     assert forked.returncode == 0, forked.stderr
     assert "forked from o at event #3" in forked.stdout
-    assert "loopkernel resume o2" in forked.stdout
+    assert "next: loopkernel --db " in forked.stdout and " resume o2" in forked.stdout
     assert cli("resume", "o2", "--quiet").returncode == 0
     shown = cli("inspect", "o2")
     assert "forked:  from o at event #3" in shown.stdout

@@ -8,7 +8,7 @@ from lk_stores import Backend
 from loopkernel import BasePlanner, Event, GraphPatch, Kernel, Snapshot, TaskContext, TaskSpec
 from loopkernel.ids import RunId
 from loopkernel.store import Store
-from loopkernel.store._engine import TASK_EVENTS
+from loopkernel.store._inspect import TASK_EVENTS
 
 
 class Two(BasePlanner):
