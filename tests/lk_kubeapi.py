@@ -5,10 +5,11 @@ The official ``kubernetes`` client talks to it as to a cluster: ``GET``/``PATCH`
 subresource, ``GET``/``DELETE`` of pods. Each object has a ``resourceVersion`` that every
 write moves on; a patch naming an older one is ``409 Conflict``, a namespace outside
 ``allowed`` is ``403 Forbidden``, an unknown object ``404 NotFound``, replicas outside
-0..``max_replicas`` or an empty image ``422 Invalid`` (each a ``Status`` object, as the API
-server answers). Every
-write that changed something is counted in ``writes`` (and in ``log``, a file when given, so
-that a test can count writes across the processes it killed).
+0..``max_replicas``, an empty image, a resource quantity that is not one (``256Mi``,
+``500m``) or a probe's timing below its minimum ``422 Invalid`` (each a ``Status`` object,
+as the API server answers). Every write that changed something is counted in ``writes``
+(and in ``log``, a file when given, so that a test can count writes across the processes
+it killed).
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ class KubeAPI:
         new = merge_patch(obj, patch)
         new["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"]
         if not 0 <= int(new["spec"].get("replicas", 0)) <= self.max_replicas or any(
-            not c.get("image") for c in new["spec"]["template"]["spec"]["containers"]
+            _invalid(c) for c in new["spec"]["template"]["spec"]["containers"]
         ):
             return 422, _status(422, "Invalid", "spec: Invalid value")
         if new["spec"] != obj["spec"]:
@@ -187,6 +188,26 @@ class KubeAPI:
             do_GET = do_PATCH = do_DELETE = _do
 
         return Handler
+
+
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
+_PROBE_MIN = {"initialDelaySeconds": 0, "timeoutSeconds": 1, "periodSeconds": 1,
+              "failureThreshold": 1}  # fmt: skip
+
+
+def _invalid(c: dict[str, Any]) -> bool:
+    """What the API server's validation refuses in a container (a part of it)."""
+    if not c.get("image"):
+        return True
+    for part in (c.get("resources") or {}).values():
+        if any(not _QUANTITY.match(str(v)) for v in (part or {}).values()):
+            return True
+    for kind in ("livenessProbe", "readinessProbe", "startupProbe"):
+        for k, least in _PROBE_MIN.items():
+            v = (c.get(kind) or {}).get(k)
+            if v is not None and (not isinstance(v, int) or v < least):
+                return True
+    return False
 
 
 def _scale(obj: dict[str, Any]) -> dict[str, Any]:

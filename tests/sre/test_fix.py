@@ -138,6 +138,39 @@ def test_forbidden_missing_and_invalid_are_tool_errors_naming_the_status() -> No
         assert api.writes == []
 
 
+def test_patch_changes_only_the_limits_or_the_probe_it_names() -> None:
+    with _cluster() as api:
+        dep = api.get("Deployment", "prod", "checkout")
+        assert dep is not None
+        app = dep["spec"]["template"]["spec"]["containers"][0]
+        app["resources"] = {"limits": {"memory": "256Mi", "cpu": "1"}}
+        app["livenessProbe"] = {"httpGet": {"path": "/healthz", "port": 8080}, "timeoutSeconds": 1}
+        api.conflict_next = 1  # another writer in between: read again, applied once
+        limit = {"deployment": "checkout", "container": "app", "limits": {"memory": "512Mi"}}
+        probe = {"deployment": "checkout", "container": "app",
+                 "probe": {"kind": "livenessProbe", "set": {"timeoutSeconds": 5}}}  # fmt: skip
+        got = _calls(
+            api,
+            [
+                ("patch", limit, "p/0"),
+                ("patch", limit, "p/0"),  # re-sent with its key: nothing written
+                ("patch", probe, "p/1"),
+                ("patch", {**limit, "limits": {"memory": "lots"}}, "p/2"),  # 422
+                ("patch", {**probe, "probe": {"kind": "startupProbe",
+                                              "set": {"timeoutSeconds": 5}}}, "p/3"),
+                ("patch", {"deployment": "checkout", "container": "app"}, "p/4"),  # nothing named
+            ],
+        )  # fmt: skip
+        assert [g["applied"] for g in got[:3]] == [True, False, True], got
+        assert isinstance(got[3], ToolError) and "422" in str(got[3])
+        assert isinstance(got[4], ToolError) and "no startupProbe" in str(got[4])
+        assert isinstance(got[5], ToolError)  # refused by the input schema
+        assert api.writes == [("patch", "Deployment", "checkout")] * 2
+        shown = got[2]["data"]["containers"]["app"]
+        assert shown["resources"]["limits"] == {"memory": "512Mi", "cpu": "1"}
+        assert shown["livenessProbe"] == {"httpGet": {"path": "/healthz", "port": 8080}, "timeoutSeconds": 5}
+
+
 # -- the fix as a run: parked, approved, sent once however it is killed -------------------------
 
 FIX_APP = "loopkernel_apps.sre.fix._app:app"

@@ -7,6 +7,7 @@
     loopkernel investigate "QUESTION" --follow-up RUN [--user NAME]
     loopkernel sre collect --out DIR [--namespace NS ...] [--kubeconfig F] [--context C]
     loopkernel sre kb add PATH... | search QUERY | list        (``_kb_cli``)
+    loopkernel sre fix propose | plan RUN | approve RUN         (``_fix_cli``)
 
 ``investigate`` starts an ``sre`` run, prints progress on stderr, then the report (Markdown,
 or JSON with ``--json``) on stdout; its exit code is the run's (``docs/cli.md``). With
@@ -81,6 +82,9 @@ def add_parser(sub: Any) -> None:
     from loopkernel_apps.sre._kb_cli import add_kb_parser
 
     add_kb_parser(sre_sub)
+    from loopkernel_apps.sre._fix_cli import add_fix_parser
+
+    add_fix_parser(sre_sub)
 
 
 def cmd_collect(args: argparse.Namespace) -> int:

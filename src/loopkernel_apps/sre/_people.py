@@ -8,11 +8,14 @@ the namespaces and clusters they may investigate, and their limits::
                          "per_hour": 30, "max_queued": 3}},
      "dumps": {"shop-1201": "/srv/dumps/shop-1201"},
      "clusters": {"eu": {"kubeconfig": "/etc/lk/eu.yaml", "context": "eu"}},
-     "uploads": "/var/lib/loopkernel/uploads", "max_upload_bytes": 20000000}
+     "uploads": "/var/lib/loopkernel/uploads", "max_upload_bytes": 20000000,
+     "namespaces": {"shop": {"separate_duties": true}}}
 
 This table is the investigator's own, apart from the inspector's operator tokens: an
 operator may approve and cancel runs; a user here may only ask questions, in their scope.
 A question outside one's scope is refused by ``check_scope`` before anything is read.
+``namespaces`` says which namespaces separate duties: a fix there must be approved by a user
+other than the one who requested it (``_fixes``).
 """
 
 from __future__ import annotations
@@ -73,6 +76,11 @@ class People:
     uploads: str = ""
     """Where uploaded archives are unpacked (one folder per upload)."""
     max_upload_bytes: int = MAX_UPLOAD_BYTES
+    separate_duties: frozenset[str] = frozenset()
+    """Namespaces whose fixes need an approver other than their requester (``*``: all)."""
+
+    def separates(self, namespace: str) -> bool:
+        return "*" in self.separate_duties or namespace in self.separate_duties
 
     def by_token(self, token: str) -> User | None:
         """The user this token signs in, if any (constant-time compare per user)."""
@@ -129,7 +137,14 @@ def load_people(path: str | Path) -> People:
         clusters={str(k): dict(v) for k, v in (raw.get("clusters") or {}).items()},
         uploads=str(raw.get("uploads") or ""),
         max_upload_bytes=int(raw.get("max_upload_bytes") or MAX_UPLOAD_BYTES),
+        separate_duties=_separated(path, raw.get("namespaces") or {}),
     )
+
+
+def _separated(path: str | Path, raw: Any) -> frozenset[str]:
+    if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
+        raise UsageError(f"the service file {path}: 'namespaces' maps a name to its rules")
+    return frozenset(str(ns) for ns, rules in raw.items() if rules.get("separate_duties"))
 
 
 def check_scope(user: User, namespace: str, question: str, cluster: str | None = None) -> None:

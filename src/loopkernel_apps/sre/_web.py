@@ -11,6 +11,7 @@
   followed live through the inspector's own stream (``/runs/RUN/events``), and the page
   shows the report once it ends.
 - ``POST /investigations/RUN/follow-up``: a follow-up question (``Investigations.follow_up``).
+- the fix pages (``_web_fix``): propose the report's plan, approve it, see the re-check.
 
 Every refusal is one line on the inspector's error page.
 """
@@ -58,11 +59,14 @@ class Host(Protocol):
 
 def pages(host: Host) -> dict[str, Any]:
     """The routes, templates, static files and top-bar link of the page."""
+    from loopkernel_apps.sre._web_fix import fix_routes
+
     page = _Page(host)
     return {
         "routes": [
             Route("/investigations", page.index, methods=["GET"]),
             Route("/investigations", page.ask, methods=["POST"]),
+            *fix_routes(page),
             Route("/investigations/{run_id}", page.conversation, methods=["GET"]),
             Route("/investigations/{run_id}/follow-up", page.follow_up, methods=["POST"]),
         ],
@@ -191,6 +195,7 @@ class _Page:
             turns = await svc.thread(run_id)
             shown = next(t for t in turns if t.run_id == run_id)
             result = await _report_result(self.host.client, shown)
+            plans = await _plans(self.host.client, shown) if result else []
         except StopIteration:
             return self.host.error(request, 404, f"no investigation {run_id}")
         except UsageError as exc:  # RunNotFound among them: never a path or a traceback
@@ -208,6 +213,8 @@ class _Page:
             run_id=run_id,
             finished=shown.status not in ("running",),
             last=turns[-1],
+            plans=plans,
+            clusters=_fix_clusters(self.people),
             user=self.signed_in(request),
             problem=self.problem,
         )
@@ -301,6 +308,21 @@ def _text(form: FormData, key: str) -> str:
 
 def _status(exc: LoopKernelError) -> int:
     return 403 if getattr(exc, "code", "") == "scope_refused" else 400
+
+
+def _fix_clusters(people: People | None) -> list[str]:
+    """The table's clusters a fix can write to (those with an ``api`` URL)."""
+    return [n for n, c in (people.clusters if people else {}).items() if c.get("api")]
+
+
+async def _plans(client: Any, turn: Turn) -> list[Any]:
+    """The write-call plans of a finished turn's report (none when its dump is gone)."""
+    from loopkernel_apps.sre._plans import plans_of_run
+
+    try:
+        return await plans_of_run(client, turn.run_id)
+    except (UsageError, OSError):
+        return []
 
 
 async def _report_result(client: Any, turn: Turn) -> dict[str, Any] | None:

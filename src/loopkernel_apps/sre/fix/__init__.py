@@ -7,6 +7,7 @@
     rollout_restart  a deployment's pods restarted (the template's restartedAt annotation)
     scale            a deployment's replicas
     set_image        one container's image of a deployment (back to the previous revision's)
+    patch            one container's limits or requests, or one of its probes' timing
     delete_pod       one pod (its controller recreates it)
 
 Every tool is ``irreversible`` and ``dedupesByKey`` (``tool-defs.json``): the tool layer's
@@ -98,6 +99,32 @@ def _image(dep: dict[str, Any], args: dict[str, JSON]) -> dict[str, Any]:
     return {"spec": {"template": {"spec": {"containers": new}}}}
 
 
+def _patched(c: dict[str, Any], args: dict[str, JSON]) -> dict[str, Any]:
+    """Container ``c`` with the fields ``args`` names changed, the others as they are."""
+    out = dict(c)
+    for part in ("limits", "requests"):
+        if isinstance(change := args.get(part), dict):
+            res = dict(out.get("resources") or {})
+            res[part] = {**(res.get(part) or {}), **change}
+            out["resources"] = res
+    if isinstance(probe := args.get("probe"), dict):
+        kind, fields = str(probe["kind"]), probe["set"]
+        if not isinstance(out.get(kind), dict):
+            raise ToolError(f"container {c['name']!r} has no {kind} to patch")
+        out[kind] = {**out[kind], **(fields if isinstance(fields, dict) else {})}
+    return out
+
+
+def _patch(dep: dict[str, Any], args: dict[str, JSON]) -> dict[str, Any]:
+    containers = dep["spec"]["template"]["spec"]["containers"]
+    if not any(c["name"] == args["container"] for c in containers):
+        names = [c["name"] for c in containers]
+        raise ToolError(f"deployment has no container {args['container']!r} ({names})")
+    # A merge patch replaces a list whole: the containers as read, the one changed.
+    new = [_patched(c, args) if c["name"] == args["container"] else c for c in containers]
+    return {"spec": {"template": {"spec": {"containers": new}}}}
+
+
 def _replicas(dep: dict[str, Any], args: dict[str, JSON]) -> dict[str, Any]:
     return {"spec": {"replicas": args["replicas"]}}
 
@@ -105,6 +132,10 @@ def _replicas(dep: dict[str, Any], args: dict[str, JSON]) -> dict[str, Any]:
 def _containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = spec.get("template", {}).get("spec", {}).get("containers", [])
     return found
+
+
+_SHOWN = ("resources", "livenessProbe", "readinessProbe", "startupProbe")
+"""What the answer keeps of each container besides its image (the re-check reads them)."""
 
 
 def _answer(source: str, applied: bool, obj: dict[str, Any] | None) -> dict[str, JSON]:
@@ -115,6 +146,9 @@ def _answer(source: str, applied: bool, obj: dict[str, Any] | None) -> dict[str,
         "generation": meta.get("generation"),
         "replicas": spec.get("replicas"),
         "images": [c.get("image") for c in _containers(spec)],
+        "containers": {
+            str(c.get("name")): {k: c[k] for k in _SHOWN if k in c} for c in _containers(spec)
+        },
         "observedGeneration": status.get("observedGeneration"),
         "readyReplicas": status.get("readyReplicas"),
         "exists": obj is not None,
@@ -172,6 +206,7 @@ _CHANGES: dict[str, Change] = {
     "rollout_restart": _restart,
     "set_image": _image,
     "scale": _replicas,
+    "patch": _patch,
 }
 
 

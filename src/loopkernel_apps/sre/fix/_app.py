@@ -12,9 +12,14 @@ tools declare ``dedupesByKey``), and the server answers it from the object witho
 writing. ``recheck`` reads the answer's re-read object:
 the generation observed, the image or the replicas asked for.
 
-Not yet: separation of duties. The approver is journaled (the ``human_input`` event's
-``by``) but a task does not see it, so "approved by someone other than the requester" cannot
-be checked here without a runtime change (``TaskContext`` carrying the approver).
+**Separation of duties.** A fix proposed through the service (``_fixes.Fixes``) carries
+``service``: who requested it and whether its namespace separates duties. There, every
+approval must name its approver (the service writes ``approved_by`` into the answer's
+payload, which the task sees as ``ctx.human_input``; the journal keeps the answer's ``by``
+too), and the approver must not be the requester: ``apply`` refuses such an answer before
+the write is sent, by parking again with the reason (``approval_required``), so the journal
+holds who requested, who answered and each refused attempt, and the next approval by
+someone else carries the fix out.
 """
 
 from __future__ import annotations
@@ -22,13 +27,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from loopkernel import JSON, App, AppParts, Store, TaskContext, UsageError
+from loopkernel import JSON, App, AppParts, NeedsApproval, Store, TaskContext, UsageError
 from loopkernel.planner import At, Flow, Step
 from loopkernel.policy import Policy
 from loopkernel.tools import ToolLayer, ToolSource, load_tool_defs, policy_hook
 from loopkernel_apps.sre.fix import DEFS
 
-__all__ = ["app", "fix_source"]
+__all__ = ["app", "fix_source", "refusal"]
 
 
 def fix_source(namespace: str, api: str, *, timeout: float = 60.0) -> ToolSource:
@@ -46,10 +51,31 @@ def fix_source(namespace: str, api: str, *, timeout: float = 60.0) -> ToolSource
     )
 
 
+def refusal(params: Mapping[str, Any], answer: JSON) -> str | None:
+    """Why the approval ``answer`` (its payload) may not carry out this fix, or ``None``.
+    Pure: the same on every replay."""
+    service = params.get("service") or {}
+    if not isinstance(service, Mapping) or not service.get("separate_duties"):
+        return None
+    requester, ns = str(service.get("requested_by") or ""), params.get("namespace")
+    who = answer.get("approved_by") if isinstance(answer, Mapping) else None
+    rule = f"namespace {ns} separates duties: someone other than {requester} must approve"
+    if not isinstance(who, str) or not who:
+        return f"refused: an approval that names no approver ({rule}, through the service)"
+    if who == requester:
+        return f"refused: {who} requested this fix and may not approve it ({rule})"
+    return None
+
+
 async def apply(ctx: TaskContext) -> JSON:
     plan: Any = ctx.params["plan"]
+    answered = ctx.wait_epoch > 0  # parked and answered at least once
+    if answered and (why := refusal(ctx.params, ctx.human_input)) is not None:
+        raise NeedsApproval(why, tool=str(plan["tool"]))  # parked again, before any write
     result: JSON = await ctx.call_tool(str(plan["tool"]), dict(plan["args"]))
-    return {"result": result}
+    answer = ctx.human_input
+    who = answer.get("approved_by") if isinstance(answer, Mapping) else None
+    return {"result": result, **({"approved_by": who} if isinstance(who, str) else {})}
 
 
 def took(plan: Mapping[str, Any], data: Mapping[str, Any]) -> bool:
@@ -64,6 +90,22 @@ def took(plan: Mapping[str, Any], data: Mapping[str, Any]) -> bool:
         return args["image"] in (data.get("images") or [])
     if plan["tool"] == "scale":
         return bool(data.get("replicas") == args["replicas"])
+    if plan["tool"] == "patch":
+        return _patch_took(args, (data.get("containers") or {}).get(args["container"]) or {})
+    return True
+
+
+def _patch_took(args: Mapping[str, Any], container: Mapping[str, Any]) -> bool:
+    """Every field the patch named has the value asked for in the re-read container."""
+    resources = container.get("resources") or {}
+    for part in ("limits", "requests"):
+        for key, value in (args.get(part) or {}).items():
+            if (resources.get(part) or {}).get(key) != value:
+                return False
+    probe = args.get("probe")
+    if probe:
+        found = container.get(probe["kind"]) or {}
+        return all(found.get(k) == v for k, v in probe["set"].items())
     return True
 
 
@@ -98,5 +140,5 @@ app = App(
     name="sre-fix",
     description="carry out one approved remediation (a parked irreversible write)",
     build=build,
-    defaults={"plan": None, "namespace": "", "api": ""},
+    defaults={"plan": None, "namespace": "", "api": "", "service": None},
 )
