@@ -1,21 +1,26 @@
-"""Approved fixes under chaos: each fix killed at one boundary, resumed, applied once.
+"""Approved fixes under chaos: each fix killed at one boundary, resumed, applied once, and
+ending with the digest of the same fix never interrupted.
 
     python -m bench.sre_fix [--fixes N]    # N fixes per boundary (default 2)
 
-For each crash point a fix passes (``tool_sent``, ``tool_returned``, ``task_returned``,
-``event_committed``, ``patch_committed``, and none), ``N`` fix runs (``set_image`` on a
-deployment of their own) are started, parked, approved, resumed with ``LOOPKERNEL_CRASH_AT``
-set (a SIGKILL at the point), then resumed in new processes -- re-approved when the write
-was sent and its answer lost -- until they end. The local Kubernetes API server
-(``tests/lk_kubeapi.py``, real HTTP, the official client) counts the writes: each fix must
-be applied exactly once and its verdict say it took. Prints a table, writes
-bench/results/sre_fix.json.
+First one uninterrupted fix (``set_image`` on a deployment), for its digest. Then for each
+crash point a fix passes (``tool_sent``: the call journaled as intended, not sent;
+``tool_returned``: sent and answered, the answer not journaled; ``task_returned``,
+``event_committed``: the answer journaled, the re-check not run; ``patch_committed``), ``N``
+fixes: started and parked (nothing sent), approved, resumed in a new process with
+``LOOPKERNEL_CRASH_AT`` set (a real SIGKILL at the point), then resumed in another process
+until they end -- re-approved only if a run parks again (none should). Every fix is the same
+run (same run id, same parameters, one API server URL reset in between) in a database of
+its own, so its digest must equal the uninterrupted one. The local Kubernetes API server
+(``tests/lk_kubeapi.py``, real HTTP, the official client) counts the writes: exactly one
+each. Prints a table, writes bench/results/sre_fix.json. The test suite runs two of these
+points (``tests/sre/test_fix.py``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import asyncio
 import os
 import sys
 import tempfile
@@ -28,32 +33,44 @@ sys.path.insert(0, str(ROOT / "tests"))  # the fake API server is a test helper
 
 from bench._results import write_results  # noqa: E402
 from lk_kubeapi import KubeAPI, deployment  # noqa: E402
+from loopkernel.client import Client  # noqa: E402
 from loopkernel.testing import run_cli  # noqa: E402
 
-POINTS = [None, "tool_sent", "tool_returned", "task_returned", "event_committed",
-          "patch_committed"]  # fmt: skip
+POINTS = ["tool_sent", "tool_returned", "task_returned", "event_committed", "patch_committed"]
 APP = "loopkernel_apps.sre.fix._app:app"
+PLAN = {"tool": "set_image", "args": {"deployment": "svc", "container": "app", "image": "v2"}}
+RUN = "fix-1"
 
 
-def one_fix(db: Path, api: KubeAPI, run_id: str, name: str, crash_at: str | None) -> dict[str, Any]:
-    plan = {"tool": "set_image", "args": {"deployment": name, "container": "app", "image": "v2"}}
-    args = ["run", APP, "--run-id", run_id, "--set", f"plan={json.dumps(plan)}"]
-    args += ["--set", "namespace=prod", "--set", f"api={api.url}"]
-    run_cli(args, db=db)
-    approvals, resumes = 1, 1
-    run_cli(["approve", run_id, "apply"], db=db)
-    killed = run_cli(["resume", run_id], db=db, crash_at=crash_at).returncode == -9
-    for _ in range(4):
-        out = run_cli(["resume", run_id], db=db)
-        resumes += 1
+async def _park(db: Path, api: KubeAPI) -> str:
+    async with Client(str(db)) as client:
+        params = {"plan": PLAN, "namespace": "prod", "api": api.url}
+        await client.start(APP, overrides=params, run_id=RUN)
+        return (await client.execute(RUN)).status.value
+
+
+async def _shown(db: Path) -> tuple[str, bool]:
+    async with Client(str(db)) as client:
+        shown = await client.inspect(RUN)
+        checked: Any = next((t for t in shown.tasks if t["task_id"] == "recheck"), {})
+        return shown.digest, bool((checked.get("result") or {}).get("took"))
+
+
+def one_fix(db: Path, api: KubeAPI, crash_at: str | None) -> dict[str, Any]:
+    api.reset(deployment("prod", "svc", "v1"))
+    assert asyncio.run(_park(db, api)) == "waiting" and api.writes == []
+    approvals = 1
+    run_cli(["approve", RUN, "apply"], db=db)
+    killed = run_cli(["resume", RUN], db=db, crash_at=crash_at).returncode == -9
+    for _ in range(4 if crash_at else 0):
+        out = run_cli(["resume", RUN], db=db)
         if "waiting" not in out.stdout + out.stderr:
             break
-        run_cli(["approve", run_id, "apply"], db=db)
+        run_cli(["approve", RUN, "apply"], db=db)
         approvals += 1
-    shown = run_cli(["inspect", run_id, "--json"], db=db).stdout
-    writes = sum(1 for w in api.writes if w[2] == name)
-    return {"killed": killed, "writes": writes, "approvals": approvals, "resumes": resumes,
-            "took": '"took": true' in shown}  # fmt: skip
+    digest, took = asyncio.run(_shown(db))
+    return {"killed": killed, "writes": len(api.writes), "approvals": approvals,
+            "took": took, "digest": digest}  # fmt: skip
 
 
 def main() -> None:
@@ -62,28 +79,34 @@ def main() -> None:
     args = p.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp, KubeAPI() as api:
-        db = Path(tmp) / "runs.db"
+        t0 = time.perf_counter()
+        base = one_fix(Path(tmp) / "base.db", api, None)
+        assert base["writes"] == 1 and base["took"], base
+        rows.append({"crash_at": "-", "fixes": 1, "killed": 0, "exactly_once": 1, "took": 1,
+                     "same_digest": 1, "approvals": 1,
+                     "seconds": round(time.perf_counter() - t0, 1)})  # fmt: skip
         for point in POINTS:
             t0 = time.perf_counter()
-            got = []
-            for i in range(args.fixes):
-                name = f"svc-{point or 'none'}-{i}".replace("_", "-")
-                api.add(deployment("prod", name, "v1"))
-                got.append(one_fix(db, api, f"fix-{name}", name, point))
+            got = [one_fix(Path(tmp) / f"{point}-{i}.db", api, point) for i in range(args.fixes)]
             rows.append({
-                "crash_at": point or "-", "fixes": len(got),
+                "crash_at": point, "fixes": len(got),
                 "killed": sum(g["killed"] for g in got),
                 "exactly_once": sum(g["writes"] == 1 for g in got),
                 "took": sum(g["took"] for g in got),
+                "same_digest": sum(g["digest"] == base["digest"] for g in got),
                 "approvals": sum(g["approvals"] for g in got),
                 "seconds": round(time.perf_counter() - t0, 1),
             })  # fmt: skip
-    print(f"{'crash at':<16} {'fixes':>5} {'killed':>6} {'once':>5} {'took':>5} {'approvals':>9}")
+    print("| killed at | fixes | killed | applied exactly once | took | digest = uninterrupted "
+          "| approvals | s |\n|---|---|---|---|---|---|---|---|")  # fmt: skip
+    keys = ("crash_at", "fixes", "killed", "exactly_once", "took", "same_digest", "approvals",
+            "seconds")  # fmt: skip
     for r in rows:
-        print(f"{r['crash_at']:<16} {r['fixes']:>5} {r['killed']:>6} {r['exactly_once']:>5} "
-              f"{r['took']:>5} {r['approvals']:>9}   {r['seconds']} s")  # fmt: skip
+        print("| " + " | ".join(str(r[k]) for k in keys) + " |")
+    load = os.getloadavg()
+    print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
     write_results("sre_fix", {"fixes_per_point": args.fixes, "rows": rows},
-                  load=os.getloadavg()[0])  # fmt: skip
+                  load=round(load[0], 1))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -88,6 +88,16 @@ class KubeAPI:
         meta = obj["metadata"]
         self.objects[(obj["kind"], meta["namespace"], meta["name"])] = obj
 
+    def reset(self, *objs: dict[str, Any]) -> None:
+        """The server as new (same URL): these objects only, versions and writes from 0."""
+        with self._lock:
+            self.objects.clear()
+            self.writes.clear()
+            self._rv = 1
+            self.conflict_next = 0
+            for obj in objs:
+                self.add(copy.deepcopy(obj))
+
     def get(self, kind: str, ns: str, name: str) -> dict[str, Any] | None:
         return self.objects.get((kind, ns, name))
 

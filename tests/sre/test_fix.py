@@ -5,7 +5,7 @@ resourceVersion conflicts, 403/404/422, and a call re-sent with its key applied 
 from __future__ import annotations
 
 import asyncio
-import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +35,21 @@ def _source(api: KubeAPI, namespace: str = "prod") -> ToolSource:
     )
 
 
-def _calls(
-    api: KubeAPI, calls: list[tuple[str, dict[str, Any], str]], ns: str = "prod"
-) -> list[Any]:
+Step = tuple[str, dict[str, Any], str] | Callable[[], object]
+"""A call (tool, arguments, key), or something done to the API server between two calls."""
+
+
+def _calls(api: KubeAPI, calls: list[Step], ns: str = "prod") -> list[Any]:
+    """The calls in one session of the fix server (one spawn: the client's import is slow)."""
+
     async def go() -> list[Any]:
         out: list[Any] = []
         async with SourceSession(_source(api, ns)) as session:
-            for name, args, key in calls:
+            for step in calls:
+                if callable(step):
+                    step()
+                    continue
+                name, args, key = step
                 try:
                     out.append(await session.call(name, args, key=key, time_limit=60))
                 except ToolError as exc:
@@ -85,7 +93,10 @@ def test_each_write_is_applied_once_per_key_and_re_read() -> None:
                 ("delete_pod", {"pod": "checkout-7d9-abcde"}, "run/fix/3"),
             ],
         )  # fmt: skip
-        assert [g["applied"] for g in got] == [True, False, False, True, True, True, False]
+        # the same key again is answered as the first time (a resumed run's journal ends
+        # the same), without a write
+        assert [g["applied"] for g in got] == [True, True, True, True, True, True, False]
+        assert got[1] == got[2] == got[0]
         assert api.writes == [
             ("patch", "Deployment", "checkout"),
             ("patch", "Deployment", "checkout"),
@@ -107,35 +118,38 @@ def test_each_write_is_applied_once_per_key_and_re_read() -> None:
         assert api.get("Pod", "prod", "checkout-7d9-abcde") is None
 
 
-def test_a_conflict_is_read_again_and_applied_once() -> None:
+def test_conflicts_forbidden_missing_and_invalid() -> None:
     with _cluster() as api:
-        api.conflict_next = 2  # two other writers got there first
-        (got,) = _calls(api, [("scale", {"deployment": "checkout", "replicas": 4}, "k")])
-        assert got["applied"] is True and got["data"]["replicas"] == 4
-        assert api.writes == [("patch", "Deployment", "checkout")]
-        api.conflict_next = fix.CONFLICT_RETRIES + 1
-        (stuck,) = _calls(api, [("scale", {"deployment": "checkout", "replicas": 5}, "k2")])
-        assert isinstance(stuck, ToolError) and "still conflicting" in str(stuck)
-        assert len(api.writes) == 1
 
+        def conflicts(n: int) -> Callable[[], None]:
+            return lambda: setattr(api, "conflict_next", n)  # other writers got there first
 
-def test_forbidden_missing_and_invalid_are_tool_errors_naming_the_status() -> None:
-    with _cluster() as api:
-        api.add(deployment("other", "ledger", "x:1"))
-        (forbidden,) = _calls(api, [("rollout_restart", {"deployment": "ledger"}, "a")], "other")
-        missing, invalid, bad_container = _calls(
+        def forbid() -> None:
+            api.allowed = ()
+
+        got = _calls(
             api,
             [
+                conflicts(2),
+                ("scale", {"deployment": "checkout", "replicas": 4}, "k"),
+                conflicts(fix.CONFLICT_RETRIES + 1),
+                ("scale", {"deployment": "checkout", "replicas": 5}, "k2"),
+                conflicts(0),
                 ("rollout_restart", {"deployment": "nope"}, "b"),
                 ("scale", {"deployment": "checkout", "replicas": 900}, "c"),
                 ("set_image", {"deployment": "checkout", "container": "web", "image": "x"}, "d"),
+                forbid,
+                ("rollout_restart", {"deployment": "checkout"}, "a"),
             ],
         )
+        applied, stuck, missing, invalid, bad_container, forbidden = got
+        assert applied["applied"] is True and applied["data"]["replicas"] == 4
+        assert isinstance(stuck, ToolError) and "still conflicting" in str(stuck)
         assert isinstance(forbidden, ToolError) and "403" in str(forbidden)
         assert isinstance(missing, ToolError) and "404" in str(missing)
         assert isinstance(invalid, ToolError) and "422" in str(invalid)
         assert isinstance(bad_container, ToolError) and "no container 'web'" in str(bad_container)
-        assert api.writes == []
+        assert api.writes == [("patch", "Deployment", "checkout")]  # the first, once
 
 
 def test_patch_changes_only_the_limits_or_the_probe_it_names() -> None:
@@ -161,14 +175,15 @@ def test_patch_changes_only_the_limits_or_the_probe_it_names() -> None:
                 ("patch", {"deployment": "checkout", "container": "app"}, "p/4"),  # nothing named
             ],
         )  # fmt: skip
-        assert [g["applied"] for g in got[:3]] == [True, False, True], got
+        assert [g["applied"] for g in got[:3]] == [True, True, True], got
         assert isinstance(got[3], ToolError) and "422" in str(got[3])
         assert isinstance(got[4], ToolError) and "no startupProbe" in str(got[4])
         assert isinstance(got[5], ToolError)  # refused by the input schema
         assert api.writes == [("patch", "Deployment", "checkout")] * 2
         shown = got[2]["data"]["containers"]["app"]
         assert shown["resources"]["limits"] == {"memory": "512Mi", "cpu": "1"}
-        assert shown["livenessProbe"] == {"httpGet": {"path": "/healthz", "port": 8080}, "timeoutSeconds": 5}
+        assert shown["livenessProbe"]["timeoutSeconds"] == 5
+        assert shown["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 8080}
 
 
 # -- the fix as a run: parked, approved, sent once however it is killed -------------------------
@@ -178,47 +193,80 @@ PLAN = {
     "tool": "set_image",
     "args": {"deployment": "checkout", "container": "app", "image": "shop/checkout:1.4.1"},
 }
+SAMPLE = ["tool_returned", "event_committed"]
+"""Killed after the request was answered and before its answer was journaled (re-sent on
+resume, same key), and after the answer was journaled and before the re-check; every
+boundary: ``python -m bench.sre_fix``."""
 
 
-def _start(db: Path, api: KubeAPI, run_id: str, **extra: str) -> Any:
-    sets = {"plan": json.dumps(PLAN), "namespace": "prod", "api": api.url, **extra}
-    args = ["run", FIX_APP, "--run-id", run_id]
-    for k, v in sets.items():
-        args += ["--set", f"{k}={v}"]
-    return run_cli(args, db=db)
+def _start(db: Path, api: KubeAPI, run_id: str) -> str:
+    """Start the fix in this process, to its park: the output of its one execution."""
+    from loopkernel.client import Client
+
+    async def go() -> str:
+        async with Client(str(db)) as client:
+            params = {"plan": PLAN, "namespace": "prod", "api": api.url}
+            await client.start(FIX_APP, overrides=params, run_id=run_id)
+            done = await client.execute(run_id)
+            events = await client.events(run_id)
+            return f"{done.status.value} " + " ".join(str(e.data) for e in events)
+
+    return asyncio.run(go())
 
 
-def _until_done(db: Path, run_id: str, crash_at: str | None) -> str:
-    """Approve and resume (killed once at ``crash_at``) until the run ends; its status."""
-    assert run_cli(["approve", run_id, "apply"], db=db).returncode == 0
-    first = run_cli(["resume", run_id], db=db, crash_at=crash_at)
-    assert crash_at is None or first.returncode == -9, (crash_at, first.stderr[-400:])
-    for _ in range(3):
-        out = run_cli(["resume", run_id], db=db)
-        if "waiting" not in out.stdout + out.stderr:
-            return out.stdout + out.stderr
-        # A write sent whose answer was lost parks again (never re-sent by itself): the
-        # operator re-approves; the fix server answers it from the key on the object.
-        assert run_cli(["approve", run_id, "apply"], db=db).returncode == 0
-    raise AssertionError("still waiting")
+def _digest(db: Path, run_id: str) -> tuple[str, Any]:
+    from loopkernel.client import Client
+
+    async def go() -> tuple[str, Any]:
+        async with Client(str(db)) as client:
+            shown = await client.inspect(run_id)
+            checked = next(t for t in shown.tasks if t["task_id"] == "recheck")
+            return shown.digest, checked["result"]
+
+    return asyncio.run(go())
 
 
-@pytest.mark.parametrize(
-    "crash_at",
-    [None, "tool_sent", "tool_returned", "task_returned", "event_committed", "patch_committed"],
-)
-def test_an_approved_fix_is_applied_exactly_once_however_it_is_killed(
-    tmp_path: Path, crash_at: str | None
+def fix_once(db: Path, api: KubeAPI, crash_at: str | None) -> tuple[str, Any, bool]:
+    """Park, approve, resume in a new process (killed at ``crash_at``), resume again in
+    another: the run's digest, its re-check, whether the kill fired."""
+    parked = _start(db, api, "fix-1")
+    assert parked.startswith("waiting") and "set_image is irreversible" in parked
+    assert api.writes == []  # parked: nothing sent before the approval
+    assert run_cli(["approve", "fix-1", "apply"], db=db).returncode == 0
+    first = run_cli(["resume", "fix-1"], db=db, crash_at=crash_at)
+    killed = first.returncode == -9
+    if crash_at is not None:
+        out = run_cli(["resume", "fix-1"], db=db)
+        assert "waiting" not in out.stdout + out.stderr, out.stdout[-400:]  # never asks again
+    digest, checked = _digest(db, "fix-1")
+    return digest, checked, killed
+
+
+@pytest.fixture(scope="module")
+def fix_api() -> Any:
+    with KubeAPI() as api:  # one URL for every run: the same parameters, the same digest
+        yield api
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(fix_api: KubeAPI, tmp_path_factory: pytest.TempPathFactory) -> str:
+    fix_api.reset(deployment("prod", "checkout", "shop/checkout:1.4.2"))
+    digest, checked, _ = fix_once(tmp_path_factory.mktemp("base") / "runs.db", fix_api, None)
+    assert checked["took"] is True and checked["object"]["images"] == [PLAN["args"]["image"]]
+    assert fix_api.writes == [("patch", "Deployment", "checkout")]
+    return digest
+
+
+@pytest.mark.parametrize("crash_at", SAMPLE)
+def test_an_approved_fix_killed_and_resumed_ends_as_the_uninterrupted_one(
+    tmp_path: Path, fix_api: KubeAPI, uninterrupted: str, crash_at: str
 ) -> None:
-    db = tmp_path / "runs.db"
-    with _cluster() as api:
-        parked = _start(db, api, "fix-1")
-        assert "set_image is irreversible" in parked.stdout + parked.stderr
-        assert api.writes == []  # parked: nothing sent before the approval
-        _until_done(db, "fix-1", crash_at)
-        assert api.writes == [("patch", "Deployment", "checkout")], crash_at
-        dep = api.get("Deployment", "prod", "checkout")
-        assert dep is not None
-        assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == PLAN["args"]["image"]
-        shown = run_cli(["inspect", "fix-1", "--json"], db=db)
-        assert '"took": true' in shown.stdout.replace(": True", ": true"), shown.stdout[-600:]
+    fix_api.reset(deployment("prod", "checkout", "shop/checkout:1.4.2"))
+    digest, checked, killed = fix_once(tmp_path / "runs.db", fix_api, crash_at)
+    assert killed, crash_at
+    assert fix_api.writes == [("patch", "Deployment", "checkout")], crash_at  # exactly once
+    dep = fix_api.get("Deployment", "prod", "checkout")
+    assert dep is not None
+    assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == PLAN["args"]["image"]
+    assert checked["took"] is True
+    assert digest == uninterrupted, crash_at

@@ -22,8 +22,10 @@ carries the change, the object's ``resourceVersion`` as read (another writer in 
 a ``409``, read again and retried up to ``CONFLICT_RETRIES`` times) and the call's key, in
 the annotation ``FIX_KEY``. A call whose key the object already carries was applied by an
 earlier attempt whose answer was lost (a kill between the request and its journaled
-answer): it is answered ``applied: false`` with the object as it is, and nothing is written.
-A pod already gone answers the same way. Each answer holds the object as re-read after
+answer): nothing is written, and it is answered as the first attempt was (``applied: true``,
+the object as it is), so the run's journal ends the same as if it had never been killed
+(its digest too). ``applied`` says that the change this key names is on the object. A pod
+already gone answers ``applied: false``. Each answer holds the object as re-read after
 the write, so the caller can say whether the fix took. Errors: ``403``, ``404``, ``422`` are
 ``ToolError`` naming the status; an unreachable API server is a transient fault.
 """
@@ -153,7 +155,7 @@ def _answer(source: str, applied: bool, obj: dict[str, Any] | None) -> dict[str,
         "readyReplicas": status.get("readyReplicas"),
         "exists": obj is not None,
     }
-    what = "applied" if applied else "already applied by this key: nothing written"
+    what = "applied" if applied else "nothing to apply"
     return {"source": source, "content": f"{source}: {what}", "applied": applied, "data": data}
 
 
@@ -177,7 +179,7 @@ def _write_deployment(
         try:
             dep = cluster.deployment(name)
             if key is not None and dep["metadata"].get("annotations", {}).get(FIX_KEY) == key:
-                return _answer(source, False, dep)
+                return _answer(source, True, dep)  # applied by an earlier attempt: the same answer
             rv = dep["metadata"]["resourceVersion"]
             mark = {"metadata": {"resourceVersion": rv, "annotations": {FIX_KEY: key}}}
             # One patch: the change and its key land together or not at all.
