@@ -10,6 +10,8 @@ processes on one SQLite file, submits N questions at once through the page's for
 browser does: CSRF, the user's token), and times each one from its POST to the first GET of
 ``/investigations/RUN`` that holds the report. Then, on one finished run, a follow-up and a
 fresh run of the same question side by side: tool calls (effects journaled) and run time.
+Last, retrieval recall@3 of the shipped runbooks as ``kb_search`` ranks them (``bench.sre_kb``,
+SQLite, fused ranking). The load average (``/proc/loadavg``) is printed at the start and end.
 """
 
 from __future__ import annotations
@@ -126,6 +128,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="8 questions; results to a temp dir")
     args = ap.parse_args()
     n = 8 if args.quick else args.questions
+    load_start = os.getloadavg()
+    print(f"load average at the start {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}")
     tmp = Path(tempfile.mkdtemp(prefix="lk-sre-service-"))
     db = str(tmp / "runs.db")
     serve, workers, url = _start(tmp, db, args.workers)
@@ -153,14 +157,29 @@ def main() -> None:
     for k in ("fresh", "follow_up"):
         print(f"| {k} | {follow[k]['tool_calls']} | {follow[k]['seconds']:.2f} |")
     print(f"| follow-up / fresh | {follow['ratio_calls']:.2f} | {follow['ratio_time']:.2f} |")
-    load = os.getloadavg()[0]
+    recall = _recall(tmp)
+    print(f"\nrecall@3 of the shipped runbooks (kb_search, SQLite): "
+          f"{recall['recall@3']}/{recall['classes']}")  # fmt: skip
+    load = os.getloadavg()
     out = write_results(
         "sre_service",
-        {"submit_to_report": row, "follow_up": follow},
+        {"submit_to_report": row, "follow_up": follow, "kb": recall},
         quick=args.quick,
-        load_average=round(load, 1),
+        load_average=round(load[0], 1),
+        load_average_start=round(load_start[0], 1),
     )
-    print(f"load average {load:.1f} ({out.name})")
+    print(f"load average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({out.name})")
+
+
+def _recall(tmp: Path) -> dict[str, Any]:
+    """recall@3 of ``kb_search``'s fused ranking over the shipped runbooks."""
+    import asyncio
+
+    from bench.sre_kb import measure
+
+    got = asyncio.run(measure(str(tmp / "kb.db")))
+    fused: dict[str, Any] = got["fused"]
+    return {**fused, "search_ms_p50": got["search_ms_p50"]}
 
 
 def _follow_vs_fresh(url: str, db: str) -> dict[str, Any]:
