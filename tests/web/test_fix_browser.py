@@ -15,7 +15,7 @@ import pytest
 from lk_kubeapi import KubeAPI, deployment
 from lk_service import ALICE, BOB
 from lk_sre import incident
-from lk_web import Served, run_async, screenshot, start_server, stop_server
+from lk_web import SHOTS, Served, run_async, screenshot, start_server, stop_server
 from loopkernel.client import Client
 from loopkernel_apps.sre._dump import load_dump
 
@@ -58,6 +58,12 @@ def served(
             stop_server(served)
 
 
+def _shot(locator: Any, tmp_path: Path, name: str) -> None:
+    """One part of the page (small, for docs/sre.md), like ``screenshot``."""
+    for where in [tmp_path, *([Path(SHOTS)] if SHOTS else [])]:
+        locator.screenshot(path=str(Path(where) / f"{name}.png"))
+
+
 def _execute(db: str, run_id: str) -> str:
     async def go() -> str:
         async with Client(db) as client:
@@ -90,6 +96,7 @@ def test_propose_refuse_the_requester_approve_and_re_check(
     page.wait_for_selector("#plans")
     plan = page.inner_text("#plans li.plan")
     assert '"limits":{"memory":"512Mi"}' in plan.replace(" ", "")  # 256Mi doubled
+    _shot(page.locator("#plans"), tmp_path, "fix-plan")
     page.click("#plans button:has-text('Propose this fix')")
     page.wait_for_selector("#fix")
     fix = page.url.rsplit("/", 1)[1]
@@ -104,6 +111,7 @@ def test_propose_refuse_the_requester_approve_and_re_check(
         "(namespace prod separates duties: someone other than alice must approve)"
     )
     assert api.writes == []
+    screenshot(page, tmp_path, "fix-refused")
     page.context.clear_cookies()  # bob, signed in by his own token
     page.goto(f"{srv.url}/investigations/fixes/{fix}")
     page.fill("#approve input[name=token]", BOB)
