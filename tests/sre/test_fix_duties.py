@@ -98,8 +98,8 @@ def _rs(name: str, rev: int, image: str, desired: int | None = None) -> dict[str
         notes["deployment.kubernetes.io/desired-replicas"] = str(desired)
     meta = {"name": f"{name}-{rev}", "annotations": notes,
             "ownerReferences": [{"kind": "Deployment", "name": name}]}  # fmt: skip
-    return {"metadata": meta,
-            "spec": {"template": {"spec": {"containers": [{"name": "app", "image": image}]}}}}  # fmt: skip
+    containers = [{"name": "app", "image": image}]
+    return {"metadata": meta, "spec": {"template": {"spec": {"containers": containers}}}}
 
 
 def _cause(detector: str, **extra: Any) -> dict[str, Any]:
@@ -121,8 +121,8 @@ def test_each_remediation_a_write_can_make_becomes_a_plan() -> None:
     oom = {"detector": "oomkilled", "container": "payments", "pod": "payments-1",
            "entity": {"kind": "Deployment", "name": "payments"}}  # fmt: skip
     (got,) = plans_for(_report(oom), ns)
-    assert got["plan"] == {"tool": "patch", "args": {
-        "deployment": "payments", "container": "payments", "limits": {"memory": "512Mi"}}}  # fmt: skip
+    raised = {"deployment": "payments", "container": "payments", "limits": {"memory": "512Mi"}}
+    assert got["plan"] == {"tool": "patch", "args": raised}
     assert got["action"] == "do oomkilled"
 
     dep = deployment("prod", "web", "web:2")
@@ -137,8 +137,8 @@ def test_each_remediation_a_write_can_make_becomes_a_plan() -> None:
         return found[0]["plan"] if found else None
 
     # the newest revision changed the image: back to the previous revision's
-    assert plan(web, _cause("crash_log_reason")) == {
-        "tool": "set_image", "args": {"deployment": "web", "container": "app", "image": "web:1"}}  # fmt: skip
+    back = {"deployment": "web", "container": "app", "image": "web:1"}
+    assert plan(web, _cause("crash_log_reason")) == {"tool": "set_image", "args": back}
     assert plan(same, _cause("crash_log_reason")) == {
         "tool": "rollout_restart", "args": {"deployment": "web"}}  # fmt: skip
     assert plan(same, _cause("probe_failure", text="Liveness probe failed")) == {
