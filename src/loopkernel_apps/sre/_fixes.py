@@ -70,10 +70,13 @@ class Fixes:
         return self.people.user(name)
 
     def api_of(self, who: User, namespace: str, cluster: str) -> str:
-        """The API server's URL of ``cluster`` (the table's ``api``), in ``who``'s scope."""
-        check_scope(who, namespace, "", cluster if self.people is not None else None)
-        conf = self.people.clusters.get(cluster) if self.people is not None else None
-        api = (conf or {}).get("api") if self.people is not None else cluster
+        """The API server's URL of ``cluster`` (the table's ``api``), in ``who``'s scope;
+        without a table ``cluster`` is the URL itself."""
+        if self.people is None:
+            check_scope(who, namespace, "")
+            return cluster
+        check_scope(who, namespace, "", cluster)
+        api = (self.people.clusters.get(cluster) or {}).get("api")
         if not api:
             raise UsageError(f"this server has no cluster named {cluster!r} with an 'api' URL")
         return str(api)
