@@ -45,7 +45,7 @@ from bench._results import write_results
 from loopkernel import Event, ExecutionConfig, GraphPatch, Kernel, RunStatus, Snapshot
 from loopkernel.graph import GraphState
 from loopkernel.models import Message, ModelClient
-from loopkernel.planner.llm import LLMPlanner, build_prompt, judge
+from loopkernel.planner.llm import LLMPlanner, PromptStyle, build_prompt, judge
 from loopkernel.store import SQLiteStore
 from loopkernel.testing import GatewayProcess, ScriptedProvider
 from loopkernel_apps import speculation
@@ -181,7 +181,7 @@ def main() -> None:
         good = json.dumps(sample.fallback.to_json())
         prompt_us = timed_us(
             lambda s=sample: build_prompt(
-                s.state, s.event, allow, suggestion=s.fallback, tag="0" * 16
+                s.state, s.event, allow, suggestion=s.fallback, style=PromptStyle(tag="0" * 16)
             ),
             repeat,
         )

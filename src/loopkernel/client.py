@@ -65,6 +65,7 @@ from loopkernel.graph import (
     EventKind,
     GraphPatch,
     GraphState,
+    History,
     RunStatus,
     Task,
     TaskState,
@@ -711,16 +712,15 @@ class Client:
         patches = tuple(p for p in await self.store.patches(rid) if p.event_seq <= at)
         final = (await self.store.load_run(rid)).state
         results = {t.task_id: t.result for t in final.tasks.values()}
-        state = await asyncio.to_thread(
-            state_at,
+        history = History(
             run_id=rid,
             app=info.app,
             params=info.params,
             events=events,
             patches=[(p.event_seq, p.ops) for p in patches if p.outcome == "applied"],
             results=results,
-            seq=at,
         )
+        state = await asyncio.to_thread(state_at, history, at)
         idle = not state.finished and not state.in_state(TaskState.READY)
         if idle and state.in_state(TaskState.WAITING):
             state.status = RunStatus.WAITING

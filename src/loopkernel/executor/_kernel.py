@@ -100,6 +100,7 @@ from loopkernel.store import (
     ArchiveSource,
     LoadedRun,
     NewEvent,
+    NewRun,
     PatchRecord,
     ProposalNote,
     Store,
@@ -234,13 +235,15 @@ class Kernel:
             trace = tracer.traceparent(span)
             tracer.end(span)
         await self.store.create_run(
-            run_id=rid,
-            app=app,
-            params=params,
-            max_events=max_events,
-            token_hash=(TOKEN_REQUIRED if require_token else "") + hash_token(token),
-            trace=trace,
-            app_version=self.app_version,
+            NewRun(
+                run_id=rid,
+                app=app,
+                params=params,
+                max_events=max_events,
+                token_hash=(TOKEN_REQUIRED if require_token else "") + hash_token(token),
+                trace=trace,
+                app_version=self.app_version,
+            )
         )
         return StartedRun(run_id=rid, token=token)
 
