@@ -173,7 +173,8 @@ def api_keys() -> set[str]:
 
     def add(fn: Any) -> None:
         fn = inspect.unwrap(getattr(fn, "__func__", fn))
-        if not inspect.isfunction(fn) or not fn.__module__.startswith(API_PACKAGE):
+        module = getattr(fn, "__module__", "") or ""
+        if not inspect.isfunction(fn) or module.split(".")[0] != API_PACKAGE:
             return
         file = inspect.getsourcefile(fn)
         if file is not None and Path(file).resolve().is_relative_to(ROOT):

@@ -26,7 +26,7 @@ def ctx() -> TaskContext:
     state = GraphState(
         run_id=RUN, app="test", params=None, tasks={TASK: Task(task_id=TASK, skill="w")}
     )
-    return TaskContext(state=state, task_id=TASK, attempt=1, upto_seq=0, tools=None)
+    return TaskContext(state=state, task_id=TASK, attempt=1, upto_seq=0)
 
 
 class Sender:

@@ -38,7 +38,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loopkernel.errors import ModelUnauthorized, ModelUnavailable
 from loopkernel.evidence import Evidence
@@ -49,6 +49,9 @@ from loopkernel.planner._prompt import Prompt, PromptStyle, build_prompt
 from loopkernel.planner._protocol import Planner, Proposal, Snapshot
 from loopkernel.planner._rules import Bound, Cite, Derive, Name, Postconditions, Require, Scope
 from loopkernel.planner._schema import proposal_schema, reply_tokens
+
+if TYPE_CHECKING:  # the model face loads when a planner first asks (not at import)
+    from loopkernel.models import Ask as ModelAsk
 
 __all__ = [
     "REASONS",
@@ -99,10 +102,7 @@ class _Client(Protocol):
         key: str,
         run_id: str,
         task_id: str | None = None,
-        max_tokens: int = 256,
-        response_schema: dict[str, Any] | None = None,
-        timeout: float = 30.0,  # noqa: ASYNC109 - handed to the gateway
-        validate: bool = True,
+        ask: ModelAsk = ...,
     ) -> _Completion: ...
 
 
@@ -204,6 +204,8 @@ class LLMPlanner:
             raise TypeError(f"the fallback planner returned {type(fallback).__name__}")
         if not isinstance(snapshot, GraphState):
             raise TypeError("LLMPlanner plans against the kernel's GraphState")
+        from loopkernel.models import Ask as ModelAsk
+
         timings = self.last = PlanTimings()
         if self.client is None:
             return Proposal(
@@ -230,14 +232,12 @@ class LLMPlanner:
                 break
             t = time.perf_counter()
             try:
+                ask = ModelAsk(
+                    max_tokens=max_tokens, response_schema=schema, timeout_s=left, validate=False
+                )
+                key = plan_key(snapshot.run_id, event.seq, attempt)
                 reply = await self.client.complete(
-                    messages,
-                    key=plan_key(snapshot.run_id, event.seq, attempt),
-                    run_id=snapshot.run_id,
-                    max_tokens=max_tokens,
-                    response_schema=schema,
-                    timeout=left,
-                    validate=False,
+                    messages, key=key, run_id=snapshot.run_id, ask=ask
                 )
             except Exception as exc:
                 timings.model_ms += (time.perf_counter() - t) * 1000
