@@ -48,10 +48,10 @@ def _summary(name: str, samples: list[float], fresh_median: float) -> dict[str, 
 
 
 async def measure(n: int, tmp: Path, gw_env: dict[str, str]) -> dict[str, Any]:
-    from loopkernel.executor import TaskContext
+    from loopkernel.executor import TaskContext, TaskServices
     from loopkernel.graph import GraphState, Task
     from loopkernel.ids import RunId, TaskId
-    from loopkernel.models import Message, ModelClient, ModelLayer
+    from loopkernel.models import Ask, Message, ModelClient, ModelLayer
     from loopkernel.store import SQLiteStore
 
     client = ModelClient.from_env(gw_env)
@@ -73,8 +73,7 @@ async def measure(n: int, tmp: Path, gw_env: dict[str, str]) -> dict[str, Any]:
             task_id=tid,
             attempt=1,
             upto_seq=0,
-            tools=None,
-            models=ModelLayer(store, client),
+            services=TaskServices(models=ModelLayer(store, client)),
         )
 
     fresh: list[float] = []
@@ -106,7 +105,7 @@ async def measure(n: int, tmp: Path, gw_env: dict[str, str]) -> dict[str, Any]:
                 key=f"bench/t{i}/model/0",
                 run_id="bench",
                 task_id=f"t{i}",
-                max_tokens=MAX_TOKENS,
+                ask=Ask(max_tokens=MAX_TOKENS),
             )
             ledger.append(clock() - t0)
             assert resent.replayed and resent.text == reply.text

@@ -44,8 +44,8 @@ from typing import Any
 from bench._results import write_results
 from loopkernel import Event, ExecutionConfig, GraphPatch, Kernel, RunStatus, Snapshot
 from loopkernel.graph import GraphState
-from loopkernel.models import Message, ModelClient
-from loopkernel.planner.llm import LLMPlanner, build_prompt, judge
+from loopkernel.models import Ask, Message, ModelClient
+from loopkernel.planner.llm import LLMPlanner, PromptStyle, build_prompt, judge
 from loopkernel.store import SQLiteStore
 from loopkernel.testing import GatewayProcess, ScriptedProvider
 from loopkernel_apps import speculation
@@ -124,9 +124,9 @@ async def replay_cost(client: ModelClient, repeat: int) -> dict[str, float]:
         msgs = [Message(role="user", content=f"Say one word. ({i})")]
         key = f"bench-replay/{time.time_ns()}/{i}"
         t0 = time.perf_counter()
-        first = await client.complete(msgs, key=key, run_id="bench-replay", max_tokens=8)
+        first = await client.complete(msgs, key=key, run_id="bench-replay", ask=Ask(max_tokens=8))
         t1 = time.perf_counter()
-        again = await client.complete(msgs, key=key, run_id="bench-replay", max_tokens=8)
+        again = await client.complete(msgs, key=key, run_id="bench-replay", ask=Ask(max_tokens=8))
         t2 = time.perf_counter()
         assert not first.replayed and again.replayed and again.text == first.text
         fresh.append(t1 - t0)
@@ -181,7 +181,7 @@ def main() -> None:
         good = json.dumps(sample.fallback.to_json())
         prompt_us = timed_us(
             lambda s=sample: build_prompt(
-                s.state, s.event, allow, suggestion=s.fallback, tag="0" * 16
+                s.state, s.event, allow, suggestion=s.fallback, style=PromptStyle(tag="0" * 16)
             ),
             repeat,
         )

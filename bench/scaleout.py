@@ -52,7 +52,7 @@ from loopkernel import GraphPatch, Kernel, TaskSpec
 from loopkernel.client import Client
 from loopkernel.graph import EventKind, TaskState, validate
 from loopkernel.ids import RunId, TaskId
-from loopkernel.store import NewEvent, PatchRecord, Store, open_store
+from loopkernel.store import NewEvent, NewRun, PatchRecord, Store, open_store
 
 DEFAULT_PG = os.environ.get("LOOPKERNEL_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 IO_RUN = {"delays": [1.0, 1.5, 5.0], "distill_delay": 0.5}
@@ -253,7 +253,9 @@ async def store_calls_us(url: str, n: int) -> dict[str, float]:
 
     try:
         rid = RunId(f"calls-{time.time_ns()}")
-        await store.create_run(run_id=rid, app="b", params={}, max_events=10**6, token_hash="h")
+        await store.create_run(
+            NewRun(run_id=rid, app="b", params={}, max_events=10**6, token_hash="h")
+        )
         state = (await store.load_run(rid)).state
         seq = 1
         for i in range(n):

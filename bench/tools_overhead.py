@@ -100,7 +100,7 @@ async def session_only() -> AsyncIterator[Once]:
 
 @asynccontextmanager
 async def layer(synchronous: str, tmp: str) -> AsyncIterator[Once]:
-    from loopkernel.executor import TaskContext
+    from loopkernel.executor import TaskContext, TaskServices
     from loopkernel.graph import GraphState, Task
     from loopkernel.ids import RunId, TaskId
     from loopkernel.store import SQLiteStore
@@ -114,7 +114,9 @@ async def layer(synchronous: str, tmp: str) -> AsyncIterator[Once]:
     )
     try:
         async with ToolLayer(store, [_faults()], policy_hook=allow_all) as tools:
-            ctx = TaskContext(state=state, task_id=tid, attempt=1, upto_seq=0, tools=tools)
+            ctx = TaskContext(
+                state=state, task_id=tid, attempt=1, upto_seq=0, services=TaskServices(tools=tools)
+            )
 
             async def once(i: int) -> Any:
                 assert await ctx.call_tool("echo", ARGS) == ARGS

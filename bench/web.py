@@ -47,7 +47,7 @@ import httpx
 from bench._results import write_results
 from loopkernel.graph import EventKind
 from loopkernel.ids import RunId
-from loopkernel.store import NewEvent, PatchRecord, Store, open_store
+from loopkernel.store import NewEvent, NewRun, PatchRecord, Store, open_store
 
 T = TypeVar("T")
 CHROMIUM = os.environ.get("LOOPKERNEL_CHROMIUM", "/usr/bin/chromium")
@@ -80,7 +80,9 @@ async def big_run(db: str, run_id: str, events: int) -> None:
     await store.open()
     try:
         rid = RunId(run_id)
-        await store.create_run(run_id=rid, app="bench", params={}, max_events=10**7, token_hash="h")
+        await store.create_run(
+            NewRun(run_id=rid, app="bench", params={}, max_events=10**7, token_hash="h")
+        )
         seq = 1
         while seq < events:
             batch = min(500, events - seq)
@@ -104,7 +106,9 @@ async def big_task_run(db: str, run_id: str, tasks: int, shape: str) -> None:
     await store.open()
     try:
         rid = RunId(run_id)
-        await store.create_run(run_id=rid, app="bench", params={}, max_events=10**7, token_hash="h")
+        await store.create_run(
+            NewRun(run_id=rid, app="bench", params={}, max_events=10**7, token_hash="h")
+        )
         first = (await store.events(rid))[-1]
         patch = GraphPatch()
         if shape == "fan":

@@ -163,7 +163,7 @@ def big_run(db: Path | str, run_id: str, tasks: int, *, shape: str = "fan") -> N
     the first half succeeded, each with a small result."""
     from loopkernel.graph import Delta, GraphPatch, TaskSpec, TaskState, validate
     from loopkernel.ids import RunId
-    from loopkernel.store import PatchRecord, open_store
+    from loopkernel.store import NewRun, PatchRecord, open_store
 
     async def go() -> None:
         store = open_store(str(db))
@@ -171,7 +171,7 @@ def big_run(db: Path | str, run_id: str, tasks: int, *, shape: str = "fan") -> N
         try:
             rid = RunId(run_id)
             await store.create_run(
-                run_id=rid, app="bench", params={}, max_events=10**7, token_hash="h"
+                NewRun(run_id=rid, app="bench", params={}, max_events=10**7, token_hash="h")
             )
             first = (await store.events(rid))[-1]  # run_started, journaled with the run
             patch = GraphPatch()

@@ -83,6 +83,37 @@ def test_the_measures_count_what_they_say(ratchet: ModuleType, tmp_path: Path) -
     assert ratchet._public("C.__init__") and not ratchet._public("_C.m")
 
 
+def test_a_records_copy_with_changes_is_not_a_long_parameter_list(ratchet: ModuleType) -> None:
+    import ast
+
+    fields = "".join(f"    f{i}: int\n" for i in range(8))
+    tree = ast.parse(
+        "class R:\n"
+        + fields
+        + "    def evolve(self, *, "
+        + ", ".join(f"f{i}=0" for i in range(8))
+        + "): pass\n"
+        + "    def other(self, *, "
+        + ", ".join(f"f{i}=0" for i in range(7))
+        + ", g=0): pass\n"
+    )
+    cls = tree.body[0]
+    assert isinstance(cls, ast.ClassDef)
+    found = dict(ratchet._functions(tree))
+    assert ratchet._mirrors_fields(found["R.evolve"], ratchet._fields(cls))
+    assert not ratchet._mirrors_fields(found["R.other"], ratchet._fields(cls))
+
+
+def test_the_public_api_has_no_parameter_list_over_six(ratchet: ModuleType) -> None:
+    # Knobs go in a frozen record with a meaning (ExecutionConfig, NewRun, Ask, CallRules,
+    # Answerer ...), not in a longer list; a record's copy-with-changes is not counted.
+    assert ratchet.api_parameters(ratchet.measure()) == {}
+    keys = ratchet.api_keys()  # what counts as the API: exports and public modules
+    assert "src/loopkernel/client.py::Client.execute" in keys
+    assert "src/loopkernel/store/_engine.py::SQLStore.create_run" in keys  # SQLiteStore's
+    assert not any(k.startswith(("bench/", "src/loopkernel_apps/")) for k in keys)
+
+
 def test_src_has_no_import_circle(ratchet: ModuleType) -> None:
     # The last one was the store's _protocol <-> _fork <-> _codec (Fork lives in _protocol).
     assert ratchet.circles() == []

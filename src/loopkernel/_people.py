@@ -1,6 +1,7 @@
-"""Who acted on a run, and what it spent, as the journal says: the ``by`` of a human's
-answer or a cancel (``approver``, ``approver_text``), and a run's spend from its budget
-ledger (``usage_of``). Pure; ``loopkernel.client`` re-exports them."""
+"""Who acted on a run, and what it spent, as the journal says: who answers a waiting task and
+by what right (``Answerer``), the ``by`` of a human's answer or a cancel (``approver``,
+``approver_text``), and a run's spend from its budget ledger (``usage_of``). Pure;
+``loopkernel.client`` re-exports them."""
 
 from __future__ import annotations
 
@@ -9,12 +10,28 @@ import math
 import os
 import socket
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from loopkernel.evidence import redact_text
 from loopkernel.graph import JSON
 from loopkernel.store import EffectRecord
 
-__all__ = ["approver", "approver_text", "usage_of"]
+__all__ = ["Answerer", "approver", "approver_text", "usage_of"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Answerer:
+    """Who answers a waiting task (``Client.decide``), and by what right."""
+
+    token: str | None = None
+    """The run's approval token (checked, then only its kind is journaled)."""
+    local: bool = False
+    """Write access to the store is the right, without a token: what the CLI does without
+    ``--token``; not for a run started with ``require_token`` nor under
+    ``LOOPKERNEL_REQUIRE_TOKEN``."""
+    by: Mapping[str, str] | None = None
+    """What the caller knows of the person (``approver``; default: the user and host this
+    process runs as)."""
 
 
 def approver(actor: str, known: Mapping[str, str] | None = None) -> dict[str, str]:

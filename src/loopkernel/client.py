@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from loopkernel._app import App, load_app, registered
 from loopkernel._hold import HELD, acquire_here, hold_lease
 from loopkernel._hooks import crashpoint
-from loopkernel._people import approver, approver_text, usage_of
+from loopkernel._people import Answerer, approver, approver_text, usage_of
 from loopkernel.errors import (
     ApprovalRefused,
     RunHeld,
@@ -65,6 +65,7 @@ from loopkernel.graph import (
     EventKind,
     GraphPatch,
     GraphState,
+    History,
     RunStatus,
     Task,
     TaskState,
@@ -99,6 +100,7 @@ __all__ = [
     "DEFAULT_STORE_RETRY",
     "MAX_PAYLOAD_BYTES",
     "PRUNED_BY_DEFAULT",
+    "Answerer",
     "Client",
     "Inspection",
     "Listeners",
@@ -711,16 +713,15 @@ class Client:
         patches = tuple(p for p in await self.store.patches(rid) if p.event_seq <= at)
         final = (await self.store.load_run(rid)).state
         results = {t.task_id: t.result for t in final.tasks.values()}
-        state = await asyncio.to_thread(
-            state_at,
+        history = History(
             run_id=rid,
             app=info.app,
             params=info.params,
             events=events,
             patches=[(p.event_seq, p.ops) for p in patches if p.outcome == "applied"],
             results=results,
-            seq=at,
         )
+        state = await asyncio.to_thread(state_at, history, at)
         idle = not state.finished and not state.in_state(TaskState.READY)
         if idle and state.in_state(TaskState.WAITING):
             state.status = RunStatus.WAITING
@@ -737,15 +738,13 @@ class Client:
         decision: Literal["approve", "reject"],
         *,
         payload: JSON = None,
-        token: str | None = None,
-        local: bool = False,
-        by: Mapping[str, str] | None = None,
+        answerer: Answerer,
     ) -> Event:
         """Journal a human's answer for a waiting task (``approve`` / ``reject``), with who
-        answered (``approver``): the run token's holder or, without one, whoever has write
-        access to the store; ``by`` is what the caller knows of them (default: the user
-        and host this process runs as)."""
+        answered (``approver``): the run token's holder or, without one and ``local``,
+        whoever has write access to the store."""
         rid = _rid(run_id)
+        token, local = answerer.token, answerer.local
         tid = TaskId(check_id(task_id, "task id"))
         check_payload(payload)
         stored = await self.store.token_hash(rid)
@@ -766,7 +765,7 @@ class Client:
                 raise ApprovalRefused(f"the approval token does not match run {rid}", run_id=rid)
         # secrets nowhere: the payload is journaled (and shown to the task) redacted
         payload = redact(payload)
-        who = approver("run token" if token is not None else "local", by)
+        who = approver("run token" if token is not None else "local", answerer.by)
         event = await self.store.add_human_input(
             rid, tid, decision=decision, payload=payload, by=who
         )

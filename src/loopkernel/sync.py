@@ -276,8 +276,11 @@ class Client:
     ) -> Event:
         """Journal a human's answer to a waiting task (``Client.decide``): with the run's
         ``token``, or ``local=True`` when database access is the authority."""
+        from loopkernel._people import Answerer
+
+        answerer = Answerer(token=token, local=local)
         return self.run(
-            lambda c: c.decide(run_id, task_id, decision, payload=payload, token=token, local=local)
+            lambda c: c.decide(run_id, task_id, decision, payload=payload, answerer=answerer)
         )
 
     def cancel(

@@ -17,6 +17,7 @@ from lk_helpers import LOOPKERNEL, cli_env
 from loopkernel import RunStatus, SQLiteStore
 from loopkernel.client import Client
 from loopkernel.ids import RunId
+from loopkernel.store import NewRun
 from loopkernel.worker import RunWorker, WorkerConfig
 
 pytestmark = pytest.mark.slow
@@ -84,9 +85,11 @@ def test_the_wal_and_shm_of_a_live_database_are_private(tmp_path: Path) -> None:
     code = (
         "import asyncio, os, sys\n"
         "from loopkernel import SQLiteStore\n"
+        "from loopkernel.store import NewRun\n"
         "async def go():\n"
         "    s = SQLiteStore(sys.argv[1]); await s.open()\n"
-        "    await s.create_run(run_id='r', app='a', params=None, max_events=9, token_hash='x')\n"
+        "    await s.create_run(NewRun(run_id='r', app='a', params=None, max_events=9,"
+        " token_hash='x'))\n"
         "    print(oct(os.stat(sys.argv[1] + '-wal').st_mode & 0o777),"
         " oct(os.stat(sys.argv[1] + '-shm').st_mode & 0o777))\n"
         "    await s.close()\n"
@@ -147,7 +150,7 @@ def test_a_worker_leaves_an_app_it_was_not_given_to_others_and_never_imports_it(
         await store.open()
         for run_id, app in [("mod", "canary:app"), ("gone", "no_such_app")]:
             await store.create_run(
-                run_id=RunId(run_id), app=app, params={}, max_events=10, token_hash="x"
+                NewRun(run_id=RunId(run_id), app=app, params={}, max_events=10, token_hash="x")
             )
             await store.enqueue(RunId(run_id))
             lines = await _left_alone(store, run_id, WorkerConfig(poll_seconds=0.05))
@@ -160,7 +163,9 @@ def test_a_worker_leaves_an_app_it_was_not_given_to_others_and_never_imports_it(
         config = WorkerConfig(poll_seconds=0.05, apps=frozenset({"lk_testapps:gate"}))
         assert await _serve_until(store, "named", config) is RunStatus.WAITING
         await store.create_run(
-            run_id=RunId("broken"), app="nowhere:app", params={}, max_events=10, token_hash="x"
+            NewRun(
+                run_id=RunId("broken"), app="nowhere:app", params={}, max_events=10, token_hash="x"
+            )
         )
         await store.enqueue(RunId("broken"))
         config = WorkerConfig(poll_seconds=0.05, apps=frozenset({"nowhere:app"}))
@@ -169,7 +174,9 @@ def test_a_worker_leaves_an_app_it_was_not_given_to_others_and_never_imports_it(
         # A row written past the door, with parameters the app refuses: failed, once.
         params = {"delays": [0.01, "x"], "quorum": 2, "distill_delay": 0.0}
         await store.create_run(
-            run_id=RunId("bad"), app="speculation", params=params, max_events=10, token_hash="x"
+            NewRun(
+                run_id=RunId("bad"), app="speculation", params=params, max_events=10, token_hash="x"
+            )
         )
         await store.enqueue(RunId("bad"))
         assert await _serve_until(store, "bad", WorkerConfig(poll_seconds=0.05)) is (

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from lk_helpers import LOOPKERNEL, cli_env
 from loopkernel import RunStatus
-from loopkernel.client import Client, parse_payload
+from loopkernel.client import Answerer, Client, parse_payload
 from loopkernel.graph.door import LIMITS, Entry, Rule, ValueRefused, admit, parse
 from loopkernel.ids import RunId, TaskId
 
@@ -205,13 +205,21 @@ def test_any_value_is_refused_at_the_door_or_comes_back_equal_after_a_resume(
                 with pytest.raises(ValueRefused):
                     await client.start("lk_doorapps:gate_v", overrides={"v": value})
                 with pytest.raises(ValueRefused):
-                    await client.decide("any", "gate", "approve", payload={"v": value}, local=True)
+                    await client.decide(
+                        "any",
+                        "gate",
+                        "approve",
+                        payload={"v": value},
+                        answerer=Answerer(local=True),
+                    )
                 assert await store.list_runs() == []
                 return
             _, started = await client.start("lk_doorapps:gate_v", overrides={"v": value})
             rid = started.run_id
             assert (await client.execute(rid)).status is RunStatus.WAITING
-            await client.decide(rid, "gate", "approve", payload={"v": value}, local=True)
+            await client.decide(
+                rid, "gate", "approve", payload={"v": value}, answerer=Answerer(local=True)
+            )
             assert (await client.execute(rid)).status is RunStatus.SUCCEEDED
             info = await store.get_run(rid)
             assert info.params["v"] == value

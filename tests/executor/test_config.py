@@ -14,7 +14,7 @@ import pytest
 
 from loopkernel import ExecutionConfig, GraphPatch, Kernel, KernelParts, SQLiteStore, UsageError
 from loopkernel._hold import hold_lease
-from loopkernel.client import Client, Listeners
+from loopkernel.client import Answerer, Client, Listeners
 from loopkernel.errors import LeaseLost, RunHeld
 from loopkernel.graph import Event
 from loopkernel.ids import RunId
@@ -178,7 +178,7 @@ def test_execute_reads_the_run_once_and_hands_it_down(tmp_path: Path) -> None:
             first = await client.execute(started.run_id)
             assert first.status.value == "waiting"
             assert store.reads == ["load_run"]  # not the row first, then the run again
-            await client.decide("r", "gate", "approve", local=True)
+            await client.decide("r", "gate", "approve", answerer=Answerer(local=True))
             del store.reads[:]
             resumed = await client.execute("r")
             assert resumed.status.value == "succeeded"

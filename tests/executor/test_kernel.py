@@ -31,7 +31,7 @@ from loopkernel import (
     TaskSpec,
     TaskState,
 )
-from loopkernel.client import Client
+from loopkernel.client import Answerer, Client
 from loopkernel.ids import RunId
 
 if TYPE_CHECKING:
@@ -238,7 +238,9 @@ def test_a_wait_stops_the_executor_and_an_approval_from_elsewhere_resumes_it(
 
     async def approve() -> None:
         async with Client(backend.url) as other:  # another connection, as another process
-            await other.decide("run-1", "gate", "approve", payload={"by": "ops"}, local=True)
+            await other.decide(
+                "run-1", "gate", "approve", payload={"by": "ops"}, answerer=Answerer(local=True)
+            )
 
     run(approve())
     _, second = run(execute(backend, Gate(), {"work": counting(calls)}))
@@ -254,7 +256,7 @@ def test_a_rejection_cancels_the_task(backend: Backend) -> None:
 
     async def reject() -> None:
         async with Client(backend.url) as other:
-            await other.decide("run-1", "gate", "reject", local=True)
+            await other.decide("run-1", "gate", "reject", answerer=Answerer(local=True))
 
     run(reject())
     _, outcome = run(execute(backend, Gate(), {"work": counting(calls)}))
@@ -272,14 +274,18 @@ def test_forged_replayed_and_late_approvals_are_refused(backend: Backend) -> Non
         await store.close()
         async with Client(backend.url) as client:
             with pytest.raises(ApprovalRefused, match="token does not match"):
-                await client.decide("run-1", "gate", "approve", token="forged")
+                await client.decide("run-1", "gate", "approve", answerer=Answerer(token="forged"))
             with pytest.raises(ApprovalRefused, match="needs the run's approval token"):
-                await client.decide("run-1", "gate", "approve")
+                await client.decide("run-1", "gate", "approve", answerer=Answerer())
             with pytest.raises(ApprovalRefused, match="not waiting"):
-                await client.decide("run-1", "prep", "approve", token=started.token)
-            await client.decide("run-1", "gate", "approve", token=started.token)
+                await client.decide(
+                    "run-1", "prep", "approve", answerer=Answerer(token=started.token)
+                )
+            await client.decide("run-1", "gate", "approve", answerer=Answerer(token=started.token))
             with pytest.raises(ApprovalRefused, match="already answered"):
-                await client.decide("run-1", "gate", "approve", token=started.token)
+                await client.decide(
+                    "run-1", "gate", "approve", answerer=Answerer(token=started.token)
+                )
 
     run(go())
     _, outcome = run(execute(backend, Gate(), {"work": counting({})}))
@@ -288,7 +294,7 @@ def test_forged_replayed_and_late_approvals_are_refused(backend: Backend) -> Non
     async def late() -> None:
         async with Client(backend.url) as client:
             with pytest.raises(ApprovalRefused, match="already succeeded"):
-                await client.decide("run-1", "gate", "approve", local=True)
+                await client.decide("run-1", "gate", "approve", answerer=Answerer(local=True))
 
     run(late())
 
@@ -309,7 +315,7 @@ def test_an_approval_that_arrives_while_the_run_is_running_is_picked_up(backend:
             async with Client(backend.url) as other:
                 while (await other.inspect("run-1")).tasks[0]["state"] != "waiting":  # noqa: ASYNC110 - polls another connection
                     await asyncio.sleep(0.01)
-                await other.decide("run-1", "gate", "approve", local=True)
+                await other.decide("run-1", "gate", "approve", answerer=Answerer(local=True))
             await asyncio.sleep(0.2)
         return ctx.task_id
 
@@ -337,7 +343,9 @@ def test_a_worker_can_park_its_own_task_and_runs_again_after_approval(backend: B
             assert info.tasks[0]["state"] == "waiting"
             assert info.events is not None
             assert info.events[-1].kind is EventKind.APPROVAL_REQUIRED
-            await other.decide("run-1", "only", "approve", payload={"ok": True}, local=True)
+            await other.decide(
+                "run-1", "only", "approve", payload={"ok": True}, answerer=Answerer(local=True)
+            )
 
     run(approve())
     _, second = run(execute(backend, planner, {"work": guarded}))

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from lk_stores import Backend
-from loopkernel.client import Client
+from loopkernel.client import Answerer, Client
 from loopkernel.errors import UsageError
 from loopkernel.graph import RunStatus
 from loopkernel.store import Store
@@ -77,13 +77,13 @@ def test_a_looplab_fork_before_the_approval_can_be_rejected_instead(backend: Bac
         assert waiting.status is RunStatus.WAITING
         (parked,) = await client.waiting("orig")
         asked = (await client.info("orig")).last_seq
-        await client.decide("orig", parked.task_id, "approve", local=True)
+        await client.decide("orig", parked.task_id, "approve", answerer=Answerer(local=True))
         assert (await client.execute("orig")).status is RunStatus.SUCCEEDED
         before = (await client.inspect("orig", journal=True)).to_json()
 
         fork = await client.fork("orig", at=asked, new_run_id="no")
         assert (await client.info("no")).status is RunStatus.WAITING
-        await client.decide("no", parked.task_id, "reject", token=fork.token)
+        await client.decide("no", parked.task_id, "reject", answerer=Answerer(token=fork.token))
         outcome = await client.execute("no")
         after = (await client.inspect("orig", journal=True)).to_json()
         forked = (await client.inspect("no", journal=True)).to_json()

@@ -14,7 +14,7 @@ import pytest
 from lk_models import PROVIDER_KEY, TOKEN, ask, gateway_for
 from loopkernel.errors import BudgetExceeded, ModelError, ModelTimeout, ModelUnavailable
 from loopkernel.gateway import Limits
-from loopkernel.models import Message, ModelClient
+from loopkernel.models import Ask, Message, ModelClient
 from loopkernel.models._http import Address, request
 from loopkernel.testing import ScriptedProvider, ScriptedReply
 
@@ -41,7 +41,7 @@ def test_a_call_reaches_the_provider_with_the_gateways_key_and_comes_back_priced
                 key="run-1/t1/model/0",
                 run_id="run-1",
                 task_id="t1",
-                max_tokens=64,
+                ask=Ask(max_tokens=64),
             )
             assert reply.text == "hi there"
             assert (reply.input_tokens, reply.output_tokens) == (120, 30)
@@ -193,7 +193,7 @@ def test_a_call_past_its_deadline_is_a_model_timeout(tmp_path: Path) -> None:
             gateway_for(p, tmp_path) as (_gw, client),
         ):
             with pytest.raises(ModelTimeout) as err:
-                await client.complete(ask(), key="k", run_id="r", timeout=0.3)
+                await client.complete(ask(), key="k", run_id="r", ask=Ask(timeout_s=0.3))
             assert err.value.attrs["kind"] == "deadline"
             # nothing is known of the timed-out call: the same key may be sent again
             assert (await client.complete(ask(), key="k", run_id="r")).text == "on time"
@@ -221,15 +221,17 @@ def test_run_budget_reserves_max_tokens_and_refuses_before_calling(tmp_path: Pat
                 client,
             ),
         ):
-            first = await client.complete(ask("hi"), key="r1/0", run_id="r1", max_tokens=50)
+            first = await client.complete(
+                ask("hi"), key="r1/0", run_id="r1", ask=Ask(max_tokens=50)
+            )
             assert first.cost_usd == pytest.approx(0.02)
             # reserve: (2 bytes + 8) x 0.001 + 90 x 0.002 = 0.19; 0.02 spent -> 0.21 > 0.2
             with pytest.raises(BudgetExceeded) as err:
-                await client.complete(ask("hi"), key="r1/1", run_id="r1", max_tokens=90)
+                await client.complete(ask("hi"), key="r1/1", run_id="r1", ask=Ask(max_tokens=90))
             assert err.value.attrs["limit"] == "gateway.run_usd"
             assert p.calls == 1
             # another run has its own budget; the refused key was not recorded
-            await client.complete(ask("hi"), key="r2/0", run_id="r2", max_tokens=90)
+            await client.complete(ask("hi"), key="r2/0", run_id="r2", ask=Ask(max_tokens=90))
             assert gw.ledger is not None
             assert gw.ledger.spent(run_id="r1")["cost_usd"] == pytest.approx(0.02)
             assert gw.ledger.get("r1/1") is None
@@ -250,17 +252,17 @@ def test_day_budget_counts_every_run_and_run_tokens_count_tokens(tmp_path: Path)
                 price_out=2000.0,
                 ledger=tmp_path / "day.db",
             ) as (_gw, client):
-                await client.complete(ask("x"), key="a/0", run_id="a", max_tokens=10)
+                await client.complete(ask("x"), key="a/0", run_id="a", ask=Ask(max_tokens=10))
                 with pytest.raises(BudgetExceeded) as err:
-                    await client.complete(ask("x"), key="b/0", run_id="b", max_tokens=20)
+                    await client.complete(ask("x"), key="b/0", run_id="b", ask=Ask(max_tokens=20))
                 assert err.value.attrs["limit"] == "gateway.day_usd"
             async with gateway_for(
                 p, tmp_path, limits=Limits(run_tokens=60), ledger=tmp_path / "tokens.db"
             ) as (_gw, client):
-                await client.complete(ask("x"), key="c/0", run_id="c", max_tokens=10)
+                await client.complete(ask("x"), key="c/0", run_id="c", ask=Ask(max_tokens=10))
                 # 15 used + (1 + 8 + 40) reserved = 64 > 60
                 with pytest.raises(BudgetExceeded) as err:
-                    await client.complete(ask("x"), key="c/1", run_id="c", max_tokens=40)
+                    await client.complete(ask("x"), key="c/1", run_id="c", ask=Ask(max_tokens=40))
                 assert err.value.attrs["limit"] == "gateway.run_tokens"
             assert p.calls == 2
 
@@ -276,22 +278,22 @@ def test_a_response_schema_is_passed_through_and_the_reply_validated(tmp_path: P
 
     async def scenario() -> None:
         async with ScriptedProvider(script) as p, gateway_for(p, tmp_path) as (_gw, client):
-            ok = await client.complete(ask(), key="k0", run_id="r", response_schema=SCHEMA)
+            ok = await client.complete(ask(), key="k0", run_id="r", ask=Ask(response_schema=SCHEMA))
             assert json.loads(ok.text) == {"op": "add"}
             assert p.requests[0].body["response_format"] == {
                 "type": "json_schema",
                 "json_schema": {"name": "reply", "schema": SCHEMA},
             }
             with pytest.raises(ModelError) as err:
-                await client.complete(ask(), key="k1", run_id="r", response_schema=SCHEMA)
+                await client.complete(ask(), key="k1", run_id="r", ask=Ask(response_schema=SCHEMA))
             assert err.value.attrs["kind"] == "invalid_output"
             assert "op" in err.value.message
             with pytest.raises(ModelError) as err:
-                await client.complete(ask(), key="k2", run_id="r", response_schema=SCHEMA)
+                await client.complete(ask(), key="k2", run_id="r", ask=Ask(response_schema=SCHEMA))
             assert "cut off at max_tokens" in err.value.message
             # an invalid reply is an answer: asked again, the same error, no new call
             with pytest.raises(ModelError):
-                await client.complete(ask(), key="k1", run_id="r", response_schema=SCHEMA)
+                await client.complete(ask(), key="k1", run_id="r", ask=Ask(response_schema=SCHEMA))
             assert p.calls == 3
 
     asyncio.run(scenario())
@@ -354,8 +356,7 @@ def test_the_anthropic_protocol_with_system_prompt_and_output_format(tmp_path: P
                 [Message(role="system", content="json only"), *ask("go")],
                 key="k",
                 run_id="r",
-                max_tokens=32,
-                response_schema=SCHEMA,
+                ask=Ask(max_tokens=32, response_schema=SCHEMA),
             )
             assert json.loads(reply.text) == {"op": "finish"}
             assert (reply.input_tokens, reply.output_tokens) == (11, 7)
@@ -403,7 +404,7 @@ def test_concurrent_calls_reserve_before_they_are_sent(tmp_path: Path) -> None:
         ):
             results = await asyncio.gather(
                 *(
-                    client.complete(ask("x"), key=f"r/{i}", run_id="r", max_tokens=40)
+                    client.complete(ask("x"), key=f"r/{i}", run_id="r", ask=Ask(max_tokens=40))
                     for i in range(3)
                 ),
                 return_exceptions=True,
@@ -482,13 +483,13 @@ price_out = 15.0
             client = ModelClient(await gw.start(), TOKEN)
             try:
                 assert (await client.complete(ask(), key="1", run_id="r")).text == "from a"
-                reply = await client.complete(ask(), key="2", run_id="r", model="b")
+                reply = await client.complete(ask(), key="2", run_id="r", ask=Ask(model="b"))
                 assert reply.text == "from b"
                 assert reply.cost_usd == pytest.approx((11 * 3.0 + 7 * 15.0) / 1e6)
                 assert b.requests[0].body["model"] == "model-b"
                 assert b.requests[0].headers["authorization"] == "Bearer kb"
                 with pytest.raises(UsageError, match="no model 'c'"):
-                    await client.complete(ask(), key="3", run_id="r", model="c")
+                    await client.complete(ask(), key="3", run_id="r", ask=Ask(model="c"))
             finally:
                 await gw.close()
                 gw.log.close()

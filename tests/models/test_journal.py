@@ -24,10 +24,11 @@ from loopkernel import (
     UsageError,
 )
 from loopkernel.errors import ReplayDivergence
+from loopkernel.executor import TaskServices
 from loopkernel.gateway import Limits
 from loopkernel.graph import GraphState, Task
 from loopkernel.ids import RunId, TaskId
-from loopkernel.models import ModelClient, ModelLayer, model_key
+from loopkernel.models import Ask, ModelClient, ModelLayer, model_key
 from loopkernel.store import EffectRecord, Store
 from loopkernel.testing import ScriptedProvider, ScriptedReply
 
@@ -61,8 +62,7 @@ def ctx_for(store: Store, client: ModelClient, run_id: str = "r") -> TaskContext
         task_id=tid,
         attempt=1,
         upto_seq=0,
-        tools=None,
-        models=ModelLayer(store, client),
+        services=TaskServices(models=ModelLayer(store, client)),
     )
 
 
@@ -161,7 +161,9 @@ def test_a_call_in_flight_at_a_crash_is_re_sent_and_the_ledger_answers_it(
                     status="intended",
                 )
             )
-            await client.complete(ask("one"), key=key, run_id="r", task_id="ask", max_tokens=16)
+            await client.complete(
+                ask("one"), key=key, run_id="r", task_id="ask", ask=Ask(max_tokens=16)
+            )
             reply = await ctx_for(store, client).complete(ask("one"), max_tokens=16)
             assert reply.text == "answered before the crash"
             assert reply.replayed is True  # by the gateway's ledger

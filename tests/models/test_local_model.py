@@ -14,7 +14,7 @@ import pytest
 from lk_helpers import ROOT
 from loopkernel.errors import ModelError
 from loopkernel.gateway._local import smollm2_path
-from loopkernel.models import Message, ModelClient
+from loopkernel.models import Ask, Message, ModelClient
 from loopkernel.testing import GatewayProcess, run_cli
 
 SCHEMA = {
@@ -44,14 +44,14 @@ def test_the_gateway_serves_the_bundled_model_through_a_real_llama_cpp_server(
         question = [Message(role="user", content="Name a colour.")]
 
         async def scenario() -> None:
-            first = await client.complete(question, key="l/0", run_id="l", max_tokens=16)
+            first = await client.complete(question, key="l/0", run_id="l", ask=Ask(max_tokens=16))
             assert first.text.strip() and first.model == "smollm2"
             assert 1 <= first.output_tokens <= 16 and first.input_tokens > 0
             assert first.cost_usd == 0.0 and first.replayed is False
-            again = await client.complete(question, key="l/0", run_id="l", max_tokens=16)
+            again = await client.complete(question, key="l/0", run_id="l", ask=Ask(max_tokens=16))
             assert (again.text, again.replayed) == (first.text, True)
             # greedy sampling: the same question under another key gets the same answer
-            other = await client.complete(question, key="l/1", run_id="l", max_tokens=16)
+            other = await client.complete(question, key="l/1", run_id="l", ask=Ask(max_tokens=16))
             assert (other.text, other.replayed) == (first.text, False)
             # constrained decoding through the schema: a valid reply, or a named refusal
             try:
@@ -59,8 +59,7 @@ def test_the_gateway_serves_the_bundled_model_through_a_real_llama_cpp_server(
                     [Message(role="user", content="Answer in JSON: what is 2+2?")],
                     key="l/2",
                     run_id="l",
-                    max_tokens=48,
-                    response_schema=SCHEMA,
+                    ask=Ask(max_tokens=48, response_schema=SCHEMA),
                 )
             except ModelError as err:
                 assert err.attrs["kind"] == "invalid_output"

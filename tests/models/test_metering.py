@@ -16,6 +16,7 @@ from lk_models import ask, gateway_for
 from loopkernel.errors import BudgetExceeded, ModelTimeout
 from loopkernel.gateway import Limits
 from loopkernel.gateway._server import BYTES_PER_TOKEN
+from loopkernel.models import Ask
 from loopkernel.testing import ScriptedProvider, ScriptedReply
 
 # 1,000 USD per million tokens in, 2,000 out: 0.001 and 0.002 USD a token
@@ -34,7 +35,9 @@ def test_a_reply_without_usage_is_charged_its_whole_reservation(tmp_path: Path) 
             answered, refused = 0, 0
             for i in range(20):
                 try:
-                    await client.complete(ask("hi"), key=f"r/{i}", run_id="r", max_tokens=10)
+                    await client.complete(
+                        ask("hi"), key=f"r/{i}", run_id="r", ask=Ask(max_tokens=10)
+                    )
                     answered += 1
                 except BudgetExceeded:
                     refused += 1
@@ -62,7 +65,7 @@ def test_concurrent_calls_that_cost_more_than_reserved_are_refused_once_spent(
         ):
             results = await asyncio.gather(
                 *(
-                    client.complete(ask("x"), key=f"r/{i}", run_id="r", max_tokens=4)
+                    client.complete(ask("x"), key=f"r/{i}", run_id="r", ask=Ask(max_tokens=4))
                     for i in range(10)
                 ),
                 return_exceptions=True,
@@ -77,7 +80,7 @@ def test_concurrent_calls_that_cost_more_than_reserved_are_refused_once_spent(
             assert spent["reserved_usd"] == 0
             assert spent["cost_usd"] == pytest.approx(1.002 * p.calls)  # recorded: it was spent
             with pytest.raises(BudgetExceeded):  # and the run is spent from now on
-                await client.complete(ask("x"), key="r/after", run_id="r", max_tokens=4)
+                await client.complete(ask("x"), key="r/after", run_id="r", ask=Ask(max_tokens=4))
             assert p.calls == len(settled)
 
     asyncio.run(scenario())
@@ -94,8 +97,10 @@ def test_a_key_re_sent_after_a_timeout_is_two_provider_requests_in_the_ledger(
             gateway_for(p, tmp_path, **PRICES) as (gw, client),
         ):
             with pytest.raises(ModelTimeout):
-                await client.complete(ask("x"), key="r/0", run_id="r", max_tokens=4, timeout=0.5)
-            reply = await client.complete(ask("x"), key="r/0", run_id="r", max_tokens=4)
+                await client.complete(
+                    ask("x"), key="r/0", run_id="r", ask=Ask(max_tokens=4, timeout_s=0.5)
+                )
+            reply = await client.complete(ask("x"), key="r/0", run_id="r", ask=Ask(max_tokens=4))
             assert reply.text == "late" and p.calls == 2
             assert gw.ledger is not None
             rows = gw.ledger.requests("r/0")
@@ -142,13 +147,13 @@ def test_run_tokens_reserve_an_estimate_of_tokens_not_prompt_bytes(tmp_path: Pat
                 client,
             ),
         ):
-            await client.complete(ask(prompt), key="t/0", run_id="t", max_tokens=10)
+            await client.complete(ask(prompt), key="t/0", run_id="t", ask=Ask(max_tokens=10))
             assert gw.ledger is not None
             assert gw.ledger.spent(run_id="t")["tokens"] == 503  # settled at the real count
             # 503 used + 818 reserved = 1,321 <= 1,500: admitted; then 503 x 2 + 818 > 1,500
-            await client.complete(ask(prompt), key="t/1", run_id="t", max_tokens=10)
+            await client.complete(ask(prompt), key="t/1", run_id="t", ask=Ask(max_tokens=10))
             with pytest.raises(BudgetExceeded) as err:
-                await client.complete(ask(prompt), key="t/2", run_id="t", max_tokens=10)
+                await client.complete(ask(prompt), key="t/2", run_id="t", ask=Ask(max_tokens=10))
             assert err.value.attrs["limit"] == "gateway.run_tokens"
             assert err.value.attrs["observed"] == 503 * 2 + estimate
             assert p.calls == 2

@@ -32,7 +32,7 @@ from loopkernel.executor import KernelParts
 from loopkernel.gateway import Limits
 from loopkernel.gateway._guard import MAX_REPLY_BYTES, reply_cap
 from loopkernel.ids import RunId
-from loopkernel.models import ModelLayer
+from loopkernel.models import Ask, ModelLayer
 from loopkernel.store import Store
 from loopkernel.testing import ScriptedProvider, ScriptedReply
 
@@ -53,7 +53,7 @@ def test_a_20_mb_reply_is_a_provider_fault_never_an_answer(tmp_path: Path) -> No
             gateway_for(p, tmp_path, retries=1, **PRICES) as (gw, client),
         ):
             with pytest.raises(ModelUnavailable) as err:
-                await client.complete(ask("hi"), key="r/0", run_id="r", max_tokens=65_536)
+                await client.complete(ask("hi"), key="r/0", run_id="r", ask=Ask(max_tokens=65_536))
             assert err.value.attrs["kind"] == "provider_fault"
             assert err.value.attrs["fault"] == "too_large"
             assert gw.ledger is not None
@@ -63,9 +63,13 @@ def test_a_20_mb_reply_is_a_provider_fault_never_an_answer(tmp_path: Path) -> No
             cap = _reservation("hi", 65_536)
             assert all(r["cost_usd"] == pytest.approx(cap) for r in rows)
             # the provider recovered: the same key is answered, the ledger holds that
-            reply = await client.complete(ask("hi"), key="r/0", run_id="r", max_tokens=65_536)
+            reply = await client.complete(
+                ask("hi"), key="r/0", run_id="r", ask=Ask(max_tokens=65_536)
+            )
             assert reply.text == "ok" and not reply.replayed
-            again = await client.complete(ask("hi"), key="r/0", run_id="r", max_tokens=65_536)
+            again = await client.complete(
+                ask("hi"), key="r/0", run_id="r", ask=Ask(max_tokens=65_536)
+            )
             assert again.replayed and again.text == "ok"
             assert p.calls == 3
 
@@ -88,7 +92,9 @@ def test_1_mb_to_max_tokens_64_is_refused_and_billed_no_more_than_the_cap(
         ):
             for i in range(5):
                 with pytest.raises((ModelUnavailable, BudgetExceeded)):
-                    await client.complete(ask("hi"), key=f"r/{i}", run_id="r", max_tokens=64)
+                    await client.complete(
+                        ask("hi"), key=f"r/{i}", run_id="r", ask=Ask(max_tokens=64)
+                    )
             assert gw.ledger is not None
             spent = gw.ledger.spent(run_id="r")
             assert spent["cost_usd"] == 0 and spent["calls"] == 0  # no answer stored
@@ -110,13 +116,13 @@ def test_usage_that_lies_is_checked_against_the_request(tmp_path: Path) -> None:
             gateway_for(p, tmp_path, retries=0, **PRICES) as (gw, client),
         ):
             with pytest.raises(ModelUnavailable) as err:
-                await client.complete(ask("hi"), key="a", run_id="r", max_tokens=64)
+                await client.complete(ask("hi"), key="a", run_id="r", ask=Ask(max_tokens=64))
             assert err.value.attrs["fault"] == "over_max_tokens"
             with pytest.raises(ModelUnavailable) as err:
-                await client.complete(ask("hi"), key="b", run_id="r", max_tokens=64)
+                await client.complete(ask("hi"), key="b", run_id="r", ask=Ask(max_tokens=64))
             assert err.value.attrs["fault"] == "implausible_usage"
             # under-reported: charged what the gateway measured (1,600 bytes / 16)
-            reply = await client.complete(ask("hi"), key="c", run_id="r", max_tokens=200)
+            reply = await client.complete(ask("hi"), key="c", run_id="r", ask=Ask(max_tokens=200))
             assert reply.output_tokens == 100 and reply.input_tokens == 1
             assert reply.cost_usd == pytest.approx(1 * 0.001 + 100 * 0.002)
             assert gw.ledger is not None
@@ -161,7 +167,7 @@ def test_a_provider_down_for_a_minute_costs_the_run_seconds(tmp_path: Path) -> N
             outcomes: list[str] = []
             for i in range(20):  # twenty calls a run might make during the outage
                 try:
-                    await client.complete(ask(), key=f"r/{i}", run_id="r", timeout=1.0)
+                    await client.complete(ask(), key=f"r/{i}", run_id="r", ask=Ask(timeout_s=1.0))
                 except (ModelTimeout, ModelUnavailable) as err:
                     outcomes.append(str(err.attrs.get("kind")))
             elapsed = time.monotonic() - t0
@@ -191,10 +197,10 @@ def test_a_slow_provider_is_cut_by_the_runs_model_time_budget(tmp_path: Path) ->
         ):
             t0 = time.monotonic()
             with pytest.raises(ModelTimeout):  # asked for 30 s, cut to the 1.5 s left
-                await client.complete(ask(), key="r/0", run_id="r", timeout=30.0)
+                await client.complete(ask(), key="r/0", run_id="r", ask=Ask(timeout_s=30.0))
             assert time.monotonic() - t0 < 4.0
             with pytest.raises(BudgetExceeded) as err:
-                await client.complete(ask(), key="r/1", run_id="r", timeout=30.0)
+                await client.complete(ask(), key="r/1", run_id="r", ask=Ask(timeout_s=30.0))
             assert err.value.attrs["limit"] == "gateway.run_model_seconds"
             assert p.calls == 1
             assert time.monotonic() - t0 < 5.0

@@ -12,6 +12,7 @@ import pytest
 
 from lk_models import PROVIDER_KEY, ask, gateway_for
 from loopkernel.errors import ModelError, ModelUnavailable
+from loopkernel.models import Ask
 from loopkernel.testing import ScriptedProvider, ScriptedReply
 
 KINDS = ["azure", "gemini", "ollama"]
@@ -29,7 +30,7 @@ def test_a_call_speaks_the_providers_protocol(tmp_path: Path, kind: str) -> None
             gateway_for(p, tmp_path, kind=kind, price_in=1.0, price_out=2.0) as (_gw, client),
         ):
             got = await client.complete(
-                ask("hi"), key="k", run_id="r", max_tokens=50, response_schema=SCHEMA
+                ask("hi"), key="k", run_id="r", ask=Ask(max_tokens=50, response_schema=SCHEMA)
             )
             assert got.text == '{"ok": true}'
             assert (got.input_tokens, got.output_tokens) == (40, 5)
@@ -81,7 +82,7 @@ def test_errors_map_as_the_sdk_providers_do(tmp_path: Path, kind: str) -> None:
             cut = await client.complete(ask(), key="c", run_id="r")
             assert cut.finish_reason == "length"
             with pytest.raises(ModelUnavailable) as empty:
-                await client.complete(ask(), key="d", run_id="r", timeout=5.0)
+                await client.complete(ask(), key="d", run_id="r", ask=Ask(timeout_s=5.0))
             assert empty.value.attrs["fault"] == "empty"
             assert p.calls == len(script)
 

@@ -20,7 +20,7 @@ from loopkernel.ids import RunId, TaskId
 from loopkernel.models import ModelClient
 from loopkernel.models._http import Address
 from loopkernel.planner._schema import max_reply_chars, proposal_schema, reply_tokens
-from loopkernel.planner.llm import AllowedSkill, Allowlist, LLMPlanner, judge
+from loopkernel.planner.llm import AllowedSkill, Allowlist, Asking, LLMPlanner, judge
 from loopkernel.testing import ScriptedProvider, ScriptedReply
 
 RESEARCH = AllowedSkill(
@@ -77,7 +77,9 @@ def _plan(tmp_path: Path, replies: list[ScriptedReply | str], **options: Any) ->
 
     async def scenario() -> tuple[Any, Any]:
         async with ScriptedProvider(replies) as p, gateway_for(p, tmp_path) as (_gw, client):
-            planner = LLMPlanner(allow=ALLOW, fallback=Rules(), client=client, **options)
+            planner = LLMPlanner(
+                allow=ALLOW, fallback=Rules(), client=client, asking=Asking(**options)
+            )
             proposal = await planner.plan(state, event)
             return proposal, p.requests
 

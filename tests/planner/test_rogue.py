@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from lk_models import TOKEN, gateway_for
-from loopkernel.client import Client
+from loopkernel.client import Answerer, Client
 from loopkernel.testing import ScriptedProvider
 from loopkernel_apps.looplab import EXPECTED
 from loopkernel_apps.looplab.tools import record_entries
@@ -60,7 +60,11 @@ async def _run(
                     waiting = [t["task_id"] for t in got["tasks"] if t["state"] == "waiting"]
                     assert waiting == ["act:3.1"]
                     await client.decide(
-                        run_id, "act:3.1", "approve", payload={"by": "ops"}, token=started.token
+                        run_id,
+                        "act:3.1",
+                        "approve",
+                        payload={"by": "ops"},
+                        answerer=Answerer(token=started.token),
                     )
                     await client.execute(run_id)
                 return (await client.inspect(run_id, journal=True)).to_json(), p.calls

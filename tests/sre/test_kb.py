@@ -19,6 +19,7 @@ from loopkernel.store import NewPassage, open_store
 from loopkernel.testing import run_cli
 from loopkernel.tools import SourceSession
 from loopkernel_apps.sre import _kb
+from loopkernel_apps.sre._calls import CallRecord, CallStatus
 from loopkernel_apps.sre._detect import DETECTORS
 from loopkernel_apps.sre._model import prompt
 from loopkernel_apps.sre.tools import tool_source
@@ -235,9 +236,9 @@ def test_a_hostile_runbook_is_data_it_adds_no_call_and_no_skill(tmp_path: Path) 
     assert calls(b) == calls(a)
     assert b["report"]["verified_causes"] == a["report"]["verified_causes"]  # ... and obeyed never
     # A model would see it only inside the untrusted block.
-    kb_call = {"tool": "kb_search", "args": {"query": "x"}, "status": "ok",
-               "result": {"source": "kb_search x", "content": HOSTILE, "truncated": False,
-                          "data": {}, "refused": None}}  # fmt: skip
+    kb_call = CallRecord(tool="kb_search", args={"query": "x"}, status=CallStatus.OK,
+                         result={"source": "kb_search x", "content": HOSTILE,
+                                 "truncated": False, "data": {}, "refused": None})  # fmt: skip
     messages = prompt(run_id="r", round_=1, question="q", namespace="prod", calls=[kb_call])
     user = messages[-1]["content"]
     start, end = user.index("<untrusted_data-"), user.index("</untrusted_data-")

@@ -16,6 +16,7 @@ import pytest
 
 from lk_sre import incident, investigate
 from loopkernel.testing import GatewayProcess, ScriptedProvider, run_cli
+from loopkernel_apps.sre._calls import CallRecord, CallStatus
 from loopkernel_apps.sre._model import cluster_text, prompt, untrusted_room
 
 pytestmark = pytest.mark.slow
@@ -92,8 +93,8 @@ def _asks(*tools: str) -> str:
 def test_the_prompt_is_sized_to_the_models_context() -> None:
     listing = "\n".join(f"line {i}: " + "x" * 60 for i in range(2000))
     calls = [
-        {"tool": "list_pods", "args": {}, "status": "ok", "result": {"content": listing}},
-        {"tool": "services", "args": {}, "status": "ok", "result": {"content": listing}},
+        CallRecord(tool=tool, args={}, status=CallStatus.OK, result={"content": listing})
+        for tool in ("list_pods", "services")
     ]
 
     def shown(context: int) -> int:

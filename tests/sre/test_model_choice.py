@@ -21,6 +21,7 @@ import pytest
 
 from lk_sre import incident, investigate
 from loopkernel.testing import GatewayProcess, ScriptedProvider, run_cli
+from loopkernel_apps.sre._calls import CallRecord, CallStatus
 from loopkernel_apps.sre._model import reply_schema, seen_names
 
 pytestmark = pytest.mark.slow
@@ -119,17 +120,13 @@ def test_the_models_calls_reach_evidence_the_rules_did_not_and_the_report_cites_
 
 
 def test_the_round_schema_names_only_what_the_run_has_seen() -> None:
-    triage = {
-        "tool": "triage",
-        "args": {},
-        "status": "ok",
-        "result": {
-            "data": {
-                "unhealthy": [{"pod": "web-1", "owner": "web-7f", "containers": [{"name": "web"}]}],
-                "workloads": [{"kind": "deployment", "name": "web"}],
-            }
+    triage = _ok(
+        "triage",
+        {
+            "unhealthy": [{"pod": "web-1", "owner": "web-7f", "containers": [{"name": "web"}]}],
+            "workloads": [{"kind": "deployment", "name": "web"}],
         },
-    }
+    )
     schema = reply_schema([triage])
     check = jsonschema.Draft202012Validator(schema)
     assert check.is_valid(json.loads(_calls(("pod_logs", {"pod": "web-1", "container": "web"}))))
@@ -143,19 +140,14 @@ def test_the_round_schema_names_only_what_the_run_has_seen() -> None:
         _calls(("rollout_history", {"deployment": "api"})),
     ):
         assert not check.is_valid(json.loads(bad)), bad
-    listed = {
-        "tool": "list_pods",
-        "args": {},
-        "status": "ok",
-        "result": {"data": {"pods": [{"name": "db-0", "owner": "db"}]}},
-    }
+    listed = _ok("list_pods", {"pods": [{"name": "db-0", "owner": "db"}]})
     assert "db-0" in seen_names([triage, listed])["pods"]
     again = jsonschema.Draft202012Validator(reply_schema([triage, listed]))
     assert again.is_valid(json.loads(_calls(("pod_logs", {"pod": "db-0"}))))
 
 
-def _ok(tool: str, data: dict[str, Any], **args: Any) -> dict[str, Any]:
-    return {"tool": tool, "args": args, "status": "ok", "result": {"data": data}}
+def _ok(tool: str, data: dict[str, Any], **args: Any) -> CallRecord:
+    return CallRecord(tool=tool, args=args, status=CallStatus.OK, result={"data": data})
 
 
 def test_the_schema_names_every_kind_of_object_the_dump_listed() -> None:

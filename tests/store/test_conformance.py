@@ -39,7 +39,7 @@ from loopkernel.graph import (
     validate,
 )
 from loopkernel.ids import RunId, TaskId
-from loopkernel.store import EffectRecord, NewEvent, PatchRecord, ProposalNote, Store
+from loopkernel.store import EffectRecord, NewEvent, NewRun, PatchRecord, ProposalNote, Store
 from loopkernel.store._codec import dumps
 from loopkernel.store._schema import POSTGRES_VERSION as PG_VERSION
 from loopkernel.store._schema import SQLITE_VERSION
@@ -54,7 +54,9 @@ HERE = Path(__file__).parent
 
 async def new_run(store: Store, run_id: RunId = RUN, **params: JSON) -> None:
     await store.create_run(
-        run_id=run_id, app="demo", params=params, max_events=1000, token_hash="hash-" + run_id
+        NewRun(
+            run_id=run_id, app="demo", params=params, max_events=1000, token_hash="hash-" + run_id
+        )
     )
 
 
@@ -104,7 +106,7 @@ def test_create_run_writes_the_row_and_run_started(backend: Backend) -> None:
     async def body(store: Store) -> None:
         before = time.time()
         event = await store.create_run(
-            run_id=RUN, app="demo", params={"q": [1, 2.5]}, max_events=7, token_hash="th"
+            NewRun(run_id=RUN, app="demo", params={"q": [1, 2.5]}, max_events=7, token_hash="th")
         )
         assert (event.run_id, event.seq, event.kind) == (RUN, 1, EventKind.RUN_STARTED)
         assert event.data == {"app": "demo"}
@@ -697,7 +699,9 @@ def test_json_round_trips_to_the_same_canonical_text(backend: Backend, value: JS
     text = dumps(value)
 
     async def body(store: Store) -> list[str]:
-        await store.create_run(run_id=run_id, app="j", params=value, max_events=9, token_hash="t")
+        await store.create_run(
+            NewRun(run_id=run_id, app="j", params=value, max_events=9, token_hash="t")
+        )
         patch = GraphPatch().add(TaskSpec(task_id=TaskId("t"), skill="fetch", input=value))
         loaded = await store.load_run(run_id)
         await store.commit_patches(

@@ -20,7 +20,7 @@ from loopkernel.errors import RunHeld, RunNotFound, StoreUnavailable, UsageError
 from loopkernel.evidence import NewEvidence, SourceRef
 from loopkernel.graph import Delta, EventKind, GraphPatch, TaskSpec, validate
 from loopkernel.ids import RunId, TaskId
-from loopkernel.store import EffectRecord, NewEvent, PatchRecord, SQLiteStore, Store
+from loopkernel.store import EffectRecord, NewEvent, NewRun, PatchRecord, SQLiteStore, Store
 from loopkernel.store._engine import SQLStore
 from loopkernel.store._fork import fork_statements
 from loopkernel.store._lease import Holder
@@ -35,7 +35,9 @@ R1, R2 = RunId("r1"), RunId("r2")
 
 async def fill(store: Store, run_id: RunId) -> None:
     """A run with rows in every table of the schema but ``forks`` (a fork of it has one)."""
-    await store.create_run(run_id=run_id, app="demo", params={}, max_events=100, token_hash="h")
+    await store.create_run(
+        NewRun(run_id=run_id, app="demo", params={}, max_events=100, token_hash="h")
+    )
     patch = (
         GraphPatch()
         .add(TaskSpec(task_id=TaskId("a"), skill="fetch"))

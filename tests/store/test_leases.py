@@ -16,7 +16,7 @@ import pytest
 from loopkernel.errors import LeaseLost, RunNotFound, UsageError
 from loopkernel.graph import JSON, Delta, EventKind, GraphPatch, RunStatus, TaskSpec, validate
 from loopkernel.ids import RunId, TaskId
-from loopkernel.store import Claim, EffectRecord, NewEvent, PatchRecord, Store, open_store
+from loopkernel.store import Claim, EffectRecord, NewEvent, NewRun, PatchRecord, Store, open_store
 from loopkernel.store._schema import POSTGRES_VERSION as PG_VERSION
 from loopkernel.store._schema import SQLITE_VERSION
 
@@ -30,7 +30,9 @@ SHORT = 0.05
 
 
 async def new_run(store: Store, run_id: RunId = RUN, *, enqueue: bool = True) -> None:
-    await store.create_run(run_id=run_id, app="demo", params={}, max_events=100, token_hash="h")
+    await store.create_run(
+        NewRun(run_id=run_id, app="demo", params={}, max_events=100, token_hash="h")
+    )
     if enqueue:
         await store.enqueue(run_id)
 
@@ -205,7 +207,7 @@ def test_a_fenced_view_writes_its_own_run_only(backend: Backend) -> None:
             await view.append_events(RunId("other"), [])
         with pytest.raises(UsageError, match="fenced to run run-1"):
             await view.create_run(
-                run_id=RunId("new"), app="x", params={}, max_events=9, token_hash="h"
+                NewRun(run_id=RunId("new"), app="x", params={}, max_events=9, token_hash="h")
             )
         with pytest.raises(UsageError, match="fenced to run run-1"):
             await view.claim_run("a", 30)

@@ -20,7 +20,7 @@ from lk_helpers import LOOPKERNEL, ROOT, cli_env
 from lk_stores import fresh_pg_schema
 from loopkernel.graph import EventKind
 from loopkernel.ids import RunId
-from loopkernel.store import NewEvent, open_store
+from loopkernel.store import NewEvent, NewRun, open_store
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -50,7 +50,9 @@ async def _append_through_a_cut(proxy: Proxy, url: str) -> tuple[int, list[Any]]
     await store.open()
     try:
         run_id = RunId("cut")
-        await store.create_run(run_id=run_id, app="demo", params={}, max_events=100, token_hash="h")
+        await store.create_run(
+            NewRun(run_id=run_id, app="demo", params={}, max_events=100, token_hash="h")
+        )
         proxy.cut_at_commit()
         note = NewEvent(kind=EventKind.HUMAN_INPUT, data={"n": 1})
         appended = await store.append_events(run_id, [note])

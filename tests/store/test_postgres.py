@@ -15,7 +15,15 @@ import pytest
 from loopkernel.errors import StoreError, UsageError
 from loopkernel.graph import JSON, EventKind, GraphPatch, TaskSpec, TaskState, validate
 from loopkernel.ids import RunId, TaskId
-from loopkernel.store import EffectRecord, NewEvent, PatchRecord, Store, digest_of, open_store
+from loopkernel.store import (
+    EffectRecord,
+    NewEvent,
+    NewRun,
+    PatchRecord,
+    Store,
+    digest_of,
+    open_store,
+)
 from loopkernel.store._codec import dumps
 
 if TYPE_CHECKING:
@@ -51,7 +59,9 @@ async def commit(store: Store, seq: int, patch: GraphPatch, **record: JSON) -> N
 
 async def scenario(store: Store) -> None:
     """Every kind of write a run makes, with awkward ids and awkward JSON."""
-    await store.create_run(run_id=RUN, app="golden", params=ODD, max_events=50, token_hash="t")
+    await store.create_run(
+        NewRun(run_id=RUN, app="golden", params=ODD, max_events=50, token_hash="t")
+    )
     await commit(
         store,
         1,

@@ -26,7 +26,7 @@ from loopkernel.graph import (
     validate,
 )
 from loopkernel.ids import RunId, TaskId
-from loopkernel.store import NewEvent, PatchRecord, Store, digest_of
+from loopkernel.store import NewEvent, NewRun, PatchRecord, Store, digest_of
 
 if TYPE_CHECKING:
     from lk_stores import Backend
@@ -37,7 +37,9 @@ SKILLS = frozenset({"fetch"})
 
 async def planned_run(store: Store) -> None:
     """A run whose start (seq 1) is planned: tasks ``a`` and ``b``, ``a`` running."""
-    await store.create_run(run_id=RUN, app="demo", params={}, max_events=100, token_hash="h")
+    await store.create_run(
+        NewRun(run_id=RUN, app="demo", params={}, max_events=100, token_hash="h")
+    )
     patch = (
         GraphPatch()
         .add(TaskSpec(task_id="a", skill="fetch"))

@@ -9,14 +9,16 @@ from typing import TYPE_CHECKING
 
 from loopkernel.graph import EventKind, GraphPatch, RunStatus, TaskSpec, validate
 from loopkernel.ids import RunId
-from loopkernel.store import NewEvent, PatchRecord, Store
+from loopkernel.store import NewEvent, NewRun, PatchRecord, Store
 
 if TYPE_CHECKING:
     from lk_stores import Backend
 
 
 async def new_run(store: Store, run_id: str, app: str) -> None:
-    await store.create_run(run_id=RunId(run_id), app=app, params={}, max_events=100, token_hash="h")
+    await store.create_run(
+        NewRun(run_id=RunId(run_id), app=app, params={}, max_events=100, token_hash="h")
+    )
 
 
 def test_list_runs_pages_by_keyset_and_filters(backend: Backend) -> None:
@@ -74,7 +76,6 @@ def test_wait_for_journal_wakes_when_another_writer_appends(backend: Backend) ->
         writer = backend.store()
         await writer.open()
         try:
-
             entered = asyncio.Event()
 
             async def until_two_events() -> None:

@@ -26,7 +26,7 @@ from loopkernel import (
     TaskContext,
     TaskSpec,
 )
-from loopkernel.client import Client
+from loopkernel.client import Answerer, Client
 from loopkernel.store import SQLiteStore
 
 
@@ -66,7 +66,7 @@ def test_each_execution_is_a_trace_of_its_own_linked_to_the_run(
             await client.start("looplab", scenario="irreversible", run_id="lab")
             assert (await client.execute("lab")).status is RunStatus.WAITING
             (parked,) = await client.waiting("lab")
-            await client.decide("lab", parked.task_id, "approve", local=True)
+            await client.decide("lab", parked.task_id, "approve", answerer=Answerer(local=True))
             assert (await client.execute("lab")).status is RunStatus.SUCCEEDED
 
     asyncio.run(go())

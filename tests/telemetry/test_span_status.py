@@ -24,7 +24,7 @@ from loopkernel import (
     TaskContext,
     TaskSpec,
 )
-from loopkernel.client import Client
+from loopkernel.client import Answerer, Client
 from loopkernel.store import SQLiteStore
 from loopkernel.testing import run_cli
 
@@ -43,7 +43,7 @@ def test_an_approval_is_not_an_error_and_is_a_span_of_the_run(
             await client.start("looplab", scenario="irreversible", run_id="lab")
             assert (await client.execute("lab")).status is RunStatus.WAITING
             (parked,) = await client.waiting("lab")
-            await client.decide("lab", parked.task_id, "approve", local=True)
+            await client.decide("lab", parked.task_id, "approve", answerer=Answerer(local=True))
             assert (await client.execute("lab")).status is RunStatus.SUCCEEDED
 
     asyncio.run(go())

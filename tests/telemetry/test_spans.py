@@ -26,7 +26,7 @@ from loopkernel import (
     TaskSpec,
     telemetry,
 )
-from loopkernel.client import Client
+from loopkernel.client import Answerer, Client
 from loopkernel.store import SQLiteStore
 from loopkernel.tools import ToolLayer, allow_all
 from loopkernel.tools.testkit import faults_source
@@ -130,7 +130,7 @@ def test_a_resumed_run_links_each_execution_to_the_run(
             await client.start("looplab", scenario="irreversible", run_id="lab")
             assert (await client.execute("lab")).status is RunStatus.WAITING
             (parked,) = await client.waiting("lab")
-            await client.decide("lab", parked.task_id, "approve", local=True)
+            await client.decide("lab", parked.task_id, "approve", answerer=Answerer(local=True))
             assert (await client.execute("lab")).status is RunStatus.SUCCEEDED
 
     asyncio.run(go())

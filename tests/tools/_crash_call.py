@@ -11,7 +11,7 @@ import asyncio
 import json
 import sys
 
-from loopkernel.executor import TaskContext
+from loopkernel.executor import TaskContext, TaskServices
 from loopkernel.graph import GraphState, Task
 from loopkernel.ids import RunId, TaskId
 from loopkernel.store import SQLiteStore
@@ -27,7 +27,9 @@ async def main(db: str, record: str, run_id: str, task_id: str, entry: str) -> N
         run_id=RunId(run_id), app="crash", params=None, tasks={tid: Task(task_id=tid, skill="w")}
     )
     async with ToolLayer(store, [record_source(record)], policy_hook=allow_all) as tools:
-        ctx = TaskContext(state=state, task_id=tid, attempt=1, upto_seq=0, tools=tools)
+        ctx = TaskContext(
+            state=state, task_id=tid, attempt=1, upto_seq=0, services=TaskServices(tools=tools)
+        )
         print(json.dumps(await ctx.call_tool("record", {"entry": entry})), flush=True)
     await store.close()
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from loopkernel.executor import TaskContext
+from loopkernel.executor import TaskContext, TaskServices
 from loopkernel.graph import JSON, GraphState, Task
 from loopkernel.ids import RunId, TaskId
 from loopkernel.store import SQLiteStore
@@ -60,6 +60,12 @@ def make_ctx() -> Callable[..., TaskContext]:
             wait_reason=wait_reason,
         )
         state = GraphState(run_id=RunId(run_id), app="test", params=None, tasks={tid: task})
-        return TaskContext(state=state, task_id=tid, attempt=attempt, upto_seq=0, tools=tools)
+        return TaskContext(
+            state=state,
+            task_id=tid,
+            attempt=attempt,
+            upto_seq=0,
+            services=TaskServices(tools=tools),
+        )
 
     return make

@@ -16,7 +16,7 @@ from loopkernel.evidence import marker
 from loopkernel.executor import TaskContext
 from loopkernel.graph import JSON, GraphState, Task
 from loopkernel.ids import RunId, TaskId
-from loopkernel.store import EffectRecord, Store
+from loopkernel.store import EffectRecord, NewRun, Store
 
 RUN, TASK = RunId("r"), TaskId("t")
 PASSWORD = "s3cr3t-Pa55word"
@@ -26,7 +26,7 @@ def ctx() -> TaskContext:
     state = GraphState(
         run_id=RUN, app="test", params=None, tasks={TASK: Task(task_id=TASK, skill="w")}
     )
-    return TaskContext(state=state, task_id=TASK, attempt=1, upto_seq=0, tools=None)
+    return TaskContext(state=state, task_id=TASK, attempt=1, upto_seq=0)
 
 
 class Sender:
@@ -65,7 +65,9 @@ async def call(store: Store, sender: Sender, args: dict[str, JSON], **kw: object
 
 
 async def new_run(store: Store) -> None:
-    await store.create_run(run_id=RUN, app="test", params=None, max_events=100, token_hash="")
+    await store.create_run(
+        NewRun(run_id=RUN, app="test", params=None, max_events=100, token_hash="")
+    )
 
 
 def test_arguments_are_stored_redacted_and_replays_compared_by_their_digest(

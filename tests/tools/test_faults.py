@@ -19,7 +19,7 @@ import pytest
 
 from loopkernel import TaskContext, ToolError, ToolTimeout, ToolUnavailable
 from loopkernel.store import SQLiteStore
-from loopkernel.tools import RetryPolicy, ToolLayer, ToolSource, allow_all
+from loopkernel.tools import CallRules, RetryPolicy, ToolLayer, ToolSource, allow_all
 from loopkernel.tools.testkit import faults_source
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
@@ -32,7 +32,7 @@ MakeCtx = Callable[..., TaskContext]
 def layer(store: SQLiteStore, *sources: ToolSource, **kw: Any) -> ToolLayer:
     # One send per call: these tests read the error of each fault; the retry policies
     # that re-send the ones that may pass are tests/tools/test_transient.py's.
-    kw.setdefault("default_retry", RetryPolicy(attempts=1))
+    kw.setdefault("rules", CallRules(retry=RetryPolicy(attempts=1)))
     return ToolLayer(store, sources or [faults_source()], policy_hook=allow_all, **kw)
 
 

@@ -30,7 +30,7 @@ from lk_web import (
 from loopkernel.client import Client
 from loopkernel.graph import EventKind, RunStatus
 from loopkernel.ids import RunId
-from loopkernel.store import NewEvent, SQLiteStore
+from loopkernel.store import NewEvent, NewRun, SQLiteStore
 from loopkernel.store._codec import run_page_filter
 
 if TYPE_CHECKING:
@@ -386,7 +386,7 @@ def test_a_long_journal_shows_its_last_entries_and_all_on_request(server: Served
         await store.open()
         try:
             await store.create_run(
-                run_id=RunId("long"), app="x", params={}, max_events=10_000, token_hash="h"
+                NewRun(run_id=RunId("long"), app="x", params={}, max_events=10_000, token_hash="h")
             )
             news = [NewEvent(kind=EventKind.TOOL_RESTARTED, data={"n": n}) for n in range(620)]
             await store.append_events(RunId("long"), news)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from loopkernel.client import Client
+from loopkernel.client import Answerer, Client
 from loopkernel.errors import UsageError
 from loopkernel.executor import ExecutionConfig
 from loopkernel.graph import EventKind, RunStatus
@@ -181,7 +181,9 @@ def test_a_waiting_run_holds_no_lease_and_an_approval_wakes_a_worker(backend: Ba
             assert await lease(backend, "g") == (None, 2)
             assert worker.stats.parked == 1
             async with Client(backend.url) as other:  # another connection, as another process
-                await other.decide("g", "gate", "approve", payload={"by": "ops"}, local=True)
+                await other.decide(
+                    "g", "gate", "approve", payload={"by": "ops"}, answerer=Answerer(local=True)
+                )
             await eventually("the run to end", lambda: _is(store, "g", RunStatus.SUCCEEDED), 60)
         assert (await store.get_run(RunId("g"))).verdict["saw"] == ["gate", "prep"]  # type: ignore[index]
 

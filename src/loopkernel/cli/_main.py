@@ -70,7 +70,7 @@ from loopkernel.cli._exit import (
     Handler,
 )
 from loopkernel.cli._render import Progress, one_line, render_inspection
-from loopkernel.client import DEFAULT_STORE_RETRY, Client, Listeners
+from loopkernel.client import DEFAULT_STORE_RETRY, Answerer, Client, Listeners
 from loopkernel.errors import (
     IncompatibleVersion,
     LeaseLost,
@@ -299,8 +299,7 @@ async def cmd_decide(args: argparse.Namespace) -> int:
             args.task,
             args.decision,
             payload=args.payload,
-            token=args.token,
-            local=args.token is None,
+            answerer=Answerer(token=args.token, local=args.token is None),
         )
         print(
             f"{args.decision} journaled for task {args.task} of run {args.run} "
@@ -370,6 +369,8 @@ def _next_page(args: argparse.Namespace, last: str) -> str:
         since = datetime.fromtimestamp(args.since).astimezone().isoformat(timespec="seconds")
         words.append(f"--since {since}")
     return " ".join(words)
+
+
 def _run_note(info: RunInfo) -> str:
     """``  [owner lost at ...]`` or ``  [timer at ...]`` after a run's line in ``runs``."""
     note = owner_note(info)

@@ -13,6 +13,7 @@ from loopkernel.executor._context import (
     ModelCaller,
     NeedsApproval,
     TaskContext,
+    TaskServices,
     ToolCaller,
     Worker,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "RunOutcome",
     "StartedRun",
     "TaskContext",
+    "TaskServices",
     "ToolCaller",
     "Worker",
     "check_keep_finished",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from loopkernel._hooks import NeedsApproval
@@ -12,9 +13,9 @@ from loopkernel.ids import RunId, TaskId
 
 if TYPE_CHECKING:  # the model face lives above the executor; only its types are named here
     from loopkernel.executor._evidence import EvidenceBook
-    from loopkernel.models import Completion, Message
+    from loopkernel.models import Ask, Completion, Message
 
-__all__ = ["ModelCaller", "NeedsApproval", "TaskContext", "ToolCaller", "Worker"]
+__all__ = ["ModelCaller", "NeedsApproval", "TaskContext", "TaskServices", "ToolCaller", "Worker"]
 
 
 class ToolCaller(Protocol):
@@ -40,11 +41,7 @@ class ModelCaller(Protocol):
         ctx: TaskContext,
         index: int,
         messages: Sequence[Message],
-        *,
-        max_tokens: int,
-        response_schema: dict[str, Any] | None,
-        timeout: float,  # noqa: ASYNC109 - a per-call deadline handed on
-        validate: bool = True,
+        ask: Ask,
     ) -> Completion: ...
 
 
@@ -82,6 +79,18 @@ def _everything(_tid: TaskId) -> bool:
     return True
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskServices:
+    """What a task's context calls out to, the same for every task of a run."""
+
+    tools: ToolCaller | None = None
+    """The kernel's tool layer (``None``: a tool call is a ``UsageError``)."""
+    models: ModelCaller | None = None
+    """The kernel's model layer (``None``: a model call is a ``UsageError``)."""
+    book: EvidenceBook | None = None
+    """The run's evidence book (``None``: no evidence is kept)."""
+
+
 class TaskContext:
     """Handed to a worker: its input, what it may see, and the one way to call tools and
     models."""
@@ -93,9 +102,7 @@ class TaskContext:
         task_id: TaskId,
         attempt: int,
         upto_seq: int,
-        tools: ToolCaller | None,
-        models: ModelCaller | None = None,
-        book: EvidenceBook | None = None,
+        services: TaskServices = TaskServices(),
     ) -> None:
         task = state.tasks[task_id]
         self.run_id: RunId = state.run_id
@@ -116,11 +123,11 @@ class TaskContext:
         self.evidence: Mapping[TaskId, JSON] = _Visible(state, allowed, upto_seq)
         """Results of the tasks in this task's evidence scope, by task id."""
         self._scope = (state, upto_seq, allowed)
-        self._book = book
+        self._book = services.book
         self._external = 0
-        self._tools = tools
+        self._tools = services.tools
         self._calls = 0
-        self._models = models
+        self._models = services.models
 
     async def call_tool(
         self,
@@ -196,17 +203,17 @@ class TaskContext:
                 "set LOOPKERNEL_GATEWAY and LOOPKERNEL_GATEWAY_TOKEN (see docs/models.md) "
                 "or pass models=ModelLayer(...) to Kernel"
             )
+        from loopkernel.models import Ask
+
         index = self._calls  # one count for tool and model calls: the n-th effect of a task
         self._calls += 1
-        reply = await self._models.complete(
-            self,
-            index,
-            messages,
+        ask = Ask(
             max_tokens=max_tokens,
             response_schema=response_schema,
-            timeout=timeout,
-            **({} if validate else {"validate": False}),
+            timeout_s=timeout,
+            validate=validate,
         )
+        reply = await self._models.complete(self, index, messages, ask)
         if self._book is not None:
             source = SourceRef(kind="model", uri=f"model:{reply.model}", task_id=self.task_id)
             await self._book.record(f"model/{self.task_id}/{index}", reply.text, source)

@@ -52,6 +52,7 @@ from loopkernel.executor._config import (
 from loopkernel.executor._context import (
     NeedsApproval,
     TaskContext,
+    TaskServices,
     Worker,
 )
 from loopkernel.executor._evidence import EvidenceBook
@@ -100,6 +101,7 @@ from loopkernel.store import (
     ArchiveSource,
     LoadedRun,
     NewEvent,
+    NewRun,
     PatchRecord,
     ProposalNote,
     Store,
@@ -234,13 +236,15 @@ class Kernel:
             trace = tracer.traceparent(span)
             tracer.end(span)
         await self.store.create_run(
-            run_id=rid,
-            app=app,
-            params=params,
-            max_events=max_events,
-            token_hash=(TOKEN_REQUIRED if require_token else "") + hash_token(token),
-            trace=trace,
-            app_version=self.app_version,
+            NewRun(
+                run_id=rid,
+                app=app,
+                params=params,
+                max_events=max_events,
+                token_hash=(TOKEN_REQUIRED if require_token else "") + hash_token(token),
+                trace=trace,
+                app_version=self.app_version,
+            )
         )
         return StartedRun(run_id=rid, token=token)
 
@@ -271,6 +275,7 @@ class _RunLoop:
         """Set by the first task to end while the loop waits (``_completions``)."""
         self.last_poll = 0.0
         self.book = EvidenceBook(kernel.store, run_id)
+        self.services = TaskServices(tools=kernel.tools, models=kernel.models, book=self.book)
         self.tracer = telemetry.tracer()
         self.span: Span | None = None
         self.one_step = not inspect.iscoroutinefunction(kernel.planner.plan)
@@ -435,9 +440,7 @@ class _RunLoop:
                 task_id=task.task_id,
                 attempt=task.attempts,
                 upto_seq=self.known_seq,
-                tools=self.k.tools,
-                models=self.k.models,
-                book=self.book,
+                services=self.services,
             )
             worker = self.k.workers[task.skill]
             if self.tracer:

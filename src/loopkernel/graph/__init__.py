@@ -13,7 +13,7 @@ from loopkernel.graph._model import (
     legal_transition,
 )
 from loopkernel.graph._patch import Add, Cancel, Connect, Finish, GraphPatch, Op, Resume, Wait
-from loopkernel.graph._replay import state_at
+from loopkernel.graph._replay import History, state_at
 from loopkernel.graph._state import Delta, GraphState, Task, TaskTable, validate
 from loopkernel.graph._verdict import Verdict, VerdictKind
 
@@ -31,6 +31,7 @@ __all__ = [
     "Finish",
     "GraphPatch",
     "GraphState",
+    "History",
     "Op",
     "Resume",
     "RunStatus",

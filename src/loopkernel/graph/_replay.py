@@ -15,7 +15,7 @@ a task is not an event): a task started but not finished by the replayed seq com
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from loopkernel.errors import PatchRejected, UsageError
 from loopkernel.graph._model import JSON, Event, EventKind, TaskState
@@ -23,25 +23,34 @@ from loopkernel.graph._patch import Add, GraphPatch
 from loopkernel.graph._state import GraphState, Task, validate
 from loopkernel.ids import RunId, TaskId
 
-__all__ = ["state_at"]
+__all__ = ["History", "state_at"]
 
 
-def state_at(
-    *,
-    run_id: RunId,
-    app: str,
-    params: JSON,
-    events: Sequence[Event],
-    patches: Iterable[tuple[int, JSON]],
-    results: Mapping[TaskId, JSON],
-    seq: int,
-) -> GraphState:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class History:
+    """What the journal holds of a run, for a replay: the run, its events, the patches
+    that answered them, and its tasks' final results."""
+
+    run_id: RunId
+    app: str
+    params: JSON
+    """The run's parameters, as it was started with them."""
+    events: Sequence[Event]
+    patches: Iterable[tuple[int, JSON]]
+    """The applied patches as ``(event_seq, ops)``."""
+    results: Mapping[TaskId, JSON]
+    """The final result of each succeeded task (the journal keeps the fact, the row the
+    value)."""
+
+
+def state_at(history: History, seq: int) -> GraphState:
     """The graph after event ``seq`` and its patch (if it had one).
 
-    ``patches`` are the applied patches as ``(event_seq, ops)``; ``results`` the final
-    result of each succeeded task. ``UsageError`` when ``seq`` is not in the journal or
-    the journal does not replay (a patch rejected on replay names its seq).
+    ``UsageError`` when ``seq`` is not in the journal or the journal does not replay (a
+    patch rejected on replay names its seq).
     """
+    run_id, events, results = history.run_id, history.events, history.results
+    patches, app, params = history.patches, history.app, history.params
     if not any(e.seq == seq for e in events):
         last = max((e.seq for e in events), default=0)
         raise UsageError(f"run {run_id} has no event #{seq} (its journal ends at #{last})")

@@ -22,10 +22,11 @@ budget refused the call; raised in a worker it escalates the run). Standard libr
 from loopkernel.errors import BudgetExceeded, ModelError, ModelTimeout, ModelUnavailable
 from loopkernel.models._client import ModelClient, check_reply
 from loopkernel.models._journal import MODEL_TOOL, ModelLayer, model_key
-from loopkernel.models._types import Completion, Message, Role
+from loopkernel.models._types import Ask, Completion, Message, Role
 
 __all__ = [
     "MODEL_TOOL",
+    "Ask",
     "BudgetExceeded",
     "Completion",
     "Message",

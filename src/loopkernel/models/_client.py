@@ -35,9 +35,12 @@ from loopkernel.errors import (
     revive,
 )
 from loopkernel.models._http import Address, parse_address, request
-from loopkernel.models._types import Completion, Message, messages_to_json
+from loopkernel.models._types import Ask, Completion, Message, messages_to_json
 
 __all__ = ["ModelClient", "check_reply", "error_from_wire", "schema_problem"]
+
+_ASKED = Ask()
+"""What a call asks for that says nothing: 256 tokens, no schema, 30 s, the first model."""
 
 ENV_ADDRESS = "LOOPKERNEL_GATEWAY"
 ENV_TOKEN = "LOOPKERNEL_GATEWAY_TOKEN"
@@ -173,45 +176,33 @@ class ModelClient:
         key: str,
         run_id: str,
         task_id: str | None = None,
-        max_tokens: int = 256,
-        response_schema: dict[str, Any] | None = None,
-        timeout: float = 30.0,  # noqa: ASYNC109 - the call's deadline, enforced by the gateway
-        model: str | None = None,
-        validate: bool = True,
+        ask: Ask = _ASKED,
     ) -> Completion:
         """One model call. ``key`` identifies it across retries and crashes: the gateway
         answers a key it has seen from its ledger, without calling the provider again.
-        ``model`` names one of the gateway's providers (default: its first).
-        ``validate=False`` hands ``response_schema`` to the provider (constrained decoding)
-        but leaves judging the reply to the caller: a reply that breaks the schema comes
-        back as text instead of ``ModelError`` (the LLM planner's judge names its fault).
+        ``ask``: the reply's cap and schema, the deadline, the provider (default: the
+        gateway's first). ``Ask(validate=False)`` hands ``response_schema`` to the provider
+        (constrained decoding) but leaves judging the reply to the caller: a reply that
+        breaks the schema comes back as text instead of ``ModelError``.
 
         Raises ``ModelError`` (bad request, unusable reply), ``ModelTimeout``,
         ``ModelUnavailable`` (retryable; ``sent`` says how often the client tried) or
         ``BudgetExceeded``.
         """
-        payload = _request_payload(
-            messages,
-            key=key,
-            run_id=run_id,
-            task_id=task_id,
-            max_tokens=max_tokens,
-            response_schema=response_schema,
-            timeout=timeout,
-        )
-        if model is not None:
-            payload["model"] = model
-        if not validate:
+        payload = _request_payload(messages, key=key, run_id=run_id, task_id=task_id, ask=ask)
+        if ask.model is not None:
+            payload["model"] = ask.model
+        if not ask.validate:
             payload["validate"] = False
-        data = await self._post_retrying(payload, timeout + _GRACE)
+        data = await self._post_retrying(payload, ask.timeout_s + _GRACE)
         try:
             completion = Completion.from_json(data["completion"], replayed=bool(data["replayed"]))
         except (KeyError, TypeError, ValueError) as err:
             raise ModelError(
                 f"the gateway's answer is malformed ({err!r})", kind="bad_gateway_answer"
             ) from None
-        if validate:
-            check_reply(completion.text, response_schema)
+        if ask.validate:
+            check_reply(completion.text, ask.response_schema)
         return completion
 
     async def _post_retrying(self, payload: Mapping[str, Any], deadline: float) -> Any:
@@ -283,10 +274,9 @@ def _request_payload(
     key: str,
     run_id: str,
     task_id: str | None,
-    max_tokens: int,
-    response_schema: dict[str, Any] | None,
-    timeout: float,
+    ask: Ask,
 ) -> dict[str, Any]:
+    max_tokens, response_schema, timeout = ask.max_tokens, ask.response_schema, ask.timeout_s
     if not key:
         raise UsageError("a model call needs an idempotency key")
     if not run_id:

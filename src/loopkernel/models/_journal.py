@@ -44,7 +44,7 @@ from loopkernel.evidence import redact_text
 from loopkernel.graph import JSON
 from loopkernel.ids import RunId
 from loopkernel.models._client import ModelClient
-from loopkernel.models._types import Completion, Message, messages_to_json
+from loopkernel.models._types import Ask, Completion, Message, messages_to_json
 from loopkernel.store import Store
 
 __all__ = ["MODEL_TOOL", "ModelLayer", "model_key"]
@@ -89,20 +89,16 @@ class ModelLayer:
         ctx: CallContext,
         index: int,
         messages: Sequence[Message],
-        *,
-        max_tokens: int,
-        response_schema: dict[str, Any] | None,
-        timeout: float,  # noqa: ASYNC109 - a per-call deadline handed on
-        validate: bool = True,
+        ask: Ask,
     ) -> Completion:
         run_id = ctx.run_id
         key = model_key(run_id, ctx.task_id, index)
         arguments: dict[str, JSON] = {
             "messages": messages_to_json(messages),
-            "max_tokens": max_tokens,
-            "response_schema": response_schema,
+            "max_tokens": ask.max_tokens,
+            "response_schema": ask.response_schema,
         }
-        if not validate:
+        if not ask.validate:
             arguments["validate"] = False
         call = Call(
             run_id=run_id,
@@ -117,14 +113,7 @@ class ModelLayer:
             self.sent += 1
             try:
                 return await self.client.complete(
-                    messages,
-                    key=key,
-                    run_id=run_id,
-                    task_id=ctx.task_id,
-                    max_tokens=max_tokens,
-                    response_schema=response_schema,
-                    timeout=timeout,
-                    validate=validate,
+                    messages, key=key, run_id=run_id, task_id=ctx.task_id, ask=ask
                 )
             except RunError as err:
                 if not is_retryable(err):
@@ -145,7 +134,7 @@ class ModelLayer:
             revive=_replayed,
             revive_error=_error_from_journal,
             span_name="model",
-            span_attributes={"loopkernel.max_tokens": max_tokens},
+            span_attributes={"loopkernel.max_tokens": ask.max_tokens},
             describe=_facts,
         )
 

@@ -8,7 +8,7 @@ from typing import Any, Literal, TypeAlias
 
 from loopkernel.errors import UsageError
 
-__all__ = ["Completion", "Message", "Role", "messages_from_json", "messages_to_json"]
+__all__ = ["Ask", "Completion", "Message", "Role", "messages_from_json", "messages_to_json"]
 
 Role: TypeAlias = Literal["system", "user", "assistant"]
 """Who says a message. Tool output is never a role of its own: it reaches a model inside a
@@ -33,6 +33,23 @@ class Message:
             )
         if not isinstance(self.content, str):
             raise UsageError(f"Message.content must be a str, not {type(self.content).__name__}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Ask:
+    """What a model call asks for beside its messages (checked when the call is made)."""
+
+    max_tokens: int = 256
+    """The reply's cap, in tokens."""
+    response_schema: dict[str, Any] | None = None
+    """A JSON Schema the reply must meet (the provider decodes to it where it can)."""
+    timeout_s: float = 30.0
+    """The call's deadline, every retry and wait included (the gateway enforces it)."""
+    model: str | None = None
+    """One of the gateway's providers by name (``None``: its first)."""
+    validate: bool = True
+    """Whether a reply that breaks ``response_schema`` raises ``ModelError``; ``False``
+    leaves judging it to the caller (the LLM planner's judge names its fault)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

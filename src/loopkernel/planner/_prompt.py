@@ -21,7 +21,7 @@ from loopkernel.evidence import Evidence
 from loopkernel.graph import JSON, Event, GraphPatch, GraphState
 from loopkernel.planner._judge import Allowlist
 
-__all__ = ["Prompt", "build_prompt"]
+__all__ = ["Prompt", "PromptStyle", "build_prompt"]
 
 _RULES = """\
 You are the planner of a LoopKernel run: a task graph that you patch as events arrive.
@@ -71,6 +71,19 @@ def _defang(text: str) -> str:
     return text.replace("untrusted_data", "untrusted-data(quoted)")
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PromptStyle:
+    """How a prompt is written: its caps and its fence's tag."""
+
+    max_item_chars: int = 600
+    """The cap on each item shown (a parameter, a result, an evidence item)."""
+    max_data_chars: int = 8_000
+    """The cap on everything inside the fence together."""
+    tag: str | None = None
+    """The fence's tag; ``None``: 16 random hex digits per prompt (a fixed one for a
+    benchmark that compares prompts)."""
+
+
 def build_prompt(
     state: GraphState,
     event: Event,
@@ -78,14 +91,13 @@ def build_prompt(
     *,
     evidence: Sequence[Evidence] = (),
     suggestion: GraphPatch | None = None,
-    max_item_chars: int = 600,
-    max_data_chars: int = 8_000,
-    tag: str | None = None,
+    style: PromptStyle = PromptStyle(),
 ) -> Prompt:
     """The prompt for one event. ``suggestion`` (the fallback's patch) is shown as the
     deterministic planner's answer; ``evidence`` items of kind ``user`` go in the user's
     section, all other items inside the fence."""
-    tag = tag or secrets.token_hex(8)
+    tag = style.tag or secrets.token_hex(8)
+    max_item_chars, max_data_chars = style.max_item_chars, style.max_data_chars
     skills = "\n".join(
         f"  {s.name}: {s.description or '-'}; input schema {_json(dict(s.input_schema), 800)}"
         for s in allow.skills

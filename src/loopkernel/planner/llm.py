@@ -38,22 +38,26 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loopkernel.errors import ModelUnauthorized, ModelUnavailable
 from loopkernel.evidence import Evidence
 from loopkernel.graph import JSON, Event, GraphPatch, GraphState
 from loopkernel.ids import RunId
 from loopkernel.planner._judge import REASONS, AllowedSkill, Allowlist, Judgement, judge
-from loopkernel.planner._prompt import Prompt, build_prompt
+from loopkernel.planner._prompt import Prompt, PromptStyle, build_prompt
 from loopkernel.planner._protocol import Planner, Proposal, Snapshot
 from loopkernel.planner._rules import Bound, Cite, Derive, Name, Postconditions, Require, Scope
 from loopkernel.planner._schema import proposal_schema, reply_tokens
+
+if TYPE_CHECKING:  # the model face loads when a planner first asks (not at import)
+    from loopkernel.models import Ask as ModelAsk
 
 __all__ = [
     "REASONS",
     "AllowedSkill",
     "Allowlist",
+    "Asking",
     "Bound",
     "Cite",
     "Derive",
@@ -63,6 +67,7 @@ __all__ = [
     "PlanTimings",
     "Postconditions",
     "Prompt",
+    "PromptStyle",
     "Require",
     "Scope",
     "build_prompt",
@@ -97,10 +102,7 @@ class _Client(Protocol):
         key: str,
         run_id: str,
         task_id: str | None = None,
-        max_tokens: int = 256,
-        response_schema: dict[str, Any] | None = None,
-        timeout: float = 30.0,  # noqa: ASYNC109 - handed to the gateway
-        validate: bool = True,
+        ask: ModelAsk = ...,
     ) -> _Completion: ...
 
 
@@ -136,6 +138,28 @@ def _reason_of(exc: BaseException) -> str:
     return "model_error"
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Asking:
+    """How an ``LLMPlanner`` asks the model for one event."""
+
+    max_tokens: int = 1024
+    """The cap on a call's ``max_tokens``, which is sized from the proposal schema."""
+    timeout_s: float = 30.0
+    """Seconds for the event's calls together (a re-ask included)."""
+    max_evidence: int = 20
+    """The run's last so many evidence items go in the prompt."""
+    suggest: bool = True
+    """Whether the prompt shows the fallback's patch as the deterministic answer."""
+    reask: int = 1
+    """Re-asks after a refused reply (0 or 1), with the judge's reason, inside the same
+    deadline; journaled in the gateway under ``RUN/plan/SEQ/1``."""
+    max_ops: int = 4
+    """``maxItems`` of the proposal schema (at least the fallback's own op count)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reask", max(0, min(1, self.reask)))
+
+
 class LLMPlanner:
     """A ``Planner`` whose patches a model proposes and a deterministic planner backs."""
 
@@ -146,27 +170,14 @@ class LLMPlanner:
         fallback: Planner,
         client: _Client | None,
         evidence: EvidenceSource | None = None,
-        max_tokens: int = 1024,
-        timeout: float = 30.0,
-        max_evidence: int = 20,
-        suggest: bool = True,
-        reask: int = 1,
-        max_ops: int = 4,
+        asking: Asking = Asking(),
     ) -> None:
         self.allow = allow
         self.fallback = fallback
         self.client = client
         self.evidence = evidence
-        self.max_tokens = max_tokens
-        """The cap on a call's ``max_tokens``, which is sized from the proposal schema."""
-        self.timeout = timeout
-        self.max_evidence = max_evidence
-        self.suggest = suggest
-        self.reask = max(0, min(1, reask))
-        """Re-asks after a refused reply (0 or 1), with the judge's reason, inside the same
-        deadline; journaled in the gateway under ``RUN/plan/SEQ/1``."""
-        self.max_ops = max_ops
-        """``maxItems`` of the proposal schema (at least the fallback's own op count)."""
+        self.asking = asking
+        """How the model is asked (caps, deadline, re-ask)."""
         self._warned = False
         self.last = PlanTimings()
         """The timings of the last event planned."""
@@ -193,6 +204,8 @@ class LLMPlanner:
             raise TypeError(f"the fallback planner returned {type(fallback).__name__}")
         if not isinstance(snapshot, GraphState):
             raise TypeError("LLMPlanner plans against the kernel's GraphState")
+        from loopkernel.models import Ask as ModelAsk
+
         timings = self.last = PlanTimings()
         if self.client is None:
             return Proposal(
@@ -201,36 +214,30 @@ class LLMPlanner:
         t0 = time.perf_counter()
         items: Sequence[Evidence] = ()
         if self.evidence is not None:
-            items = list(await self.evidence(snapshot.run_id))[-self.max_evidence :]
-        prompt = build_prompt(
-            snapshot,
-            event,
-            self.allow,
-            evidence=items,
-            suggestion=fallback if self.suggest else None,
-        )
+            items = list(await self.evidence(snapshot.run_id))[-self.asking.max_evidence :]
+        shown = fallback if self.asking.suggest else None
+        prompt = build_prompt(snapshot, event, self.allow, evidence=items, suggestion=shown)
         messages = _messages(prompt)
-        schema = proposal_schema(self.allow, snapshot, max_ops=max(self.max_ops, len(fallback.ops)))
-        max_tokens = reply_tokens(schema, cap=self.max_tokens)
+        most = max(self.asking.max_ops, len(fallback.ops))
+        schema = proposal_schema(self.allow, snapshot, max_ops=most)
+        max_tokens = reply_tokens(schema, cap=self.asking.max_tokens)
         t1 = time.perf_counter()
         timings.prompt_ms = (t1 - t0) * 1000
-        end = time.monotonic() + self.timeout
+        end = time.monotonic() + self.asking.timeout_s
         asked: list[_Asked] = []
         verdict = Judgement(reason="empty", detail="not asked")
-        for attempt in range(1 + self.reask):
+        for attempt in range(1 + self.asking.reask):
             left = end - time.monotonic()
             if attempt and left <= 1.0:  # a re-ask shares the first call's deadline
                 break
             t = time.perf_counter()
             try:
+                ask = ModelAsk(
+                    max_tokens=max_tokens, response_schema=schema, timeout_s=left, validate=False
+                )
+                key = plan_key(snapshot.run_id, event.seq, attempt)
                 reply = await self.client.complete(
-                    messages,
-                    key=plan_key(snapshot.run_id, event.seq, attempt),
-                    run_id=snapshot.run_id,
-                    max_tokens=max_tokens,
-                    response_schema=schema,
-                    timeout=left,
-                    validate=False,
+                    messages, key=key, run_id=snapshot.run_id, ask=ask
                 )
             except Exception as exc:
                 timings.model_ms += (time.perf_counter() - t) * 1000

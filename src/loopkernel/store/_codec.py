@@ -32,6 +32,7 @@ from loopkernel.ids import RunId, TaskId
 from loopkernel.store._protocol import (
     EffectRecord,
     NewEvent,
+    NewRun,
     PatchRecord,
     ProposalNote,
     RunInfo,
@@ -190,21 +191,15 @@ INSERT_RUN = insert_sql(
 
 
 def run_params(
-    run_id: RunId,
-    app: str,
-    params: JSON,
-    max_events: int,
-    token_hash: str,
+    run: NewRun,
     now: float,
-    trace: str | None = None,
-    app_version: str | None = None,
     *,
     status: RunStatus = RunStatus.RUNNING,
     verdict: JSON = None,
 ) -> tuple[Any, ...]:
     """A new run (``running`` unless told, as a fork's may not be), for ``INSERT_RUN``."""
-    head = (run_id, app, dumps(params), status.value, dumps(verdict), max_events, token_hash)
-    return (*head, now, now, trace, app_version)
+    head = (run.run_id, run.app, dumps(run.params), status.value, dumps(verdict))
+    return (*head, run.max_events, run.token_hash, now, now, run.trace, run.app_version)
 
 
 def run_info_from_row(row: Any, *, last_seq: int, task_counts: dict[str, int]) -> RunInfo:

@@ -111,6 +111,7 @@ from loopkernel.store._protocol import (
     Fork,
     LoadedRun,
     NewEvent,
+    NewRun,
     PatchRecord,
     Reclaimed,
     RunInfo,
@@ -443,26 +444,14 @@ class SQLStore(InspectorReads):
 
     # -- Journal: runs ---------------------------------------------------------------------
 
-    async def create_run(
-        self,
-        *,
-        run_id: RunId,
-        app: str,
-        params: JSON,
-        max_events: int,
-        token_hash: str,
-        trace: str | None = None,
-        app_version: str | None = None,
-    ) -> Event:
+    async def create_run(self, run: NewRun) -> Event:
         self._unfenced("create runs")
         now = time.time()
-        started = NewEvent(kind=EventKind.RUN_STARTED, data={"app": app})
+        started = NewEvent(kind=EventKind.RUN_STARTED, data={"app": run.app})
+        run_id = run.run_id
 
         def body(cur: Cursor) -> Event:
-            cur.run(
-                INSERT_RUN,
-                run_params(run_id, app, params, max_events, token_hash, now, trace, app_version),
-            )
+            cur.run(INSERT_RUN, run_params(run, now))
             return self._append(cur, run_id, 0, [started], now)[0]
 
         try:

@@ -27,7 +27,7 @@ from loopkernel.store._codec import (
     run_params,
     task_params,
 )
-from loopkernel.store._protocol import Fork
+from loopkernel.store._protocol import Fork, NewRun
 
 __all__ = ["fork_statements"]
 
@@ -50,13 +50,15 @@ def fork_statements(fork: Fork, now: float) -> list[Statement]:
             INSERT_RUN,
             [
                 run_params(
-                    new,
-                    info.app,
-                    info.params,
-                    info.max_events,
-                    fork.token_hash,
+                    NewRun(
+                        run_id=new,
+                        app=info.app,
+                        params=info.params,
+                        max_events=info.max_events,
+                        token_hash=fork.token_hash,
+                        trace=fork.trace,
+                    ),
                     now,
-                    fork.trace,
                     status=state.status,
                     verdict=state.verdict,
                 )

@@ -47,6 +47,7 @@ __all__ = [
     "Leases",
     "LoadedRun",
     "NewEvent",
+    "NewRun",
     "PatchRecord",
     "ProposalNote",
     "Reclaimed",
@@ -75,6 +76,25 @@ class NewEvent:
     """The task it concerns."""
     data: JSON = None
     """Detail."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NewRun:
+    """A run to create: what its ``runs`` row starts with."""
+
+    run_id: RunId
+    app: str
+    """The app it runs (``module:attr``)."""
+    params: JSON
+    """Its parameters, admitted and cleaned."""
+    max_events: int
+    """The run's event budget."""
+    token_hash: str
+    """The approval token's hash (``TOKEN_REQUIRED`` first when a token is required)."""
+    trace: str | None = None
+    """The run span's ``traceparent`` (``RunInfo.trace``)."""
+    app_version: str | None = None
+    """The starting app's version (``RunInfo.app_version``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -306,20 +326,8 @@ class ArchiveSource(Protocol):
 class Journal(Protocol):
     """What the executor needs: a run's state and journal, a step committed at a time."""
 
-    async def create_run(
-        self,
-        *,
-        run_id: RunId,
-        app: str,
-        params: JSON,
-        max_events: int,
-        token_hash: str,
-        trace: str | None = None,
-        app_version: str | None = None,
-    ) -> Event:
-        """Insert the run (status ``running``) and its ``run_started`` event, seq 1;
-        ``trace`` is the run span's ``traceparent`` (``RunInfo.trace``), ``app_version``
-        the starting app's version (``RunInfo.app_version``)."""
+    async def create_run(self, run: NewRun) -> Event:
+        """Insert the run (status ``running``) and its ``run_started`` event, seq 1."""
 
     async def load_run(self, run_id: RunId) -> LoadedRun: ...
 

@@ -25,9 +25,9 @@ def run_cli(
     trace: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     timeout: float = 120,
-    cwd: str | os.PathLike[str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m loopkernel --db DB ARGS`` in a new process, with a crash point and trace."""
+    """``python -m loopkernel --db DB ARGS`` in a new process, with a crash point and trace
+    (in this process's working directory)."""
     full_env = {k: v for k, v in os.environ.items() if k != "LOOPKERNEL_CRASH_AT"}
     full_env.update(env or {})
     if crash_at:
@@ -40,7 +40,6 @@ def run_cli(
         capture_output=True,
         text=True,
         timeout=timeout,
-        cwd=cwd,
     )
 
 

@@ -29,6 +29,7 @@ from loopkernel.tools._host import (
     read_ledger,
 )
 from loopkernel.tools._layer import (
+    CallRules,
     PolicyHook,
     RestartHook,
     ServerRestart,
@@ -48,6 +49,7 @@ __all__ = [
     "EFFECTS",
     "IDEMPOTENCY_META_KEY",
     "CallInfo",
+    "CallRules",
     "Effect",
     "Handler",
     "KeyLedger",

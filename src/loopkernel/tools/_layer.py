@@ -127,6 +127,23 @@ class ServerRestart:
     """Restarts of this source so far, this one included."""
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CallRules:
+    """How long a layer's tool calls may take and how they are retried, where a tool's
+    source and definition do not say (``retries`` overrides what they say)."""
+
+    timeout_s: float = 30.0
+    """The deadline of a call whose source declares none for its tool."""
+    retry: RetryPolicy | None = None
+    """The policy of a tool that declares none (``None``: ``DEFAULT_RETRY``)."""
+    retries: Mapping[str, RetryPolicy] = dataclasses.field(default_factory=dict)
+    """Per tool name, a policy that overrides the declared one."""
+
+    def __post_init__(self) -> None:
+        if not self.timeout_s > 0:
+            raise UsageError(f"CallRules.timeout_s must be > 0, not {self.timeout_s}")
+
+
 PolicyHook: TypeAlias = Callable[[ToolCallRequest], Awaitable[None] | None]
 """Return to allow the call; raise ``NeedsApproval`` to park the task, or a ``RunError``
 (``BudgetExceeded``, ``TripwireFired`` ...) to stop it."""
@@ -204,10 +221,8 @@ class ToolLayer:
         sources: Sequence[ToolSource],
         *,
         policy_hook: PolicyHook = require_approval,
-        default_timeout: float = 30.0,
         on_restart: RestartHook | None = None,
-        default_retry: RetryPolicy | None = None,
-        retries: Mapping[str, RetryPolicy] | None = None,
+        rules: CallRules = CallRules(),
         redact_secrets: bool = True,
     ) -> None:
         require_mcp()
@@ -218,17 +233,12 @@ class ToolLayer:
         names = [s.name for s in sources]
         if len(set(names)) != len(names):
             raise UsageError(f"tool source names must be unique: {names}")
-        if not default_timeout > 0:
-            raise UsageError(f"default_timeout must be > 0, not {default_timeout}")
         self.store = store
         self.sources = tuple(sources)
         self.policy_hook = policy_hook
-        self.default_timeout = default_timeout
         self.on_restart = on_restart
-        self.default_retry = default_retry
-        """The policy of a tool that declares none (``None``: ``DEFAULT_RETRY``)."""
-        self.retries = dict(retries or {})
-        """Per tool name, a policy that overrides the declared one."""
+        self.rules = rules
+        """Deadlines and retry policies where the tools do not say."""
         self.on_server: Callable[[str, str], None] | None = None
         """``on_server(source_name, "starting" | "ready")`` around a server's start: a
         progress view shows the second or so a server takes to start."""
@@ -345,7 +355,7 @@ class ToolLayer:
         """Call tool ``name`` as the ``index``-th call of ``ctx``'s task; see the module doc.
 
         ``timeout`` overrides the tool's deadline (``ToolSource.timeouts``, else the
-        layer's ``default_timeout``) for this call.
+        layer's ``rules.timeout_s``) for this call.
         """
         if not self._open:
             raise UsageError("the tool layer is not open; use `async with ToolLayer(...)`")
@@ -396,7 +406,7 @@ class ToolLayer:
     ) -> Plan[JSON]:
         """How the journal sends ``tool``: retries of faults that may pass, a restart of a
         dead server, and what is journaled of an answer."""
-        limit = timeout or slot.source.timeouts.get(tool.name) or self.default_timeout
+        limit = timeout or slot.source.timeouts.get(tool.name) or self.rules.timeout_s
         policy = self.retry_policy(tool)
         resendable = self.resendable(tool)
 
@@ -451,7 +461,7 @@ class ToolLayer:
         default, else ``DEFAULT_RETRY``; an irreversible tool is sent once, whatever is said."""
         if tool.effect == "irreversible":
             return NO_RETRY
-        declared = self.retries.get(tool.name) or tool.retry or self.default_retry
+        declared = self.rules.retries.get(tool.name) or tool.retry or self.rules.retry
         return declared or tool.retry_policy
 
     def _seen(self, ctx: CallContext, prior: EffectRecord) -> None:

@@ -11,7 +11,7 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from loopkernel.client import parse_payload
+from loopkernel.client import Answerer, parse_payload
 from loopkernel.errors import ApprovalRefused, LoopKernelError, RunHeld, UsageError
 from loopkernel.graph import TERMINAL_RUN, RunStatus
 from loopkernel.web._auth import CSRF_COOKIE, SESSION_COOKIE
@@ -93,7 +93,7 @@ async def decide(request: Request) -> Response:
             )
         else:
             event = await lk.client.decide(
-                run_id, task_id, verdict, payload=payload, token=token, by=who
+                run_id, task_id, verdict, payload=payload, answerer=Answerer(token=token, by=who)
             )
     except Refused as exc:
         return lk.render(request, "error.html", exc.status, message=exc.message, back=run_id)

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from loopkernel_apps.sre._calls import CallRecord, CallStatus
 from loopkernel_apps.sre._cause import Entity, cause_entity, explains, owners, reason_of
 from loopkernel_apps.sre._detect import Finding
 from loopkernel_apps.sre._remedy import NEXT, REMEDY, fmt
@@ -36,7 +37,7 @@ Claim = dict[str, Any]
 class Collected:
     """What the run read."""
 
-    calls: Sequence[dict[str, Any]]
+    calls: Sequence[CallRecord]
     """Every call record, in journal order."""
     items: Sequence[dict[str, Any]]
     """The evidence items E1, E2 …"""
@@ -327,11 +328,11 @@ def _actions(c: Collected, d: Diagnosis, namespace: str) -> tuple[list[str], lis
 
 
 def _default_steps(c: Collected, namespace: str) -> list[str]:
-    failed = [x for x in c.calls if x["status"] == "failed"]
+    failed = [x for x in c.calls if x.status is CallStatus.FAILED]
     if failed:
         return [
             f"Re-run the investigation: {len(failed)} read(s) failed "
-            f"({', '.join(str(x['tool']) for x in failed[:3])}), so the cause may be in "
+            f"({', '.join(x.tool for x in failed[:3])}), so the cause may be in "
             "what was not read."
         ]
     return [
@@ -343,20 +344,20 @@ def _default_steps(c: Collected, namespace: str) -> list[str]:
 
 def _coverage(c: Collected, params: Mapping[str, Any]) -> dict[str, Any]:
     refused = [
-        {"tool": x["tool"], "args": x["args"], "reason": x["result"]["refused"]}
+        {"tool": x.tool, "args": x.args, "reason": (x.result or {})["refused"]}
         for x in c.calls
-        if x["status"] == "refused"
+        if x.status is CallStatus.REFUSED
     ] + [
         {**r, "reason": f"proposed by the model and refused: {r['reason']}"}
         for p in c.planning
         for r in p.get("refused", [])
     ]
     failed = [
-        {"tool": x["tool"], "args": x["args"], "error": x["error"]}
+        {"tool": x.tool, "args": x.args, "error": x.error}
         for x in c.calls
-        if x["status"] == "failed"
+        if x.status is CallStatus.FAILED
     ]
-    made = [x for x in c.calls if x["status"] in ("ok", "refused", "failed")]
+    made = [x for x in c.calls if x.status.made]
     stop = c.stop
     return {
         "sources": [i["source"] for i in c.items],
@@ -366,7 +367,7 @@ def _coverage(c: Collected, params: Mapping[str, Any]) -> dict[str, Any]:
         "exit": stop or "complete",
         "exit_reason": EXIT_REASON[stop or "complete"].format(**params),
         "tool_calls": len(made),
-        "already_collected": sum(1 for x in c.calls if x["status"] == "duplicate"),
+        "already_collected": sum(1 for x in c.calls if x.status is CallStatus.DUPLICATE),
         "skills": [{"name": s["name"], "why": s["why"]} for s in c.skills],
         "planner": "model" if any(p["by"] == "model" for p in c.planning) else "rules",
         "model": model_note(dict(params), [dict(p) for p in c.planning]),

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from loopkernel import JSON
+from loopkernel_apps.sre._calls import CallRecord, CallStatus
 
 __all__ = ["annotate", "earlier_questions", "reused", "reused_calls"]
 
@@ -30,29 +31,29 @@ def _service(params: Mapping[str, JSON]) -> Mapping[str, Any]:
 
 def reused(
     params: Mapping[str, JSON], tool: str, args: Mapping[str, JSON]
-) -> dict[str, Any] | None:
+) -> CallRecord | None:
     """The call record answering ``tool(args)`` from the earlier run, if its evidence is
     reusable: status ``ok``, the earlier result, and ``reused`` saying from where and how old."""
     key = _key(tool, args)
     for item in _service(params).get("reuse", ()):
         if _key(item["tool"], item["args"]) == key:
-            return {
-                "tool": tool,
-                "args": dict(args),
-                "status": "ok",
-                "result": item["result"],
-                "reused": {
+            return CallRecord(
+                tool=tool,
+                args=dict(args),
+                status=CallStatus.OK,
+                result=item["result"],
+                reused={
                     "from_run": item["from_run"],
                     "age_s": item["age_s"],
                     "collected_at": item["collected_at"],
                 },
-            }
+            )
     return None
 
 
-def reused_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def reused_calls(calls: list[CallRecord]) -> list[dict[str, Any]]:
     """The run's calls answered from an earlier run: tool, args, where from, how old."""
-    return [{"tool": c["tool"], "args": c["args"], **c["reused"]} for c in calls if c.get("reused")]
+    return [{"tool": c.tool, "args": c.args, **c.reused} for c in calls if c.reused]
 
 
 def earlier_questions(params: Mapping[str, JSON]) -> list[str]:
@@ -83,7 +84,7 @@ def _markdown(reuse: list[dict[str, Any]], history: list[dict[str, Any]]) -> str
 
 
 def annotate(
-    result: dict[str, Any], params: Mapping[str, JSON], calls: list[dict[str, Any]]
+    result: dict[str, Any], params: Mapping[str, JSON], calls: list[CallRecord]
 ) -> dict[str, Any]:
     """The report task's result with the follow-up's part: ``conversation`` (the earlier
     questions and answers, marked untrusted) and ``reused`` (which evidence, how old), and

@@ -35,6 +35,7 @@ from typing import Any
 from loopkernel import JSON, TaskContext, UsageError
 from loopkernel.models import BudgetExceeded, ModelError, ModelTimeout, ModelUnavailable
 from loopkernel.planner import reply_tokens
+from loopkernel_apps.sre._calls import CallBy, CallRecord, CallStatus
 
 __all__ = [
     "MAX_CALLS",
@@ -132,10 +133,10 @@ class _Seen:
         if name and str(name) not in self.objects:
             self.objects[str(name)] = kind
 
-    def add(self, c: Mapping[str, Any]) -> None:
-        read = _READERS.get(str(c.get("tool")))
-        if c.get("status") == "ok" and read is not None:
-            read(self, c.get("args") or {}, c["result"].get("data") or {})
+    def add(self, c: CallRecord) -> None:
+        read = _READERS.get(c.tool)
+        if c.status is CallStatus.OK and c.result is not None and read is not None:
+            read(self, c.args or {}, c.result.get("data") or {})
 
 
 def _read_triage(seen: _Seen, args: Mapping[str, Any], data: Mapping[str, Any]) -> None:
@@ -207,7 +208,7 @@ _READERS: dict[str, Callable[[_Seen, Mapping[str, Any], Mapping[str, Any]], None
 }
 
 
-def seen_names(calls: list[dict[str, Any]]) -> dict[str, Any]:
+def seen_names(calls: list[CallRecord]) -> dict[str, Any]:
     """What the run has seen so far, by kind: ``pods`` (name -> its containers, or ``[]``
     when not known), ``workloads`` (``(kind, name)``), ``deployments``, ``objects`` (every
     name the run has seen, of any kind: the names ``events`` may ask about) and ``kinds``
@@ -244,7 +245,7 @@ def _call(tool: str, args: dict[str, Any], required: list[str]) -> dict[str, Any
     }
 
 
-def reply_schema(calls: list[dict[str, Any]]) -> dict[str, Any]:
+def reply_schema(calls: list[CallRecord]) -> dict[str, Any]:
     """The round's exact reply schema: a branch per tool of the server, its arguments
     inline (the namespace left out: it is the run's), every name one the run has seen."""
     seen = seen_names(calls)
@@ -362,29 +363,29 @@ def _system(namespace: str, tag: str) -> str:
     )
 
 
-def _first(c: Mapping[str, Any]) -> int:
+def _first(c: CallRecord) -> int:
     """Logs of a previous instance first, then current logs, then the rest."""
-    if c["tool"] == "pod_logs":
-        return 0 if c["args"].get("previous") else 1
+    if c.tool == "pod_logs":
+        return 0 if c.args.get("previous") else 1
     return 2
 
 
-def cluster_text(calls: list[dict[str, Any]], room: int) -> str:
+def cluster_text(calls: list[CallRecord], room: int) -> str:
     """What the run collected, as the prompt shows it: the calls made, the names seen by
     kind, then each result's tail, at most ``room`` characters of results in all."""
-    done = [f"{c['tool']} {json.dumps(c['args'], sort_keys=True)}" for c in calls]
+    done = [f"{c.tool} {json.dumps(c.args, sort_keys=True)}" for c in calls]
     kinds = seen_names(calls)["kinds"]
     named = ", ".join(f"{kind} {name}" for name, kind in kinds.items())
     per_item = max(200, room // PER_ITEM_SHARE)
     texts: list[str] = []
     for c in sorted(calls, key=_first):
-        if c["status"] != "ok" or room <= 0:
+        if c.status is not CallStatus.OK or c.result is None or room <= 0:
             continue
-        content = str(c["result"].get("content", ""))
+        content = str(c.result.get("content", ""))
         piece = content if len(content) <= per_item else "..." + content[-per_item:]
         piece = piece[:room]
         room -= len(piece)
-        texts.append(f"## {c['tool']} {json.dumps(c['args'], sort_keys=True)}\n{piece}")
+        texts.append(f"## {c.tool} {json.dumps(c.args, sort_keys=True)}\n{piece}")
     seen = f"objects seen: {named}\n\n" if named else ""
     return "already collected:\n" + "\n".join(done) + "\n\n" + seen + "\n\n".join(texts)
 
@@ -395,7 +396,7 @@ def prompt(
     round_: int,
     question: str,
     namespace: str,
-    calls: list[dict[str, Any]],
+    calls: list[CallRecord],
     context_tokens: int = MODEL_CONTEXT,
 ) -> list[dict[str, str]]:
     """The round's messages (``role``/``content``), built only from what the task may see;
@@ -467,7 +468,7 @@ def parse_reply(
 
 
 async def ask_model(
-    ctx: TaskContext, *, round_: int, calls: list[dict[str, Any]], deadline: float
+    ctx: TaskContext, *, round_: int, calls: list[CallRecord], deadline: float
 ) -> dict[str, Any]:
     """The model's proposal for this round: ``{"by": "model", "calls"}`` or
     ``{"by": "rules", "reason", "refused"}`` (a fallback). Never raises for model trouble."""
@@ -527,13 +528,11 @@ def model_spent(params: Mapping[str, Any], made: int, chars: int) -> str | None:
     return None
 
 
-def model_room(params: Mapping[str, Any], prior: Iterable[Mapping[str, Any]]) -> int:
+def model_room(params: Mapping[str, Any], prior: Iterable[CallRecord]) -> int:
     """How many calls the model may still add: ``model_calls`` less the calls it made, 0
     once its calls have collected ``MODEL_CHARS`` characters."""
-    made = [
-        c for c in prior if c.get("by") == "model" and c["status"] in ("ok", "refused", "failed")
-    ]
-    chars = sum(len(c["result"]["content"]) for c in made if c["status"] == "ok")
+    made = [c for c in prior if c.by is CallBy.MODEL and c.status.made]
+    chars = sum(len(c.content) for c in made)
     if model_spent(params, len(made), chars):
         return 0
     return min(MAX_CALLS, model_calls(params) - len(made))

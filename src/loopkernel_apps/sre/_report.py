@@ -24,6 +24,7 @@ import json
 import re
 from typing import Any
 
+from loopkernel_apps.sre._calls import CallRecord, CallStatus
 from loopkernel_apps.sre._detect import DETECTORS
 from loopkernel_apps.sre._markdown import render_markdown
 
@@ -58,7 +59,7 @@ UNVERIFIED_NOTE = "(unverified: no detector observed this directly)"
 
 
 def evidence_items(
-    calls: list[dict[str, Any]], *, max_chars: int | None, model_chars: int | None = None
+    calls: list[CallRecord], *, max_chars: int | None, model_chars: int | None = None
 ) -> list[dict[str, Any]]:
     """E1, E2 ... for each successful call, in journal order. The run's cap (``max_chars``)
     cuts the content of the rules' calls; the model's calls (``by: model``) are cut at
@@ -67,10 +68,10 @@ def evidence_items(
     totals = {"rules": 0, "model": 0}
     caps = {"rules": max_chars, "model": model_chars}
     for call in calls:
-        if call["status"] != "ok":
+        if call.status is not CallStatus.OK or call.result is None:
             continue
-        by = "model" if call.get("by") == "model" else "rules"
-        result = call["result"]
+        by = call.by.value
+        result = call.result
         content, truncated = _cut(
             str(result["content"]), bool(result["truncated"]), totals[by], caps[by], by
         )
@@ -78,8 +79,8 @@ def evidence_items(
         items.append(
             {
                 "ref": f"E{len(items) + 1}",
-                "tool": call["tool"],
-                "args": call["args"],
+                "tool": call.tool,
+                "args": call.args,
                 "source": result["source"],
                 "content": content,
                 "truncated": truncated,

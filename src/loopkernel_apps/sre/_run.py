@@ -31,6 +31,7 @@ from typing import Any
 
 from loopkernel import JSON, TaskContext, ToolError, ToolTimeout, ToolUnavailable
 from loopkernel.planner import At, Flow, Step, repeat
+from loopkernel_apps.sre._calls import CallBy, CallRecord, CallStatus
 from loopkernel_apps.sre._detect import Finding, detect, rank, split_symptoms
 from loopkernel_apps.sre._draft import Collected, Diagnosis, build_draft
 from loopkernel_apps.sre._followup import annotate, earlier_questions, reused
@@ -97,13 +98,13 @@ def _order(task_id: str) -> tuple[int, int]:
     return (99, 0)
 
 
-def collected_calls(evidence: Mapping[str, JSON]) -> list[dict[str, Any]]:
+def collected_calls(evidence: Mapping[str, JSON]) -> list[CallRecord]:
     """Every call record of the run so far, in journal order (triage, logs, act:1 ...)."""
-    out: list[dict[str, Any]] = []
+    out: list[CallRecord] = []
     for tid in sorted((t for t in evidence if _order(t)[0] < 99), key=_order):
         result = evidence[tid]
         if isinstance(result, dict):
-            out.extend(result.get("calls", []))
+            out.extend(CallRecord.from_json(c) for c in result.get("calls", []))
     return out
 
 
@@ -111,18 +112,11 @@ def _key(tool: str, args: Mapping[str, JSON]) -> str:
     return tool + " " + json.dumps(args, sort_keys=True, separators=(",", ":"))
 
 
-def _spent(calls: Iterable[dict[str, Any]], by: str = "rules") -> tuple[int, int]:
+def _spent(calls: Iterable[CallRecord], by: CallBy = CallBy.RULES) -> tuple[int, int]:
     """(tool calls made, evidence characters collected) in the budget of ``by``: the
     rules' (the run's bounds) or the model's own. A call a follow-up reused costs nothing."""
-    made = [
-        c
-        for c in calls
-        if c["status"] in ("ok", "refused", "failed")
-        and c.get("by", "rules") == by
-        and not c.get("reused")
-    ]
-    chars = sum(len(c["result"]["content"]) for c in made if c["status"] == "ok")
-    return len(made), chars
+    made = [c for c in calls if c.status.made and c.by is by and not c.reused]
+    return len(made), sum(len(c.content) for c in made)
 
 
 class _Collector:
@@ -131,54 +125,49 @@ class _Collector:
     def __init__(self, ctx: TaskContext) -> None:
         self.ctx = ctx
         self.prior = collected_calls(_ev(ctx))
-        self.calls: list[dict[str, Any]] = []
-        self.seen = {
-            _key(c["tool"], c["args"]): i
-            for i, c in enumerate(self.prior)
-            if c["status"] in ("ok", "refused", "failed")
-        }
+        self.calls: list[CallRecord] = []
+        self.seen = {_key(c.tool, c.args): i for i, c in enumerate(self.prior) if c.status.made}
         self.max_calls = int(ctx.params["max_tool_calls"])
         self.max_chars = int(ctx.params["max_evidence_chars"])
         self.exhausted: str | None = None
 
     async def call(
-        self, tool: str, args: dict[str, JSON], by: str = "rules"
+        self, tool: str, args: dict[str, JSON], by: CallBy = CallBy.RULES
     ) -> dict[str, Any] | None:
         key = _key(tool, args)
-        record: dict[str, Any] = {"tool": tool, "args": args}
-        if by == "model":
-            record["by"] = "model"
+
+        def record(status: CallStatus, **outcome: Any) -> None:
+            self.calls.append(CallRecord(tool=tool, args=args, by=by, status=status, **outcome))
+
         if key in self.seen:
-            self.calls.append({**record, "status": "duplicate", "note": "already collected"})
+            record(CallStatus.DUPLICATE, note="already collected")
             return None
         earlier = reused(self.ctx.params, tool, args)  # a follow-up: still current, not re-read
         if earlier is not None:
             self.seen[key] = len(self.prior) + len(self.calls)
             self.calls.append(earlier)
-            return dict(earlier["result"])
+            return dict(earlier.result or {})
         spent = self._spent_note(by)
         if spent:
-            self.calls.append({**record, "status": "skipped", "note": spent})
+            record(CallStatus.SKIPPED, note=spent)
             return None
         self.seen[key] = len(self.prior) + len(self.calls)
         try:
             result: Any = await self.ctx.call_tool(tool, args)
         except (ToolError, ToolTimeout, ToolUnavailable) as exc:
-            self.calls.append(
-                {**record, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
-            )
+            record(CallStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
             return None
         if result.get("refused"):
-            self.calls.append({**record, "status": "refused", "result": result})
+            record(CallStatus.REFUSED, result=result)
             return None
-        self.calls.append({**record, "status": "ok", "result": result})
+        record(CallStatus.OK, result=result)
         return dict(result)
 
-    def _spent_note(self, by: str) -> str | None:
+    def _spent_note(self, by: CallBy) -> str | None:
         """Why a call of ``by`` is not made: its budget is spent. Only the rules' bounds
         end the collection (``exhausted``); the model's budget skips the model's call."""
         made, chars = _spent([*self.prior, *self.calls], by)
-        if by == "model":
+        if by is CallBy.MODEL:
             from loopkernel_apps.sre._model import model_spent
 
             return model_spent(self.ctx.params, made, chars)
@@ -189,7 +178,7 @@ class _Collector:
         return self.exhausted
 
     def done(self, **extra: JSON) -> JSON:
-        return {"calls": self.calls, "exhausted": self.exhausted, **extra}
+        return {"calls": [c.to_json() for c in self.calls], "exhausted": self.exhausted, **extra}
 
 
 def _ev(ctx: TaskContext) -> dict[str, Any]:
@@ -380,8 +369,8 @@ class WantedCall:
     tool: str
     args: dict[str, JSON]
     why: str
-    by: str = "rules"
-    """``rules`` or ``model``: whose budget the call is made in."""
+    by: CallBy = CallBy.RULES
+    """Whose budget the call is made in."""
 
     @property
     def key(self) -> str:
@@ -389,8 +378,8 @@ class WantedCall:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"tool": self.tool, "args": self.args, "why": self.why}
-        if self.by == "model":
-            out["by"] = "model"
+        if self.by is CallBy.MODEL:
+            out["by"] = self.by.value
         return out
 
 
@@ -401,7 +390,7 @@ class Round:
     n: int
     params: Mapping[str, Any]
     triage: Mapping[str, Any]
-    prior: list[dict[str, Any]]
+    prior: list[CallRecord]
     """Every call record of the run so far."""
     started: float
 
@@ -472,10 +461,10 @@ def _follow_up_calls(r: Round) -> list[WantedCall]:
     ReplicaSet, whose events (FailedCreate: quota, admission) explain missing pods."""
     out = []
     for c in r.prior:
-        if c["status"] != "ok" or c["tool"] != "rollout_history":
+        if c.status is not CallStatus.OK or c.tool != "rollout_history" or c.result is None:
             continue
-        dep = c["args"]["deployment"]
-        revisions = c["result"]["data"].get("revisions", [])
+        dep = c.args["deployment"]
+        revisions = c.result["data"].get("revisions", [])
         if revisions:
             rs = revisions[-1]["replicaset"]
             why = f"follow-up: the newest ReplicaSet of {dep}"
@@ -534,7 +523,8 @@ async def _model_round(
     planning["proposed"] = proposal["calls"]
     why = f"model, round {r.n}"
     calls = [
-        WantedCall(tool=c["tool"], args=c["args"], why=why, by="model") for c in proposal["calls"]
+        WantedCall(tool=c["tool"], args=c["args"], why=why, by=CallBy.MODEL)
+        for c in proposal["calls"]
     ]
     return planning, calls
 
@@ -563,7 +553,7 @@ async def plan(ctx: TaskContext) -> JSON:
         started=_STARTED.setdefault(ctx.run_id, time.monotonic()),
     )
     made, chars = _spent(prior)
-    seen = {_key(c["tool"], c["args"]) for c in prior}
+    seen = {_key(c.tool, c.args) for c in prior}
     skills_result: Any = _ev(ctx)["skills"]
     calls, stop = _admit(_rules_calls(r, skills_result), seen, int(params["max_tool_calls"]) - made)
     over = _over_bound(params, r.started, chars)
@@ -596,7 +586,7 @@ async def act(ctx: TaskContext) -> JSON:
     col = _Collector(ctx)
     planned: Any = _ev(ctx)[f"plan:{ctx.input['round']}"]
     for call in planned["calls"]:
-        await col.call(call["tool"], call["args"], call.get("by", "rules"))
+        await col.call(call["tool"], call["args"], CallBy(call.get("by", CallBy.RULES)))
     return col.done()
 
 

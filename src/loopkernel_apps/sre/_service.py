@@ -219,6 +219,7 @@ class Investigations:
     ) -> list[dict[str, Any]]:
         """The parent's successful calls whose evidence is current: a dump unchanged since
         (any age), or a live read younger than ``reuse_max_age_s``."""
+        from loopkernel_apps.sre._calls import CallStatus
         from loopkernel_apps.sre._run import collected_calls
 
         inspection = await self.client.inspect(parent)
@@ -234,18 +235,18 @@ class Investigations:
         now = self.clock()
         out = []
         for call in collected_calls(by_task):
-            if call["status"] != "ok":
+            if call.status is not CallStatus.OK:
                 continue  # a refused or failed read is tried again
-            was = call.get("reused") or {}
+            was = call.reused or {}
             at = float(was.get("collected_at", started))
             live = earlier.get("source") == "live"
             if live and now - at > self.reuse_max_age_s:
                 continue
             out.append(
                 {
-                    "tool": call["tool"],
-                    "args": call["args"],
-                    "result": call["result"],
+                    "tool": call.tool,
+                    "args": call.args,
+                    "result": call.result,
                     "from_run": was.get("from_run", parent),
                     "collected_at": at,
                     "age_s": round(now - at, 3),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from loopkernel_apps.sre._calls import CallRecord, CallStatus
 from loopkernel_apps.sre._detect import Finding, log_request_errors
 
 __all__ = ["answer", "chain", "context_facts", "missing", "out_of_scope", "rollout_changes"]
@@ -316,7 +317,7 @@ def chain(
 
 def missing(
     items: list[dict[str, Any]],
-    calls: list[dict[str, Any]],
+    calls: list[CallRecord],
     ranked: list[tuple[Finding, int, str]],
     triage: dict[str, Any],
 ) -> list[str]:
@@ -338,11 +339,11 @@ def missing(
                 f"{failed[0][:160]}"
             )
     for call in calls:
-        if call["status"] == "skipped":
-            args = ", ".join(f"{k}={v}" for k, v in sorted(call["args"].items()))
-            out.append(f"{call['tool']} ({args}) not collected: {call['note']}")
-        if call["status"] == "failed":
-            out.append(f"{call['tool']} failed: {call['error']}")
+        if call.status is CallStatus.SKIPPED:
+            args = ", ".join(f"{k}={v}" for k, v in sorted(call.args.items()))
+            out.append(f"{call.tool} ({args}) not collected: {call.note}")
+        if call.status is CallStatus.FAILED:
+            out.append(f"{call.tool} failed: {call.error}")
     absent: list[str] = []
     for item in items:
         absent += [a for a in item["data"].get("absent", []) or [] if a not in absent]
