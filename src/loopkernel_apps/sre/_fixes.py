@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loopkernel import JSON, UsageError
-from loopkernel.client import Client
+from loopkernel.client import Answerer, Client
 from loopkernel_apps.sre._people import People, ScopeRefused, User, check_scope
 from loopkernel_apps.sre.fix._app import refusal
 
@@ -118,9 +118,12 @@ class Fixes:
         check_scope(who, str(params["namespace"]), "")
         payload: dict[str, JSON] = {"approved_by": who.name}
         await self.client.decide(
-            run_id, "apply", "approve", payload=payload, local=True,
-            by={"name": who.name, "via": VIA},
-        )  # fmt: skip
+            run_id,
+            "apply",
+            "approve",
+            payload=payload,
+            answerer=Answerer(local=True, by={"name": who.name, "via": VIA}),
+        )
         await self.client.execute(run_id)  # refused: the run parks again, saying why
         why = refusal(params, payload)
         if why is not None:
