@@ -27,6 +27,7 @@ from loopkernel.store._protocol import (
     Reclaimed,
     RunInfo,
     Schedule,
+    ScheduleEvent,
     Store,
 )
 from loopkernel.store._sqlite import SQLiteStore
@@ -54,6 +55,7 @@ __all__ = [
     "RunInfo",
     "SQLiteStore",
     "Schedule",
+    "ScheduleEvent",
     "Store",
     "digest_of",
     "dump_of_state",
