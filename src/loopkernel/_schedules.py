@@ -309,7 +309,8 @@ def resume(s: Schedule, now: float) -> tuple[Schedule, Events]:
     if passed:
         counts["paused"] = counts.get("paused", 0) + passed
     following = cron.next_after(now, tz)
-    changed = replace(s, paused=None, next_due=NEVER if following is None else following)
+    following = NEVER if following is None else following
+    changed = replace(s, paused=None, next_due=following, counts=counts)
     return changed, [("resumed", None, f"{passed} due times passed while paused, not run")]
 
 
