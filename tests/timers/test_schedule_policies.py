@@ -345,3 +345,39 @@ def test_a_worker_killed_at_the_due_time_leaves_the_policys_count(backend: Backe
         ]
 
     assert backend.run(journals) == [1, 1, 1]
+
+
+def test_a_schedule_from_before_policies_migrates_with_temporals_defaults(
+    backend: Backend,
+) -> None:
+    from loopkernel.store._schema import POSTGRES_VERSION, SQLITE_VERSION
+
+    version = SQLITE_VERSION if backend.kind == "sqlite" else POSTGRES_VERSION
+
+    async def create(store: Store) -> None:
+        pass
+
+    backend.run(create)
+    backend.sql("DROP TABLE schedule_events")  # back to the schema before policies
+    for column in ("policy", "state", "paused", "rev"):
+        backend.sql(f"ALTER TABLE schedules DROP COLUMN {column}")
+    backend.sql(f"UPDATE meta SET value = '{version - 1}' WHERE key = 'schema_version'")
+    backend.sql(
+        "INSERT INTO schedules (name, cron, app, params, next_due, last_run, created_at) "
+        f"""VALUES ('hourly', '0 * * * *', '{NAP}', '{{"seconds": 0}}', {T10}, NULL, 0)"""
+    )
+
+    async def body(store: Store) -> None:  # open() migrated it
+        (s,) = await store.schedules()
+        assert (s.overlap, s.catchup_window, s.tz, s.rev, s.counts) == (
+            "skip",
+            365 * 86400.0,
+            "UTC",
+            0,
+            {},
+        )
+        assert await sched.fire_due(Client(store=store), T10 + 1, print) == [RunId(rid(10))]
+        assert [e.kind for e in await store.schedule_events("hourly")] == ["started"]
+
+    backend.run(body)
+    assert backend.sql("SELECT value FROM meta WHERE key = 'schema_version'") == [(str(version),)]
