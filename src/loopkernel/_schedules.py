@@ -147,14 +147,21 @@ class _Round:
             self.hold(run_id, f"{origin}: after {previous} is cancelled (cancel_other)")
 
 
-def decide(s: Schedule, now: float, going: bool) -> tuple[Schedule, Events]:
+def decide(
+    s: Schedule, now: float, going: bool, ran: frozenset[str] = frozenset()
+) -> tuple[Schedule, Events]:
     """The next state of ``s`` at ``now`` (the module docstring), ``going``: its previous
-    run has not ended. ``s`` has nothing ``pending`` or to ``cancel``."""
+    run has not ended; ``ran``: the runs asked for (``backfill``) that exist already, not
+    run again. ``s`` has nothing ``pending`` or to ``cancel``."""
     r = _Round(s, going)
     if r.buffer and not r.busy:  # the previous run ended: the buffer's head starts
         r.pending.append(r.buffer.pop(0))
         r.busy = True
     for run_id, due, overlap in s.requests:
+        if run_id in ran:
+            r.count("existed")
+            r.events.append(("existed", run_id, f"asked for {when(due)}: ran already"))
+            continue
         r.due(run_id, overlap or s.overlap, f"asked for {when(due)}")
     next_due = s.next_due
     if s.paused is None:
@@ -193,6 +200,14 @@ async def _going(store: Store, run_id: str | None) -> bool:
         return False
 
 
+async def _exists(store: Store, run_id: str) -> bool:
+    try:
+        await store.get_run(RunId(run_id))
+    except RunNotFound:
+        return False
+    return True
+
+
 async def fire_due(client: object, now: float, log: Callable[[str], None]) -> list[RunId]:
     """One round over the schedules (the module docstring); the ids of the runs started
     or found started. ``client`` is a ``loopkernel.client.Client``."""
@@ -205,7 +220,8 @@ async def fire_due(client: object, now: float, log: Callable[[str], None]) -> li
         if s.pending or s.cancel:  # decided by a round a crash or a race cut short
             out += await _act(client, s, log)
             continue
-        changed, events = decide(s, now, await _going(store, s.last_run))
+        ran = frozenset([q[0] for q in s.requests if await _exists(store, q[0])])
+        changed, events = decide(s, now, await _going(store, s.last_run), ran)
         if changed == s:
             continue
         if not await store.write_schedule(changed, events):

@@ -211,12 +211,14 @@ def test_pause_resume_update_trigger_and_backfill(backend: Backend) -> None:
             )
             await pool.fire(T10 + 2 * HOUR + 10)
             assert set(await pool.runs()) == {"hourly.20261201T120005Z", rid(9), rid(10), rid(11)}
-            # A backfill over times that ran already starts nothing new.
+            # A backfill over times that ran already starts nothing new (allow_all would).
             await sched.change(
-                store, "hourly", lambda s: sched.backfill(s, T10, T10 + HOUR, "skip")[:2]
+                store, "hourly", lambda s: sched.backfill(s, T10, T10 + HOUR, "allow_all")[:2]
             )
             await pool.fire(T10 + 2 * HOUR + 11)
             assert len(await pool.runs()) == 4
+            s = await pool.schedule()
+            assert (s.counts["started"], s.counts["existed"], s.requests) == (4, 2, ())
 
             # Update: another cron in another zone; the next due time follows.
             def edit(s: Schedule) -> tuple[Schedule, sched.Events]:
