@@ -129,16 +129,18 @@ class Cron:
         start = datetime.fromtimestamp(t, tz).replace(second=0, microsecond=0, tzinfo=None)
         start += timedelta(minutes=1)
         day = start.replace(hour=0, minute=0)
+        hours, minutes = sorted(self.hours), sorted(self.minutes)
         for offset in range(_HORIZON_DAYS):
             current = day + timedelta(days=offset)
             if not self._day_matches(current):
                 continue
-            for hour in sorted(self.hours):
-                for minute in sorted(self.minutes):
-                    wall = current.replace(hour=hour, minute=minute)
-                    if wall < start:
+            for hour in hours:
+                if offset == 0 and hour < start.hour:
+                    continue
+                for minute in minutes:
+                    if offset == 0 and hour == start.hour and minute < start.minute:
                         continue
-                    moment = _moment(wall, tz)
+                    moment = _moment(current.replace(hour=hour, minute=minute), tz)
                     if moment > t:  # a second pass through a fall-back hour: the first ran
                         return moment
         return None

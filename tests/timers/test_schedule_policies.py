@@ -361,7 +361,7 @@ def test_a_schedule_from_before_policies_migrates_with_temporals_defaults(
 
     backend.run(create)
     backend.sql("DROP TABLE schedule_events")  # back to the schema before policies
-    for column in ("policy", "state", "paused", "rev"):
+    for column in ("policy", "state", "paused", "rev", "busy"):
         backend.sql(f"ALTER TABLE schedules DROP COLUMN {column}")
     backend.sql(f"UPDATE meta SET value = '{version - 1}' WHERE key = 'schema_version'")
     backend.sql(

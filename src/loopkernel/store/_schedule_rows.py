@@ -39,7 +39,7 @@ class ScheduleRows:
         now = time.time()
         row = (*_schedule_values(schedule), now)
         sql = f"INSERT INTO schedules ({_SCHEDULE_COLUMNS}, created_at) "
-        sql += "VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (name) DO NOTHING"
+        sql += "VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (name) DO NOTHING"
         detail = f"{schedule.cron} ({schedule.tz}) -> {schedule.app}, overlap {schedule.overlap}"
         event = (schedule.name, schedule.rev, 0, now, "added", None, detail)
 
@@ -59,9 +59,10 @@ class ScheduleRows:
         return [_schedule_of(r) for r in rows]
 
     async def due_schedules(self, now: float) -> list[Schedule]:
-        return [
-            s for s in await self.schedules() if s.busy or (s.paused is None and s.next_due <= now)
-        ]
+        sql = f"SELECT {_SCHEDULE_COLUMNS} FROM schedules "
+        sql += "WHERE busy OR (paused IS NULL AND next_due <= ?) ORDER BY name"
+        rows = await self._call(lambda cur: cur.all(sql, (now,)))
+        return [_schedule_of(r) for r in rows]
 
     async def remove_schedule(self, name: str) -> None:
         def body(cur: Cursor) -> int:
@@ -103,7 +104,9 @@ class ScheduleRows:
         ]
 
 
-_SCHEDULE_COLUMNS = "name, cron, app, params, next_due, last_run, policy, state, paused, rev"
+_SCHEDULE_COLUMNS = (
+    "name, cron, app, params, next_due, last_run, policy, state, paused, rev, busy"
+)
 _INSERT_SCHEDULE_EVENT = (
     "INSERT INTO schedule_events (name, rev, n, at, kind, run_id, detail) VALUES (?,?,?,?,?,?,?)"
 )
@@ -136,6 +139,7 @@ def _schedule_values(s: Schedule) -> tuple[Any, ...]:
         dumps(state),
         s.paused,
         s.rev,
+        s.busy,
     )
 
 

@@ -516,13 +516,16 @@ def _schedule_policies(t: _Dialect) -> list[str]:
     """13 (PostgreSQL's 14): schedules with policies (docs/operations.md, "Schedules"): the
     policy (overlap, catch-up window, jitter, time zone, scenario), the decided state
     (starts to make, the buffer, cancels, requests from trigger and backfill, counts), a
-    pause, the revision every change is a compare-and-set on, and the schedule's own
+    pause, the revision every change is a compare-and-set on, whether something decided is
+    not done yet (``busy``: workers look at it before its due time), and the schedule's own
     journal (one row per decision, keyed by the revision that made it)."""
     return [
         f"ALTER TABLE schedules ADD COLUMN policy {t.json} NOT NULL DEFAULT '{{}}'",
         f"ALTER TABLE schedules ADD COLUMN state {t.json} NOT NULL DEFAULT '{{}}'",
         f"ALTER TABLE schedules ADD COLUMN paused {t.text}",
         f"ALTER TABLE schedules ADD COLUMN rev {t.int} NOT NULL DEFAULT 0",
+        f"ALTER TABLE schedules ADD COLUMN busy {t.bool} NOT NULL "
+        f"DEFAULT {'false' if t.postgres else '0'}",
         f"""CREATE TABLE schedule_events (
         name        {t.id} NOT NULL,
         rev         {t.int} NOT NULL,
