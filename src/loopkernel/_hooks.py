@@ -22,6 +22,8 @@ Points the kernel passes through:
 ``patch_committed``   after a patch commit, before the tasks it readied start
 ``timer_fired``       a due timer's ``timer_fired`` event is written (and the task's
                       wake-up time cleared), before it is planned
+``schedule_decided``  a worker wrote a schedule's decision (runs to start, to buffer, to
+                      cancel), before acting on it
 ``schedule_started``  a worker started a schedule's run, before enqueueing it
 ``tool_sent``         the tool layer journaled a call as intended, before sending it
 ``tool_returned``     a tool call returned, before its result is journaled
@@ -54,6 +56,7 @@ POINTS = frozenset(
         "before_patch",
         "patch_committed",
         "timer_fired",
+        "schedule_decided",
         "schedule_started",
         "tool_sent",
         "tool_returned",

@@ -86,9 +86,10 @@ def test_the_stores_share_their_schema_versions_but_the_step_function() -> None:
     # replaces the step function to write tasks.wake_at; SQLite's 9 (versions) is
     # PostgreSQL's 10, which replaces it again to write patches.app_version; SQLite's 10
     # (schedules) is PostgreSQL's 11; SQLite's 11 (the task page's index, tasks.started_at)
-    # is PostgreSQL's 12; SQLite's 12 (the knowledge base) is PostgreSQL's 13.
-    assert SQLITE_VERSION == 12
-    assert PG_VERSION == 13
+    # is PostgreSQL's 12; SQLite's 12 (the knowledge base) is PostgreSQL's 13; SQLite's 13
+    # (schedule policies and their journal) is PostgreSQL's 14.
+    assert SQLITE_VERSION == 13
+    assert PG_VERSION == 14
 
 
 def test_only_enqueued_running_runs_are_claimed_once_each(backend: Backend) -> None:

@@ -335,6 +335,7 @@ def _v6(pg_backend: Backend) -> None:
     pg_backend.sql("ALTER TABLE tasks DROP COLUMN started_at")
     pg_backend.sql("DROP TABLE kb_identifiers")  # schema 13: the runbook index
     pg_backend.sql("DROP TABLE kb_passages")
+    pg_backend.sql("DROP TABLE schedule_events")  # schema 14: schedule policies
     pg_backend.sql("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
 
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from loopkernel._cron import Cron
+from loopkernel._cron import Cron, zone
 from loopkernel.errors import UsageError
 
 
@@ -58,9 +58,58 @@ def test_bad_expressions_are_refused_with_the_field_named(expr: str, message: st
         Cron.parse(expr)
 
 
-def test_the_latest_missed_due_time_is_the_catch_up() -> None:
+def test_the_due_times_between_two_moments() -> None:
     cron = Cron.parse("*/10 * * * *")
-    assert cron.latest_at_or_before(at("2026-12-01 10:47"), at("2026-12-01 10:05")) == at(
-        "2026-12-01 10:40"
-    )
-    assert cron.latest_at_or_before(at("2026-12-01 10:09"), at("2026-12-01 10:00")) is None
+    assert cron.times(at("2026-12-01 10:05"), at("2026-12-01 10:40")) == [
+        at(f"2026-12-01 10:{m}") for m in ("10", "20", "30", "40")
+    ]
+    assert cron.times(at("2026-12-01 10:00"), at("2026-12-01 10:09")) == []
+
+
+def local(expr: str, tz: str, after: str, n: int) -> list[str]:
+    """The next ``n`` due times of ``expr`` in ``tz`` after local time ``after``, as
+    local times with their offsets."""
+    zone_ = zone(tz)
+    t = datetime.fromisoformat(after).replace(tzinfo=zone_).timestamp()
+    out = []
+    for _ in range(n):
+        found = Cron.parse(expr).next_after(t, zone_)
+        assert found is not None
+        out.append(datetime.fromtimestamp(found, zone_).isoformat(timespec="minutes"))
+        t = found
+    return out
+
+
+def test_a_time_zone_with_daylight_saving_as_temporal_has_it() -> None:
+    ny = "America/New_York"
+    # Spring forward (2026-03-08, 02:00 -> 03:00): 02:30 does not exist; it runs once,
+    # shifted by the gap, and the days around it keep their wall-clock time.
+    assert local("30 2 * * *", ny, "2026-03-07 12:00", 3) == [
+        "2026-03-08T03:30-04:00",
+        "2026-03-09T02:30-04:00",
+        "2026-03-10T02:30-04:00",
+    ]
+    # An hourly schedule through the gap: 01:30, then 03:30 once (02:30 is 03:30).
+    assert local("30 * * * *", ny, "2026-03-08 00:45", 3) == [
+        "2026-03-08T01:30-05:00",
+        "2026-03-08T03:30-04:00",
+        "2026-03-08T04:30-04:00",
+    ]
+    # Fall back (2026-11-01, 02:00 -> 01:00): 01:30 exists twice and runs once, the first.
+    assert local("30 1 * * *", ny, "2026-10-31 12:00", 2) == [
+        "2026-11-01T01:30-04:00",
+        "2026-11-02T01:30-05:00",
+    ]
+    assert local("0 * * * *", ny, "2026-11-01 00:30", 3) == [
+        "2026-11-01T01:00-04:00",
+        "2026-11-01T02:00-05:00",  # the repeated hour's second 01:00 does not run again
+        "2026-11-01T03:00-05:00",
+    ]
+    # A day field in the zone, not in UTC: 09:00 Tokyo on Mondays is Sunday 00:00 UTC.
+    assert local("0 9 * * 1", "Asia/Tokyo", "2026-12-01 00:00", 1) == ["2026-12-07T09:00+09:00"]
+
+
+def test_an_unknown_time_zone_is_refused() -> None:
+    with pytest.raises(UsageError, match="not an IANA name"):
+        zone("Mars/Olympus_Mons")
+    assert zone("UTC") is UTC

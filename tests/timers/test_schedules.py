@@ -8,6 +8,7 @@ import json
 import sqlite3
 import subprocess
 import time
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -78,12 +79,14 @@ def test_a_missed_due_time_starts_one_run_across_a_crash_and_two_workers(
         conn.execute("UPDATE schedules SET next_due = ?", (JAN_2026,))
     run_id = "yearly.20260101T0000Z"
 
-    # A worker killed after it started the run, before it enqueued it.
+    # A worker killed after it started the run, before it enqueued it: the decision (start
+    # it; next due time next year) was written first, and stays.
     first = worker(db, LOOPKERNEL_CRASH_AT="schedule_started")
     first.communicate(timeout=120)
     assert first.returncode == -9
     assert rows(db, "SELECT run_id, status, lease_until FROM runs") == [(run_id, "running", None)]
-    assert rows(db, "SELECT next_due FROM schedules") == [(JAN_2026,)]
+    assert rows(db, "SELECT next_due, state FROM schedules")[0][0] == JAN_2027
+    assert json.loads(str(rows(db, "SELECT state FROM schedules")[0][0]))["pending"] == [run_id]
 
     # Two workers at once: the run is enqueued, run once, and the schedule moves on.
     both = [worker(db), worker(db)]
@@ -94,7 +97,7 @@ def test_a_missed_due_time_starts_one_run_across_a_crash_and_two_workers(
             assert all(w.poll() is None for w in both)
             time.sleep(0.05)  # a look at the journal, not a threshold
         for _ in range(2400):
-            if rows(db, "SELECT next_due FROM schedules") != [(JAN_2026,)]:
+            if rows(db, "SELECT last_run FROM schedules") == [(run_id,)]:
                 break
             time.sleep(0.05)
     finally:
@@ -116,12 +119,17 @@ def test_the_store_keeps_schedules_and_moves_them_by_compare_and_set(backend: Ba
         assert await store.schedules() == [s]
         assert await store.due_schedules(JAN_2026 - 1) == []
         assert await store.due_schedules(JAN_2026) == [s]
-        assert await store.advance_schedule("s", JAN_2026, JAN_2027, "s.x") is True
-        assert await store.advance_schedule("s", JAN_2026, JAN_2027, "s.y") is False  # lost
-        (moved,) = await store.schedules()
-        assert (moved.next_due, moved.last_run) == (JAN_2027, "s.x")
+        moved = replace(s, next_due=JAN_2027, last_run="s.x", buffer=("s.b",), counts={"a": 1})
+        assert await store.write_schedule(moved, [("started", "s.x", "a:b")]) is True
+        assert await store.write_schedule(moved, [("started", "s.y", "a:b")]) is False  # lost
+        (stored,) = await store.schedules()
+        assert stored == replace(moved, rev=1)
+        assert await store.due_schedules(JAN_2026) == [stored]  # busy: its buffer
+        kinds = [(e.rev, e.kind, e.run_id) for e in await store.schedule_events("s")]
+        assert kinds == [(0, "added", None), (1, "started", "s.x")]
         await store.remove_schedule("s")
         with pytest.raises(UsageError, match="no schedule"):
             await store.remove_schedule("s")
+        assert await store.schedule_events("s") == []
 
     backend.run(body)

@@ -28,6 +28,7 @@ from loopkernel.store._protocol import (
     Reclaimed,
     RunInfo,
     Schedule,
+    ScheduleEvent,
     Store,
 )
 from loopkernel.store._sqlite import SQLiteStore
@@ -56,6 +57,7 @@ __all__ = [
     "RunInfo",
     "SQLiteStore",
     "Schedule",
+    "ScheduleEvent",
     "Store",
     "digest_of",
     "dump_of_state",

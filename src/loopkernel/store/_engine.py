@@ -115,8 +115,8 @@ from loopkernel.store._protocol import (
     PatchRecord,
     Reclaimed,
     RunInfo,
-    Schedule,
 )
+from loopkernel.store._schedule_rows import ScheduleRows
 from loopkernel.store._schema import TABLES
 
 __all__ = [
@@ -339,7 +339,7 @@ def migrate(cur: Cursor, where: str, migrations: Sequence[Sequence[str]], versio
         )
 
 
-class SQLStore(InspectorReads):
+class SQLStore(InspectorReads, ScheduleRows):
     """The ``Store`` protocols, once: a subclass gives the dialect, the connection (where a
     body runs: ``_submit``), ``open``/``close`` and what only its database has."""
 
@@ -857,56 +857,6 @@ class SQLStore(InspectorReads):
         if cur.one(_WAKE, (now, run_id)) is not None:
             self._notify(cur, run_id)
 
-    # -- Schedules ---------------------------------------------------------------------------
-
-    async def add_schedule(self, schedule: Schedule) -> None:
-        row = (
-            schedule.name,
-            schedule.cron,
-            schedule.app,
-            dumps(schedule.params),
-            schedule.next_due,
-            time.time(),
-        )
-        sql = "INSERT INTO schedules (name, cron, app, params, next_due, created_at) "
-        sql += "VALUES (?,?,?,?,?,?)"
-        try:
-            await self._call(lambda cur: cur.run(sql, row), "write")
-        except DuplicateKey:
-            raise UsageError(f"schedule {schedule.name} exists already; remove it first") from None
-
-    async def _schedules(self, where: str, params: tuple[Any, ...]) -> list[Schedule]:
-        sql = f"SELECT name, cron, app, params, next_due, last_run FROM schedules{where} "
-        rows = await self._call(lambda cur: cur.all(sql + "ORDER BY name", params))
-        return [
-            Schedule(
-                name=r[0], cron=r[1], app=r[2], params=loads(r[3]), next_due=r[4], last_run=r[5]
-            )
-            for r in rows
-        ]
-
-    async def schedules(self) -> list[Schedule]:
-        return await self._schedules("", ())
-
-    async def due_schedules(self, now: float) -> list[Schedule]:
-        return await self._schedules(" WHERE next_due <= ?", (now,))
-
-    async def remove_schedule(self, name: str) -> None:
-        sql = "DELETE FROM schedules WHERE name = ?"
-        if await self._call(lambda cur: cur.run(sql, (name,)), "write") != 1:
-            raise UsageError(f"no schedule {name!r}")
-
-    async def advance_schedule(
-        self, name: str, seen: float, next_due: float | None, last_run: str | None
-    ) -> bool:
-        if next_due is None:
-            sql, params = "DELETE FROM schedules WHERE name = ? AND next_due = ?", (name, seen)
-            return bool(await self._call(lambda cur: cur.run(sql, params), "write"))
-        sql = "UPDATE schedules SET next_due = ?, last_run = COALESCE(?, last_run) "
-        sql += "WHERE name = ? AND next_due = ?"
-        moved = (next_due, last_run, name, seen)
-        return bool(await self._call(lambda cur: cur.run(sql, moved), "write"))
-
     async def due_runs(self, now: float, limit: int = 100) -> list[RunId]:
         sql = "SELECT run_id FROM runs WHERE status = 'waiting' AND wake_at IS NOT NULL "
         sql += "AND wake_at <= ? ORDER BY wake_at, run_id LIMIT ?"
@@ -1022,3 +972,4 @@ class SQLStore(InspectorReads):
             return True
 
         return await self._call(body, "write")
+

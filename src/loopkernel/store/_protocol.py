@@ -163,22 +163,76 @@ class PatchRecord:
     runs journaled before versions were recorded."""
 
 
+OVERLAP_POLICIES = ("skip", "buffer_one", "buffer_all", "cancel_other", "allow_all")
+"""What a due time does while the schedule's previous run is still going (Temporal's
+``ScheduleOverlapPolicy`` names, lower case; ``loopkernel._schedules``)."""
+
+CATCHUP_WINDOW = 365 * 86400.0
+"""Temporal's default: a due time missed by more than a year is counted, not run."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Schedule:
-    """One row of ``schedules``."""
+    """One row of ``schedules``: what it starts, its policy, and its decided state."""
 
     name: str
     """Unique; the prefix of its runs' ids."""
     cron: str
-    """Five fields, UTC (``loopkernel._cron``)."""
+    """Five fields, in ``tz`` (``loopkernel._cron``)."""
     app: str
     """The app each run starts (a name or ``module:attribute``)."""
     params: dict[str, JSON]
     """``--set`` overrides of the app's defaults."""
     next_due: float
-    """The next due time, seconds since the epoch."""
+    """The next due time not decided yet, seconds since the epoch (before jitter)."""
     last_run: str | None = None
-    """The id of the last run it started."""
+    """The id of the last run it started: the one an overlap policy looks at."""
+    overlap: str = "skip"
+    """One of ``OVERLAP_POLICIES``."""
+    catchup_window: float = CATCHUP_WINDOW
+    """Seconds: a due time older than this when a worker comes to it is missed."""
+    jitter: float = 0.0
+    """Seconds: each due time starts up to this late, by a hash of name and due time."""
+    tz: str = "UTC"
+    """The IANA time zone the cron fields are read in."""
+    scenario: str | None = None
+    """The app scenario of its runs (``--scenario``)."""
+    paused: str | None = None
+    """``None``, or why it is paused (``schedule pause --note``)."""
+    pending: tuple[str, ...] = ()
+    """Runs decided to start, not yet known started (the next round starts them)."""
+    buffer: tuple[str, ...] = ()
+    """Runs to start, in order, once the previous run has ended (``buffer_*``,
+    ``cancel_other``)."""
+    cancel: tuple[str, ...] = ()
+    """Runs to ask to cancel (``cancel_other``), not yet asked."""
+    requests: tuple[tuple[str, float, str | None], ...] = ()
+    """``(run id, due time, overlap or None)`` from ``trigger`` and ``backfill``."""
+    counts: dict[str, int] = field(default_factory=dict)
+    """What its due times came to: started, skipped, buffered, missed, cancelled ..."""
+    rev: int = 0
+    """Every change is a compare-and-set on this (``write_schedule``)."""
+
+    @property
+    def busy(self) -> bool:
+        """Something is decided and not done: a worker looks even before ``next_due``."""
+        return bool(self.pending or self.buffer or self.cancel or self.requests)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScheduleEvent:
+    """One row of ``schedule_events``: a decision or an operator's change."""
+
+    name: str
+    rev: int
+    """The revision the change made."""
+    n: int
+    at: float
+    kind: str
+    """added, paused, resumed, updated, triggered, backfill, started, skipped, buffered,
+    missed, cancel_requested."""
+    run_id: str | None
+    detail: str
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -577,13 +631,18 @@ class Schedules(Protocol):
         """``UsageError`` if there is none of that name."""
 
     async def due_schedules(self, now: float) -> list[Schedule]:
-        """Those whose ``next_due`` is at or before ``now``."""
+        """Those a worker has to look at: not paused with ``next_due`` at or before ``now``,
+        or ``busy``."""
 
-    async def advance_schedule(
-        self, name: str, seen: float, next_due: float | None, last_run: str | None
+    async def write_schedule(
+        self, schedule: Schedule, events: Sequence[tuple[str, str | None, str]]
     ) -> bool:
-        """Move ``next_due`` on if it still is ``seen`` (the first caller wins); a schedule
-        whose expression never comes due again (``None``) is removed."""
+        """Store ``schedule`` if its row still is at ``schedule.rev`` (the first caller
+        wins), at revision ``rev + 1``, with ``events`` (kind, run id, detail) in
+        ``schedule_events``, in one transaction; ``False`` if another change came first."""
+
+    async def schedule_events(self, name: str) -> list[ScheduleEvent]:
+        """The journal of a schedule, oldest first."""
 
 
 class Store(Journal, Effects, Leases, Catalog, Schedules, Knowledge, Protocol):

@@ -70,7 +70,13 @@ TABLES: tuple[Table, ...] = (
 """Every table whose rows belong to one run, by its ``run_id`` column (``DATABASE_TABLES``
 are the database's). Export keeps, delete removes, each table's rows of one run."""
 
-DATABASE_TABLES: tuple[str, ...] = ("meta", "schedules", "kb_passages", "kb_identifiers")
+DATABASE_TABLES: tuple[str, ...] = (
+    "meta",
+    "schedules",
+    "kb_passages",
+    "kb_identifiers",
+    "schedule_events",
+)
 """Tables of the whole database, not of a run: the schema version, the schedules, the
 knowledge base's passages and their exact identifiers (``store/_kb.py``)."""
 
@@ -506,7 +512,42 @@ def _knowledge(t: _Dialect) -> list[str]:
     ]
 
 
-SQLITE_MIGRATIONS: list[list[str]] = [*_migrations(_SQLITE), _knowledge(_SQLITE)]
-POSTGRES_MIGRATIONS: list[list[str]] = [*_migrations(_POSTGRES), _knowledge(_POSTGRES)]
+def _schedule_policies(t: _Dialect) -> list[str]:
+    """13 (PostgreSQL's 14): schedules with policies (docs/operations.md, "Schedules"): the
+    policy (overlap, catch-up window, jitter, time zone, scenario), the decided state
+    (starts to make, the buffer, cancels, requests from trigger and backfill, counts), a
+    pause, the revision every change is a compare-and-set on, whether something decided is
+    not done yet (``busy``: workers look at it before its due time), and the schedule's own
+    journal (one row per decision, keyed by the revision that made it)."""
+    return [
+        f"ALTER TABLE schedules ADD COLUMN policy {t.json} NOT NULL DEFAULT '{{}}'",
+        f"ALTER TABLE schedules ADD COLUMN state {t.json} NOT NULL DEFAULT '{{}}'",
+        f"ALTER TABLE schedules ADD COLUMN paused {t.text}",
+        f"ALTER TABLE schedules ADD COLUMN rev {t.int} NOT NULL DEFAULT 0",
+        f"ALTER TABLE schedules ADD COLUMN busy {t.bool} NOT NULL "
+        f"DEFAULT {'false' if t.postgres else '0'}",
+        f"""CREATE TABLE schedule_events (
+        name        {t.id} NOT NULL,
+        rev         {t.int} NOT NULL,
+        n           {t.int} NOT NULL,
+        at          {t.real} NOT NULL,
+        kind        {t.text} NOT NULL,
+        run_id      {t.id},
+        detail      {t.text} NOT NULL,
+        PRIMARY KEY (name, rev, n)
+    ){t.rowid}""",
+    ]
+
+
+SQLITE_MIGRATIONS: list[list[str]] = [
+    *_migrations(_SQLITE),
+    _knowledge(_SQLITE),
+    _schedule_policies(_SQLITE),
+]
+POSTGRES_MIGRATIONS: list[list[str]] = [
+    *_migrations(_POSTGRES),
+    _knowledge(_POSTGRES),
+    _schedule_policies(_POSTGRES),
+]
 SQLITE_VERSION = len(SQLITE_MIGRATIONS)
 POSTGRES_VERSION = len(POSTGRES_MIGRATIONS)
