@@ -15,7 +15,10 @@ evidence on the object it names. ``finalize`` then applies what was kept
 - a verified cause named by a claim as the cause of another verified cause's trouble is
   ranked above it (and ``explains`` it) only when the cause graph supports it: the
   symptom's own cited evidence names the cause's object, and the graph does not already
-  say the reverse. So the summary can say "api fails because auth cannot pull its image";
+  say the reverse. The symptom is the verified cause on the object the claim says it
+  explains, or else the one that already explains that object (api's failing upstream,
+  the Service auth). So the summary can say "api fails because auth cannot pull its
+  image";
 - a next step is added as one, needing approval; a summary claim is listed with its quote.
 
 Every claim not applied is listed in ``coverage.claims.refused`` with why (a quote not
@@ -206,6 +209,23 @@ def _index(verified: list[dict[str, Any]], obj: Mapping[str, str] | None) -> int
     return next((i for i, v in enumerate(verified) if _matches(v.get("entity"), obj)), None)
 
 
+def _explained(verified: list[dict[str, Any]], obj: Mapping[str, str] | None) -> int | None:
+    """The verified cause of ``obj``'s trouble as the report has it: the cause on ``obj``
+    itself, else the first one that already ``explains`` it (api's failing upstream, the
+    Service auth, for "api fails because auth cannot pull its image")."""
+    found = _index(verified, obj)
+    if found is None and obj is not None:
+        found = next(
+            (
+                i
+                for i, v in enumerate(verified)
+                if any(_matches(e, obj) for e in v.get("explains", []))
+            ),
+            None,
+        )
+    return found
+
+
 def _names(name: str, text: str) -> bool:
     return re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w])", text) is not None
 
@@ -255,7 +275,7 @@ def _order(
     done: _Applied,
 ) -> None:
     """A claim that one verified cause's object makes another's fail."""
-    ci, si = _index(verified, claim["object"]), _index(verified, claim["explains"])
+    ci, si = _index(verified, claim["object"]), _explained(verified, claim["explains"])
     if ci is None or si is None or ci == si:
         done.keep(claim, "corroborates a verified cause")
         return
@@ -273,13 +293,16 @@ def _order(
         verified.insert(si, verified.pop(ci))
     s_entity = symptom["entity"]
     cause.setdefault("explains", [])
-    if not any(_matches(e, claim["explains"]) for e in cause["explains"]):
-        cause["explains"].append(dict(s_entity))
+    told = {"kind": claim["explains"]["kind"], "namespace": s_entity.get("namespace", ""),
+            "name": claim["explains"]["name"]}  # fmt: skip
+    for entity in (s_entity, told):
+        if not any(_matches(e, entity) for e in cause["explains"]):
+            cause["explains"].append(dict(entity))
     cause["ranking"] += (
         f"; ranked above {s_entity['kind']} {s_entity['name']}, whose own evidence names "
         f"{cause['entity']['name']} (a quoted model claim, {claim['ref']})"
     )
-    done.keep(claim, f"orders {cause['entity']['name']} before {s_entity['name']}")
+    done.keep(claim, f"orders {cause['entity']['name']} before {claim['explains']['name']}")
 
 
 def _suspect(claim: Mapping[str, Any], namespace: str) -> dict[str, Any]:
@@ -308,7 +331,7 @@ def _cause_claim(
     if _index(verified, claim["object"]) is not None:
         _order(claim, verified, by_ref, done)
         return
-    if verified and _index(verified, claim.get("explains")) is None:
+    if verified and _explained(verified, claim.get("explains")) is None:
         done.refuse(
             claim,
             "not_applied",
