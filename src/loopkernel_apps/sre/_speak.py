@@ -98,6 +98,22 @@ _SYSTEM = (
 )
 
 
+MIN_SHARE = 120
+"""An item whose fair share of the prompt is shorter than this is not shown (nor citable)."""
+
+
+def _shares(sizes: list[int], room: int) -> list[int]:
+    """Each item's characters of ``room``: a fair share, what a short item leaves going to
+    the longer ones, so every item is shown (the last one read, often the one the model
+    asked for, as well as the first) as long as a share is ``MIN_SHARE`` or more."""
+    out = [0] * len(sizes)
+    left = room
+    for n, i in enumerate(sorted(range(len(sizes)), key=lambda j: sizes[j])):
+        out[i] = min(sizes[i], left // (len(sizes) - n))
+        left -= out[i]
+    return out
+
+
 def claims_prompt(
     *,
     run_id: str,
@@ -115,11 +131,11 @@ def claims_prompt(
     room = untrusted_room(context_tokens, len(system) + len(question) + 400, CLAIM_TOKENS)
     lines = [f"verified by the detectors: {v.get('text', '')[:200]}" for v in verified[:4]]
     shown: list[str] = []
-    for i in items:
-        if room <= 200:
-            break
-        piece = str(i["content"])[: min(room, max(400, room // 3))]
-        room -= len(piece)
+    shares = _shares([len(str(i["content"])) for i in items], room)
+    for i, share in zip(items, shares, strict=True):
+        if share < MIN_SHARE:
+            continue
+        piece = str(i["content"])[:share]
         shown.append(i["ref"])
         lines.append(f"### {i['ref']} {i['tool']} {json.dumps(i['args'], sort_keys=True)}\n{piece}")
     data = "\n\n".join(lines)
