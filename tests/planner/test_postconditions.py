@@ -184,7 +184,12 @@ def test_an_action_is_always_the_rules_own_but_for_the_wait(change: dict[str, An
     got = judge(json.dumps([rogue, EDGE]), s, LAB, fallback=RETRY_RULES)
     assert got.reason == "off_path" and "act:1.2" in (got.detail or ""), got
     # nor a task the rules do not add at this event, nor the rules' task without its edge
-    record = {"op": "add", "task_id": "record:1", "skill": "record", "input": {"index": 1, "attempt": 2}}
+    record = {
+        "op": "add",
+        "task_id": "record:1",
+        "skill": "record",
+        "input": {"index": 1, "attempt": 2},
+    }
     extra = [own, EDGE, record, {"op": "connect", "src": "act:1.2", "dst": "record:1"}]
     assert judge(json.dumps(extra), s, LAB, fallback=RETRY_RULES).reason == "off_path"
     assert judge(json.dumps([own]), s, LAB, fallback=RETRY_RULES).reason == "off_path"
