@@ -149,7 +149,9 @@ class Follow:
     same but for the input fields ``vary`` leaves to the model (its schema bounds them)."""
 
     skill: str
+    """The skill whose tasks are pinned."""
     vary: tuple[str, ...] = ()
+    """Input fields the model may set otherwise (looplab: an action's ``backoff_s``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -164,6 +166,7 @@ class Postconditions:
     scopes: tuple[Scope, ...] = ()
     names: tuple[Name, ...] = ()
     follow: tuple[Follow, ...] = ()
+    """Skills whose tasks a proposal adds only as the rules add them (``off_path``)."""
 
     def describe(self) -> list[str]:
         """One line per rule, for the prompt and the docs."""
