@@ -1,8 +1,10 @@
 """The SRE investigator with a model, against rules-only, on generated incidents (issue 28).
 
 ``python bench/sre_gen_models.py --seed 20261203 --count 12 [--models capable,hostile,smollm2]
-[--smol-count 3]`` composes incidents as ``bench/sre_gen.py`` does, investigates each with
-no model (the baseline), then with each model behind a real ``loopkernel gateway``
+[--smol-count 3] [--unfollowed 4]`` composes incidents as ``bench/sre_gen.py`` does, then
+``--unfollowed`` more whose cause is on an object no detector follows
+(``sre_gen_lib/_faults_unfollowed.py``: the rules miss the decisive object), investigates
+each with no model (the baseline), then with each model behind a real ``loopkernel gateway``
 subprocess (the tools server a real stdio MCP process, a fresh SQLite file per run), and
 compares the ITBench-AA score per incident: **improved / same / worse** against the rules,
 false verified causes, claims kept and refused, quote-check failures, seconds per run.
@@ -41,7 +43,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._results import write_results  # noqa: E402
-from bench.sre_gen_lib._compose import generate  # noqa: E402
+from bench.sre_gen_lib._compose import compose, generate  # noqa: E402
+from bench.sre_gen_lib._faults_unfollowed import UNFOLLOWED  # noqa: E402
 from bench.sre_gen_lib._run import _investigate, investigate, judge  # noqa: E402
 
 _FAIL = re.compile(
@@ -135,8 +138,20 @@ def _failure(item: dict[str, Any]) -> str | None:
     return None
 
 
+def _kind_of(name: str, item: dict[str, Any], seen: dict[str, str]) -> str:
+    """The kind of an object events were asked of: as its events write it (``Kind/name``),
+    else as it was listed, else a Pod."""
+    for line in item["lines"]:
+        m = re.search(rf"(?<![\w-])([A-Z][A-Za-z]+)/{re.escape(name)}(?![\w-])", line)
+        if m:
+            return m.group(1)
+    return seen.get(name, "Pod")
+
+
 def capable_claims(body: dict[str, Any]) -> dict[str, Any]:
-    items = _items(_user(body))
+    prompt = _user(body)
+    items = _items(prompt)
+    kinds = {name: kind for kind, name in _seen_kinds(prompt)}
     refs = set(_schema(body)["properties"]["claims"]["items"]["properties"]["refs"]["items"]
                .get("enum", []))  # fmt: skip
     causes: dict[str, tuple[str, str, str, str]] = {}  # name -> (kind, name, ref, quote)
@@ -145,18 +160,39 @@ def capable_claims(body: dict[str, Any]) -> dict[str, Any]:
         quote = _failure(item)
         if not target or not quote or item["ref"] not in refs:
             continue
-        kind, name = _owner(str(target)) if item["args"].get("pod") else ("Pod", str(target))
+        if item["args"].get("pod"):
+            kind, name = _owner(str(target))
+        else:  # an object the events were asked of: the kind its events name it by
+            kind, name = _kind_of(str(target), item, kinds), str(target)
         causes.setdefault(name, (kind, name, item["ref"], quote))
     claims = []
-    for kind, name, ref, quote in causes.values():
+    for kind, name, ref, quote in _asked_about(prompt, causes):
         claim: dict[str, Any] = {"text": f"{kind} {name} fails: {quote[:120]}",
                                  "kind": "suspected_cause", "refs": [ref], "quote": quote,
                                  "object": {"kind": kind, "name": name}}  # fmt: skip
         for other_kind, other, _, other_quote in causes.values():
-            if other != name and re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", other_quote):
+            if other != name and _said(name, other_quote):
                 claim["explains"] = {"kind": other_kind, "name": other}
         claims.append(claim)
     return {"claims": claims[:8]}
+
+
+def _said(name: str, text: str) -> bool:
+    return re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text) is not None
+
+
+def _asked_about(
+    prompt: str, causes: dict[str, tuple[str, str, str, str]]
+) -> list[tuple[str, str, str, str]]:
+    """The failures that answer the question: those of the objects it names, and of the
+    objects their quotes name (what they depend on); all of them when it names none."""
+    m = re.search(r"^Question: (.*)$", prompt, re.M)
+    question = m.group(1) if m else ""
+    named = [c for n, c in causes.items() if _said(n, question)]
+    if not named:
+        return list(causes.values())
+    deps = [c for n, c in causes.items() if c not in named and any(_said(n, q[3]) for q in named)]
+    return [*named, *deps]
 
 
 # -- the hostile one -----------------------------------------------------------------------------
@@ -290,6 +326,12 @@ def compare(paths: list[Path], base: list[Any], runs: list[dict[str, Any]]) -> d
         totals.update(_claims_of(report))
         totals["false_verified"] += len(o.score.false_verified)
         totals["seconds"] += round(o.elapsed_s)
+        totals["rounds"] += len((report.get("coverage") or {}).get("planning") or [])
+        totals["model_rounds"] += sum(
+            p.get("by") == "model" for p in (report.get("coverage") or {}).get("planning") or []
+        )
+        totals["rules_missed"] += not b.score.recall
+        totals["improved_where_missed"] += v == "improved" and not b.score.recall
         per.append({"incident": path.name, "verdict": v, "score": o.score.score,
                     "rules_score": b.score.score, **_claims_of(report)})  # fmt: skip
     return {"verdicts": dict(verdicts), **dict(totals), "incidents": per}
@@ -302,11 +344,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default="capable,hostile,smollm2")
     parser.add_argument("--smol-count", type=int, default=3)
     parser.add_argument(
+        "--results", default="sre_gen_models", help="bench/results/NAME.json to write"
+    )
+    parser.add_argument(
+        "--unfollowed",
+        type=int,
+        default=4,
+        help="incidents added after --count whose cause no detector follows "
+        "(sre_gen_lib.UNFOLLOWED: the rules miss the decisive object)",
+    )
+    parser.add_argument(
         "--smol-context", type=int, default=None, help="model_context for smollm2's runs"
     )
     args = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="sre-gen-models-"))
     incidents = generate(args.seed, args.count)
+    hidden = sorted(UNFOLLOWED)
+    incidents += [compose(args.seed, args.count + i, hidden[i % len(hidden)])
+                  for i in range(args.unfollowed)]  # fmt: skip
     paths = [inc.write(tmp / inc.name) for inc in incidents]
     t0 = time.perf_counter()
     base = [judge(p, investigate(p)) for p in paths]
@@ -318,19 +373,25 @@ def main(argv: list[str] | None = None) -> int:
         rows[kind] = {"n": len(use), **compare(use, base[: len(use)], runs)}
         print(json.dumps({kind: {k: v for k, v in rows[kind].items() if k != "incidents"}}),
               flush=True)  # fmt: skip
-    print(f"\nseed {args.seed}, {len(paths)} incidents; rules-only {rules_s:.1f} s in all")
+    missed = sum(not b.score.recall for b in base)
+    print(f"\nseed {args.seed}, {len(paths)} incidents ({missed} where the rules miss a root); "
+          f"rules-only {rules_s:.1f} s in all")  # fmt: skip
     print(
-        "| model | n | improved | same | worse | false verified | claims kept | refused "
-        "| quote-check failures | s per run |"
+        "| model | n | improved | same | worse | improved where the rules miss | false verified "
+        "| claims kept | refused | quote-check failures | s per run | rounds by the model "
+        "| s per round |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for kind, r in rows.items():
         v = r["verdicts"]
         print(f"| {kind} | {r['n']} | {v.get('improved', 0)} | {v.get('same', 0)} | "
-              f"{v.get('worse', 0)} | {r.get('false_verified', 0)} | {r.get('kept', 0)} | "
+              f"{v.get('worse', 0)} | {r.get('improved_where_missed', 0)} of "
+              f"{r.get('rules_missed', 0)} | {r.get('false_verified', 0)} | {r.get('kept', 0)} | "
               f"{r.get('refused', 0)} | {r.get('quote_failures', 0)} | "
-              f"{r.get('seconds', 0) / max(1, r['n']):.1f} |")  # fmt: skip
-    write_results("sre_gen_models", {"seed": args.seed, "count": len(paths), "models": rows},
+              f"{r.get('seconds', 0) / max(1, r['n']):.1f} | "
+              f"{r.get('model_rounds', 0)} of {r.get('rounds', 0)} | "
+              f"{r.get('seconds', 0) / max(1, r.get('rounds', 0)):.1f} |")  # fmt: skip
+    write_results(args.results, {"seed": args.seed, "count": len(paths), "models": rows},
                   load_average=os.getloadavg())  # fmt: skip
     return 0
 

@@ -10,12 +10,15 @@ from bench.sre_gen_lib._cluster import Cluster
 from bench.sre_gen_lib._distract import DISTRACTORS
 from bench.sre_gen_lib._faults import CONTAINER_FAULTS
 from bench.sre_gen_lib._faults_sched import SCHED_FAULTS
+from bench.sre_gen_lib._faults_unfollowed import UNFOLLOWED
 from bench.sre_gen_lib._flavour import LogStyle, build_nodes
 from bench.sre_gen_lib._kit import Ctx, Fault, FaultFn, Symptom, healthy_deployment
 from bench.sre_gen_lib._model import Flavour, Incident, LogFormat, Runtime, Truth
 
 FAULTS: dict[str, FaultFn] = {**CONTAINER_FAULTS, **SCHED_FAULTS}
-"""Every fault class by name (``healthy`` is the control)."""
+"""Every fault class of the default rotation by name (``healthy`` is the control)."""
+CLASSES: dict[str, FaultFn] = {**FAULTS, **UNFOLLOWED}
+"""Those and the classes ``generate`` composes only when asked by name (``UNFOLLOWED``)."""
 
 NAMESPACES = ("prod", "shop", "payments", "apps", "team-checkout", "backend", "web-prod")
 
@@ -58,7 +61,7 @@ def compose(seed: int, index: int, fault: str) -> Incident:
     ctx = Ctx(k=k, flavour=flavour, nodes=build_nodes(k, flavour, workers=rng.choice([2, 2, 3])), style=style)
     for _ in range(rng.randint(1, 2)):
         healthy_deployment(ctx, replicas=rng.randint(1, 3), age=rng.randint(2, 20) * 86400)
-    made: Fault = FAULTS[fault](ctx)
+    made: Fault = CLASSES[fault](ctx)
     choices = [*sorted(DISTRACTORS), "misleading_question"]
     picked = rng.sample(choices, rng.randint(1, 3))
     for name in picked:

@@ -20,7 +20,7 @@ from loopkernel.planner.llm import REASONS, Allowlist, judge
 from loopkernel_apps.looplab._llm import ALLOW as LOOPLAB
 from loopkernel_apps.speculation import allow_for
 
-LAB = replace(LOOPLAB, agree=False)
+LAB = LOOPLAB
 SPEC = allow_for({"delays": [0.1, 0.2, 0.3], "quorum": 2})
 
 
@@ -138,7 +138,66 @@ def test_a_patch_that_leaves_nothing_to_run_stalls() -> None:
     running = lab(1)
     assert judge("[]", running, LAB).reason == "stalls"  # nothing pending after record:1
     add = [{"op": "add", "task_id": "plan:2", "skill": "plan", "input": {"index": 2, "step": {}}}]
-    assert judge(json.dumps(add), running, LAB).patch is not None
+    rules = GraphPatch.from_json(add)
+    assert judge(json.dumps(add), running, LAB, fallback=rules).patch is not None
+
+
+def _act(attempt: int = 2, **change: Any) -> dict[str, Any]:
+    given = {"index": 1, "attempt": attempt, "step": "a", "tool": "act", "est_cost_usd": 0.5}
+    given |= {"approval": None, "guard": "guard:1"}
+    return {"op": "add", "task_id": f"act:1.{attempt}", "skill": "act", "input": given | change}
+
+
+def retrying() -> GraphState:
+    """Step 1's first action failed its verification: the rules retry it (act:1.2)."""
+    patch = GraphPatch().add(TaskSpec(task_id="load", skill="load"))
+    for tid, prev in (("plan:1", "load"), ("guard:1", "plan:1"), ("act:1.1", "guard:1")):
+        patch = patch.add(TaskSpec(task_id=tid, skill=tid.split(":")[0]), after=[prev])
+    patch = patch.add(TaskSpec(task_id="verify:1.1", skill="verify"), after=["act:1.1"])
+    s = _build({}, patch, LAB_SKILLS)
+    _set(s, "load", TaskState.SUCCEEDED, {"steps": STEPS})
+    for tid in ("plan:1", "guard:1", "act:1.1", "verify:1.1"):
+        _set(s, tid, TaskState.SUCCEEDED, {"passed": False} if tid.startswith("verify") else {})
+    return s
+
+
+EDGE = {"op": "connect", "src": "verify:1.1", "dst": "act:1.2"}
+RETRY_RULES = GraphPatch.from_json([_act(), EDGE])
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"attempt": 1},  # a retry the verify_stuck tripwire would not count
+        {"approval": None, "tool": "publish"},  # an irreversible tool without the approval
+        {"est_cost_usd": 0.0},  # a cheaper price than the guard's, past the budget
+        {"guard": "guard:9"},  # behind another guard
+    ],
+)
+def test_an_action_is_always_the_rules_own_but_for_the_wait(change: dict[str, Any]) -> None:
+    s = retrying()
+    own = _act()
+    assert judge(json.dumps([own, EDGE]), s, LAB, fallback=RETRY_RULES).patch is not None
+    waits = _act(backoff_s=1.5)  # retry differently: admitted
+    assert judge(json.dumps([waits, EDGE]), s, LAB, fallback=RETRY_RULES).patch is not None
+    rogue = {**own, "input": own["input"] | change}
+    got = judge(json.dumps([rogue, EDGE]), s, LAB, fallback=RETRY_RULES)
+    assert got.reason == "off_path" and "act:1.2" in (got.detail or ""), got
+    # nor a task the rules do not add at this event, nor the rules' task without its edge
+    record = {
+        "op": "add",
+        "task_id": "record:1",
+        "skill": "record",
+        "input": {"index": 1, "attempt": 2},
+    }
+    extra = [own, EDGE, record, {"op": "connect", "src": "act:1.2", "dst": "record:1"}]
+    assert judge(json.dumps(extra), s, LAB, fallback=RETRY_RULES).reason == "off_path"
+    assert judge(json.dumps([own]), s, LAB, fallback=RETRY_RULES).reason == "off_path"
+
+
+def test_stopping_early_instead_of_a_retry_is_the_models_choice() -> None:
+    stop = finish("failed", {"stopped": "step 1 does not verify"})
+    assert judge(stop, retrying(), LAB, fallback=RETRY_RULES).patch is not None
 
 
 def spec(researchers_done: int, *, distill: bool, answer: str = "A | B") -> GraphState:

@@ -96,9 +96,9 @@ def test_the_model_may_retry_differently_within_the_postconditions(tmp_path: Pat
     ("change", "reason"),
     [
         ({"backoff_s": 600}, "bad_input"),  # past the schema's bound
-        ({"attempt": 1}, "disagrees"),  # a retry that would not count against the tripwire
-        ({"tool": "publish"}, "disagrees"),  # another tool than the guard's
-        ({"est_cost_usd": 0.0}, "disagrees"),  # a cheaper price than the step's
+        ({"attempt": 1}, "off_path"),  # a retry that would not count against the tripwire
+        ({"tool": "publish"}, "off_path"),  # another tool than the guard's
+        ({"est_cost_usd": 0.0}, "off_path"),  # a cheaper price than the step's
     ],
 )
 def test_a_different_retry_outside_the_bounds_is_refused(

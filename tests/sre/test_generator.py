@@ -16,7 +16,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # bench/ lives in the checkout, not the package
 
-from bench.sre_gen_lib._compose import FAULTS, compose, generate  # noqa: E402
+from bench.sre_gen_lib._compose import CLASSES, FAULTS, compose, generate  # noqa: E402
+from bench.sre_gen_lib._faults_unfollowed import UNFOLLOWED  # noqa: E402
 from bench.sre_gen_lib._model import Entity, Truth  # noqa: E402
 from bench.sre_gen_lib._run import investigate  # noqa: E402
 from bench.sre_gen_lib._scale import SMOKE, run_scale  # noqa: E402
@@ -47,7 +48,7 @@ def _load(path: Path) -> list[dict[str, Any]]:
     return list(json.loads(path.read_text())["items"])
 
 
-@pytest.mark.parametrize("fault", sorted(FAULTS))
+@pytest.mark.parametrize("fault", sorted(CLASSES))
 def test_every_class_hangs_together(tmp_path: Path, fault: str) -> None:
     """Owner references name live objects by uid (pods -> ReplicaSets -> Deployments), the
     truth's root causes exist in the dump, and a healthy control has none."""
@@ -174,6 +175,33 @@ def test_generated_dumps_are_read_by_the_investigator(tmp_path: Path, fault: str
     ]
     assert any(n in evidence for n in named)
     assert isinstance(Entity.of({"kind": "Pod", "name": "x"}), Entity)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", sorted(UNFOLLOWED))
+def test_an_unfollowed_cause_is_in_the_dump_and_the_rules_miss_it(
+    tmp_path: Path, fault: str
+) -> None:
+    """The family the model bench needs (issue 28): the evidence of the root is in the dump,
+    on the root object itself, but no detector follows it, so the rules score 0; and it is
+    out of the default rotation, so a seed's incidents stay what they were."""
+    assert fault not in FAULTS and not any(i.truth.fault == fault for i in generate(5, 60))
+    inc = compose(7, 0, fault)
+    out = inc.write(tmp_path / "inc")
+    (cause,) = inc.truth.root_causes
+    events = _load(out / "dump" / inc.namespace / "events.json")
+    about = (cause.entity.kind, cause.entity.name)
+    own = [
+        e
+        for e in events
+        if (e["involvedObject"]["kind"], e["involvedObject"]["name"]) == about
+        and e["type"] == "Warning"
+    ]
+    assert own and any(r in own[0]["message"] or r == own[0]["reason"] for r in inc.truth.reasons)
+    report = investigate(out)
+    assert "error" not in report, report.get("error")
+    got = score(report, inc.truth, World.read(out / "dump", inc.namespace))
+    assert not got.recall and got.score == 0.0, got
 
 
 @pytest.mark.slow

@@ -26,8 +26,8 @@ the reply broke (one of ``REASONS``). Rules, in the order they are checked:
                     model may change what is done, not leave the run waiting on nothing
 ``<postcondition>`` what ``_rules.check`` says: the runtime's ``approval_pending``,
                     ``escalated``, ``stalls``; the app's ``unfinished_work``,
-                    ``uncited``, ``fan_out``, ``evidence_scope``
-                    (``Allowlist.postconditions``)
+                    ``uncited``, ``fan_out``, ``evidence_scope``, ``naming``,
+                    ``off_path`` (``Allowlist.postconditions``)
 =================== ============================================================
 """
 
@@ -297,25 +297,23 @@ def judge(
         delta = validate(state, patch, [s.name for s in allow.skills])
     except PatchRejected as exc:
         return _refuse(str(exc.attrs.get("rule") or "rejected"), exc.message, journal)
+    skills = [s.name for s in allow.skills]
+    try:
+        wanted: Delta | None = validate(state, fallback or GraphPatch(), skills)
+    except PatchRejected:
+        wanted = None  # the rules' own patch is outside the allowlist
     free = bool(journal) and all(op["op"] in allow.free for op in journal)
     if allow.agree and not free:
-        try:
-            wanted = validate(state, fallback or GraphPatch(), [s.name for s in allow.skills])
-        except PatchRejected:
+        if wanted is None:
             return _refuse("disagrees", "the fallback's patch is outside the allowlist", journal)
         if _effect(delta, allow.vary) != _effect(wanted, allow.vary):
             return _refuse("disagrees", "its effect differs from the deterministic plan", journal)
-    if not allow.agree and _idle(delta) and fallback is not None and fallback.ops:
-        try:
-            acts = not _idle(validate(state, fallback, [s.name for s in allow.skills]))
-        except PatchRejected:
-            acts = False
-        if acts:
-            return _refuse("idle", "it does nothing where the rules act", journal)
+    if not allow.agree and _idle(delta) and wanted is not None and not _idle(wanted):
+        return _refuse("idle", "it does nothing where the rules act", journal)
     answered = None
     if event is not None and event.kind is EventKind.HUMAN_INPUT:
         answered = event.task_id
-    broken = check(state, delta, allow.postconditions, answered=answered)
+    broken = check(state, delta, allow.postconditions, answered=answered, rules=wanted)
     if broken is not None:
         return _refuse(broken.rule, broken.detail, journal)
     return Judgement(patch=patch, ops=journal)

@@ -33,6 +33,12 @@ belong to the runtime, and no patch can skip or replace them.
                     fixes (the distiller sees only its ancestors)
 ``naming``          an ``add`` of a skill under an id its ``names`` pattern does not
                     match (the ids the rules know, so they can carry on)
+``off_path``        an ``add`` of a skill ``follow`` names that is not the task the rules
+                    add at this event (same id, input but for the ``Follow.vary``
+                    fields, evidence scope, and the same edges into it), or a ``connect``
+                    into such a task the rules do not draw: the inputs the policy reads
+                    (an action's tool, price and approval, an attempt's number) stay the
+                    rules', so its tripwires, budget and approvals count every task
 =================== ============================================================
 """
 
@@ -54,6 +60,7 @@ __all__ = [
     "Bound",
     "Cite",
     "Derive",
+    "Follow",
     "Name",
     "Postconditions",
     "Refusal",
@@ -68,7 +75,7 @@ _POLICY_ERRORS = frozenset({"BudgetExceeded", "TripwireFired"})
 
 RULES = frozenset(
     {"approval_pending", "escalated", "stalls", "unfinished_work", "uncited", "fan_out"}
-    | {"evidence_scope", "naming"}
+    | {"evidence_scope", "naming", "off_path"}
 )
 """Every rule name ``check`` may return."""
 
@@ -137,6 +144,17 @@ class Scope:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Follow:
+    """Every task of ``skill`` a proposal adds is one the rules add at the same event, the
+    same but for the input fields ``vary`` leaves to the model (its schema bounds them)."""
+
+    skill: str
+    """The skill whose tasks are pinned."""
+    vary: tuple[str, ...] = ()
+    """Input fields the model may set otherwise (looplab: an action's ``backoff_s``)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Postconditions:
     """An app's checkable rules (see the module docstring); the runtime's are always on."""
 
@@ -147,6 +165,8 @@ class Postconditions:
     """Tasks pending, ready, running or waiting at once (fan-out), after the patch."""
     scopes: tuple[Scope, ...] = ()
     names: tuple[Name, ...] = ()
+    follow: tuple[Follow, ...] = ()
+    """Skills whose tasks a proposal adds only as the rules add them (``off_path``)."""
 
     def describe(self) -> list[str]:
         """One line per rule, for the prompt and the docs."""
@@ -169,6 +189,9 @@ class Postconditions:
             lines.append(f"{s.skill} tasks have evidence_scope {s.evidence_scope}")
         for name in self.names:
             lines.append(f"{name.skill} task ids match {name.pattern}")
+        for f in self.follow:
+            free = f" (but for {', '.join(f.vary)})" if f.vary else ""
+            lines.append(f"{f.skill} tasks are added as the rules add them{free}")
         return lines
 
 
@@ -194,14 +217,45 @@ def check(
     post: Postconditions | None,
     *,
     answered: TaskId | None = None,
+    rules: Delta | None = None,
 ) -> Refusal | None:
     """The first rule the proposal (its validated ``delta``) breaks, or None. ``answered``:
-    the task whose human answer is the event being planned (its wait may end)."""
+    the task whose human answer is the event being planned (its wait may end); ``rules``:
+    the validated delta of the rules' patch for the same event (``follow`` compares)."""
     after = _after(state, delta)
     found = _runtime(state, delta, after, answered)
     if found is None and post is not None:
+        found = _followed(delta, after, post.follow, rules or Delta())
+    if found is None and post is not None:
         found = _app(state, delta, after, post)
     return found
+
+
+def _followed(
+    delta: Delta, after: Mapping[TaskId, Task], follow: tuple[Follow, ...], rules: Delta
+) -> Refusal | None:
+    if not follow:
+        return None
+    free = {f.skill: frozenset(f.vary) for f in follow}
+    theirs = {t.task_id: t for t in rules.tasks if t.task_id in rules.new_task_ids}
+    for task in delta.tasks:
+        if task.task_id not in delta.new_task_ids or task.skill not in free:
+            continue
+        own = theirs.get(task.task_id)
+        if own is None or _key(task, free[task.skill]) != _key(own, free[task.skill]):
+            detail = "is not the rules' own" if own is None else "differs from the rules' own"
+            return Refusal(rule="off_path", detail=f"{task.skill} task {task.task_id} {detail}")
+    for src, dst in set(delta.edges) ^ set(rules.edges):
+        if dst in after and after[dst].skill in free:
+            return Refusal(rule="off_path", detail=f"edge {src} -> {dst} is not the rules'")
+    return None
+
+
+def _key(task: Task, vary: frozenset[str]) -> str:
+    given = task.input
+    if vary and isinstance(given, dict):
+        given = {k: v for k, v in given.items() if k not in vary}
+    return json.dumps([task.skill, given, task.evidence_scope], sort_keys=True)
 
 
 def _runtime(

@@ -47,7 +47,16 @@ from loopkernel.ids import RunId
 from loopkernel.planner._judge import REASONS, AllowedSkill, Allowlist, Judgement, judge
 from loopkernel.planner._prompt import Prompt, PromptStyle, build_prompt
 from loopkernel.planner._protocol import Planner, Proposal, Snapshot
-from loopkernel.planner._rules import Bound, Cite, Derive, Name, Postconditions, Require, Scope
+from loopkernel.planner._rules import (
+    Bound,
+    Cite,
+    Derive,
+    Follow,
+    Name,
+    Postconditions,
+    Require,
+    Scope,
+)
 from loopkernel.planner._schema import proposal_schema, reply_tokens
 
 if TYPE_CHECKING:  # the model face loads when a planner first asks (not at import)
@@ -61,6 +70,7 @@ __all__ = [
     "Bound",
     "Cite",
     "Derive",
+    "Follow",
     "Judgement",
     "LLMPlanner",
     "Name",

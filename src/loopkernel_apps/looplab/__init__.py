@@ -9,9 +9,11 @@ Parameters (``--set KEY=VALUE``): ``policy`` (a ``Policy.to_json()`` object),
 ``timeout`` or ``raise`` in that action), ``tool_timeout`` (seconds), ``inject`` (a skill
 that raises at step 2, as a bug would). The tool server keeps
 the durable run record under ``$LOOPLAB_DIR`` (default ``.looplab``). ``planner``: ``rules``
-(default) or ``llm`` (``--planner llm``): a model proposes each patch and the allowlist
-(``ALLOW``) admits only a proposal whose effect is the rules' own, so every scenario ends
-as it does with the rules (docs/models.md).
+(default) or ``llm`` (``--planner llm``): a model proposes each patch and the
+postconditions of the allowlist (``ALLOW``, ``agree`` off) judge it: the model may stop the
+run early or make a retry wait first, every task it adds is the rules' own otherwise, and
+it cannot end a scenario ``succeeded`` without the work, past the approval or after an
+escalation (docs/planner-llm.md).
 """
 
 from __future__ import annotations

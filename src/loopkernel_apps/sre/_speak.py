@@ -15,7 +15,10 @@ evidence on the object it names. ``finalize`` then applies what was kept
 - a verified cause named by a claim as the cause of another verified cause's trouble is
   ranked above it (and ``explains`` it) only when the cause graph supports it: the
   symptom's own cited evidence names the cause's object, and the graph does not already
-  say the reverse. So the summary can say "api fails because auth cannot pull its image";
+  say the reverse. The symptom is the verified cause on the object the claim says it
+  explains, or else the one that already explains that object (api's failing upstream,
+  the Service auth). So the summary can say "api fails because auth cannot pull its
+  image";
 - a next step is added as one, needing approval; a summary claim is listed with its quote.
 
 Every claim not applied is listed in ``coverage.claims.refused`` with why (a quote not
@@ -95,6 +98,22 @@ _SYSTEM = (
 )
 
 
+MIN_SHARE = 120
+"""An item whose fair share of the prompt is shorter than this is not shown (nor citable)."""
+
+
+def _shares(sizes: list[int], room: int) -> list[int]:
+    """Each item's characters of ``room``: a fair share, what a short item leaves going to
+    the longer ones, so every item is shown (the last one read, often the one the model
+    asked for, as well as the first) as long as a share is ``MIN_SHARE`` or more."""
+    out = [0] * len(sizes)
+    left = room
+    for n, i in enumerate(sorted(range(len(sizes)), key=lambda j: sizes[j])):
+        out[i] = min(sizes[i], left // (len(sizes) - n))
+        left -= out[i]
+    return out
+
+
 def claims_prompt(
     *,
     run_id: str,
@@ -112,11 +131,11 @@ def claims_prompt(
     room = untrusted_room(context_tokens, len(system) + len(question) + 400, CLAIM_TOKENS)
     lines = [f"verified by the detectors: {v.get('text', '')[:200]}" for v in verified[:4]]
     shown: list[str] = []
-    for i in items:
-        if room <= 200:
-            break
-        piece = str(i["content"])[: min(room, max(400, room // 3))]
-        room -= len(piece)
+    shares = _shares([len(str(i["content"])) for i in items], room)
+    for i, share in zip(items, shares, strict=True):
+        if share < MIN_SHARE:
+            continue
+        piece = str(i["content"])[:share]
         shown.append(i["ref"])
         lines.append(f"### {i['ref']} {i['tool']} {json.dumps(i['args'], sort_keys=True)}\n{piece}")
     data = "\n\n".join(lines)
@@ -206,6 +225,23 @@ def _index(verified: list[dict[str, Any]], obj: Mapping[str, str] | None) -> int
     return next((i for i, v in enumerate(verified) if _matches(v.get("entity"), obj)), None)
 
 
+def _explained(verified: list[dict[str, Any]], obj: Mapping[str, str] | None) -> int | None:
+    """The verified cause of ``obj``'s trouble as the report has it: the cause on ``obj``
+    itself, else the first one that already ``explains`` it (api's failing upstream, the
+    Service auth, for "api fails because auth cannot pull its image")."""
+    found = _index(verified, obj)
+    if found is None and obj is not None:
+        found = next(
+            (
+                i
+                for i, v in enumerate(verified)
+                if any(_matches(e, obj) for e in v.get("explains", []))
+            ),
+            None,
+        )
+    return found
+
+
 def _names(name: str, text: str) -> bool:
     return re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w])", text) is not None
 
@@ -255,7 +291,7 @@ def _order(
     done: _Applied,
 ) -> None:
     """A claim that one verified cause's object makes another's fail."""
-    ci, si = _index(verified, claim["object"]), _index(verified, claim["explains"])
+    ci, si = _index(verified, claim["object"]), _explained(verified, claim["explains"])
     if ci is None or si is None or ci == si:
         done.keep(claim, "corroborates a verified cause")
         return
@@ -273,13 +309,16 @@ def _order(
         verified.insert(si, verified.pop(ci))
     s_entity = symptom["entity"]
     cause.setdefault("explains", [])
-    if not any(_matches(e, claim["explains"]) for e in cause["explains"]):
-        cause["explains"].append(dict(s_entity))
+    told = {"kind": claim["explains"]["kind"], "namespace": s_entity.get("namespace", ""),
+            "name": claim["explains"]["name"]}  # fmt: skip
+    for entity in (s_entity, told):
+        if not any(_matches(e, entity) for e in cause["explains"]):
+            cause["explains"].append(dict(entity))
     cause["ranking"] += (
         f"; ranked above {s_entity['kind']} {s_entity['name']}, whose own evidence names "
         f"{cause['entity']['name']} (a quoted model claim, {claim['ref']})"
     )
-    done.keep(claim, f"orders {cause['entity']['name']} before {s_entity['name']}")
+    done.keep(claim, f"orders {cause['entity']['name']} before {claim['explains']['name']}")
 
 
 def _suspect(claim: Mapping[str, Any], namespace: str) -> dict[str, Any]:
@@ -308,7 +347,7 @@ def _cause_claim(
     if _index(verified, claim["object"]) is not None:
         _order(claim, verified, by_ref, done)
         return
-    if verified and _index(verified, claim.get("explains")) is None:
+    if verified and _explained(verified, claim.get("explains")) is None:
         done.refuse(
             claim,
             "not_applied",
