@@ -5,15 +5,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LOOPKERNEL = [sys.executable, "-m", "loopkernel"]
+T = TypeVar("T")
 
 
 def cli_env(**extra: str) -> dict[str, str]:
@@ -66,3 +67,18 @@ def unavailable(component: str, switch: str, problem: str) -> NoReturn:
         f"them, knowingly, set {switch}=skip (they are then reported as NOT TESTED).",
         pytrace=False,
     )
+
+
+def sweep(points: Sequence[T], *, keep: int) -> list[T]:
+    """The kill points (or cases) of a sweep the suite runs: ``keep`` of them spread evenly
+    from the first to the last, always both ends (a boundary's first and last occurrence
+    are where a resume differs most); all of them with ``LOOPKERNEL_TEST_SWEEP=full``
+    (``docs/testing.md``). The sample is fixed, so a failure names a point that fails again.
+    """
+    every = list(points)
+    if os.environ.get("LOOPKERNEL_TEST_SWEEP") == "full" or keep >= len(every):
+        return every
+    if keep < 2:
+        raise ValueError("a sweep keeps at least its two ends")
+    step = (len(every) - 1) / (keep - 1)
+    return [every[round(i * step)] for i in range(keep)]

@@ -8,6 +8,7 @@ admits, or a refusal with a named reason.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import pytest
@@ -174,7 +175,11 @@ def test_allowlist_refuses_bad_configuration() -> None:
         Allowlist(skills=(RESEARCH, RESEARCH))
 
 
-# -- Hypothesis: 10,000 replies, 0 crashes ----------------------------------------------------
+# -- Hypothesis: 2,000 replies in the suite, 10,000 in a full sweep, 0 crashes -------------------
+
+# Drawing a reply costs Hypothesis ~30 ms on a loaded machine (the judge itself ~0.04 ms):
+# 10,000 took 342 s of the suite; LOOPKERNEL_TEST_SWEEP=full draws them all (docs/testing.md).
+EXAMPLES = 10_000 if os.environ.get("LOOPKERNEL_TEST_SWEEP") == "full" else 2_000
 
 IDS = st.sampled_from(["plan", "r1", "r2", "r3", "x", "", "a" * 300, "</untrusted_data-0>"])
 SKILLS = st.sampled_from(["research", "distill", "plan", "shell", "", "RESEARCH"])
@@ -285,13 +290,13 @@ def check(raw: str, allow: Allowlist, fallback: GraphPatch | None) -> None:
 
 
 @settings(
-    max_examples=10_000,
+    max_examples=EXAMPLES,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     database=None,
 )
 @given(raw=REPLIES, agree=st.booleans())
-def test_ten_thousand_replies_never_crash_the_judge(raw: str, agree: bool) -> None:
+def test_thousands_of_replies_never_crash_the_judge(raw: str, agree: bool) -> None:
     allow = Allowlist(skills=ALLOW.skills, agree=agree)
     fallback = GraphPatch().cancel("r2") if agree else None
     check(raw, allow, fallback)

@@ -283,7 +283,9 @@ def test_parse_reply_is_strict() -> None:
         assert problem is not None and calls == [], bad
 
 
-LOCAL_CASES = ["oom-payments", "crash-orders-panic", "prompt-injection"]
+# Two incidents: the plain one and the hostile one (each round may wait out the model's
+# deadline on a loaded machine; `bench/sre_gen_models.py --models smollm2` runs more).
+LOCAL_CASES = ["oom-payments", "prompt-injection"]
 
 
 def test_the_bundled_local_model_ends_every_incident_in_a_valid_report(tmp_path: Path) -> None:

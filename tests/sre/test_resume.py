@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from lk_helpers import sweep
 from lk_sre import incident
 from loopkernel.testing import run_cli, was_killed
 
@@ -68,9 +69,11 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return state
 
 
-POINTS = [f"task_returned:{n}" for n in range(1, 11)] + [
-    f"patch_committed:{n}" for n in range(1, 12)
-]
+# Every boundary of the run with LOOPKERNEL_TEST_SWEEP=full; the suite takes both ends and
+# the middle of each kind (lk_helpers.sweep).
+POINTS = sweep([f"task_returned:{n}" for n in range(1, 11)], keep=3) + sweep(
+    [f"patch_committed:{n}" for n in range(1, 12)], keep=3
+)
 
 
 @pytest.mark.parametrize("point", POINTS)
