@@ -92,6 +92,8 @@ class KubeAPI:
         """More is ``422`` (as a quota's admission would refuse it)."""
         self.conflict_next = 0
         """Answer this many next patches ``409`` (another writer got there first)."""
+        self.hold: threading.Event | None = None
+        """When set, a write waits for this event before it is answered (a slow cluster)."""
         self._rv = 1
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -162,6 +164,8 @@ class KubeAPI:
         if ns not in self.allowed:
             return 403, _status(403, "Forbidden", f"namespace {ns} is forbidden to this user")
         kind = "Deployment" if m else "Pod"
+        if method != "GET" and self.hold is not None:
+            self.hold.wait(timeout=60)
         with self._lock:
             obj = self.get(kind, ns, name)
             if obj is None:
