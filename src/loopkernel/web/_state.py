@@ -125,7 +125,11 @@ class Background:
     async def _execute(self, run_id: str, previous: asyncio.Task[None] | None = None) -> None:
         try:
             if previous is not None:
-                await asyncio.wait([previous])
+                try:
+                    await asyncio.wait([previous])
+                except asyncio.CancelledError:  # shutdown: the one it waits for stops too
+                    previous.cancel()
+                    raise
             outcome = await self.client.execute(run_id)
             log.info("run %s executed from the inspector: %s", run_id, outcome.status.value)
         except Exception:  # journaled by the executor; the page shows the run as it is
