@@ -3,7 +3,8 @@ API server: the Investigations page's approval only journals the decision and an
 once, while the write is still held at the API server; the server's background executor
 carries it out once and the fix page follows it. From the inspector's own run page the
 approver is the signed-in operator (``serve --operators``): the requester is refused, a
-payload naming someone else changes nothing, another operator's approval is carried out."""
+payload naming someone else changes nothing (nor for the printed token, which names
+nobody), another operator's approval is carried out."""
 
 from __future__ import annotations
 
@@ -140,10 +141,16 @@ def test_the_inspectors_approval_names_the_signed_in_operator(
     _approve_and_resume(srv, OP_ALICE, fix, payload='{"approved_by": "bob"}')
     events = _until(srv.db, fix, lambda info, ev: len(_parks(ev)) == 2)
     assert _parks(events)[1].startswith("refused: alice requested this fix")
+    # the server's printed token ("operator") names no one person: the payload's approver
+    # is dropped, and the approval refused
+    _approve_and_resume(srv, srv.token, fix, payload='{"approved_by": "bob"}')
+    events = _until(srv.db, fix, lambda info, ev: len(_parks(ev)) == 3)
+    assert _parks(events)[2].startswith("refused: an approval that names no approver")
     assert api.writes == []
     _approve_and_resume(srv, OP_BOB, fix)
     events = _until(srv.db, fix, lambda info, _: info.status.value == "succeeded")
     assert api.writes == [("patch", "Deployment", "checkout")]
-    answers = [(e.data["by"]["name"], e.data["payload"]) for e in events
+    answers = [(e.data["by"].get("name"), e.data["payload"]) for e in events
                if e.kind is EventKind.HUMAN_INPUT]  # fmt: skip
-    assert answers == [("alice", {"approved_by": "alice"}), ("bob", {"approved_by": "bob"})]
+    assert answers == [("alice", {"approved_by": "alice"}), ("operator", {}),
+                       ("bob", {"approved_by": "bob"})]  # fmt: skip

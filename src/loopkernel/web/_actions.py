@@ -14,7 +14,7 @@ from starlette.responses import RedirectResponse, Response
 from loopkernel.client import parse_payload
 from loopkernel.errors import ApprovalRefused, LoopKernelError, RunHeld, UsageError
 from loopkernel.graph import JSON, TERMINAL_RUN, RunStatus
-from loopkernel.web._auth import CSRF_COOKIE, SESSION_COOKIE
+from loopkernel.web._auth import CSRF_COOKIE, OPERATOR, SESSION_COOKIE
 from loopkernel.web._state import Inspector, Refused, inspector_of, run_id_of
 
 __all__ = [
@@ -117,7 +117,8 @@ def _acting(lk: Inspector, request: Request, token: str | None, form: FormData) 
 
 async def _with_approver(lk: Inspector, run_id: str, payload: JSON, who: dict[str, str]) -> JSON:
     """``payload`` with the approver under the run's app's ``approver_key``: the named
-    operator who acts (``who["name"]``), whatever the form said; no name, no key."""
+    operator who acts (``who["name"]``), whatever the form said; no name (or the printed
+    token's ``operator``, which names no one person), no key."""
     from loopkernel import load_app
 
     try:
@@ -128,7 +129,7 @@ async def _with_approver(lk: Inspector, run_id: str, payload: JSON, who: dict[st
         return payload
     out = dict(payload) if isinstance(payload, dict) else {}
     out.pop(key, None)
-    if "name" in who:
+    if who.get("name", OPERATOR) != OPERATOR:
         out[key] = who["name"]
     return out
 
