@@ -10,6 +10,13 @@ write moves on; a patch naming an older one is ``409 Conflict``, a namespace out
 as the API server answers). Every write that changed something is counted in ``writes``
 (and in ``log``, a file when given, so that a test can count writes across the processes
 it killed).
+
+``load(dump)`` fills it with an incident's objects (a ``kubectl cluster-info dump`` folder):
+then it also answers what ``sre collect``'s client reads, the nodes, the namespaces, each
+namespaced list (``GET /api/v1/namespaces/NS/pods``, ``/apis/apps/v1/namespaces/NS/
+deployments`` ...) and the pods' logs (``/log?container=C&previous=true``; a previous
+instance the dump lacks is ``400``, as the API server answers for a container that never
+restarted).
 """
 
 from __future__ import annotations
@@ -21,9 +28,12 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 _DEPLOY = re.compile(r"^/apis/apps/v1/namespaces/([^/]+)/deployments/([^/]+)(/scale)?$")
 _POD = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)$")
+_LIST = re.compile(r"^/apis?/(?:[a-z.]+/)?v[0-9a-z]+/namespaces/([^/]+)/([a-z]+)$")
+_LOG = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -72,6 +82,9 @@ class KubeAPI:
 
     def __init__(self, *, allowed: tuple[str, ...] = ("prod",), log: Path | None = None) -> None:
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.nodes: list[dict[str, Any]] = []
+        self.logs: dict[tuple[str, str, str, bool], str] = {}
+        """``(namespace, pod, container, previous)``: the log's text."""
         self.allowed = allowed
         self.writes: list[tuple[str, str, str]] = []
         self.log = log
@@ -79,14 +92,31 @@ class KubeAPI:
         """More is ``422`` (as a quota's admission would refuse it)."""
         self.conflict_next = 0
         """Answer this many next patches ``409`` (another writer got there first)."""
+        self.hold: threading.Event | None = None
+        """When set, a write waits for this event before it is answered (a slow cluster)."""
         self._rv = 1
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def add(self, obj: dict[str, Any]) -> None:
+    def add(self, obj: dict[str, Any], kind: str | None = None) -> None:
         meta = obj["metadata"]
-        self.objects[(obj["kind"], meta["namespace"], meta["name"])] = obj
+        self.objects[(kind or obj["kind"], meta["namespace"], meta["name"])] = obj
+
+    def load(self, dump: str | Path) -> None:
+        """Every object, node and log of a dump folder, as its lists hold them."""
+        from loopkernel_apps.sre._dump import load_dump
+
+        root = Path(dump)
+        self.nodes = json.loads((root / "nodes.json").read_text()).get("items", [])
+        for ns_dir in sorted(d for d in root.iterdir() if d.is_dir()):
+            for path in sorted(ns_dir.glob("*.json")):
+                doc = json.loads(path.read_text())
+                for item in doc.get("items", []):
+                    self.add(copy.deepcopy(item), doc["kind"].removesuffix("List"))
+            logs = load_dump(root).namespace(ns_dir.name).logs
+            for (pod, container, previous), text in logs.items():
+                self.logs[(ns_dir.name, pod, container, previous)] = text
 
     def reset(self, *objs: dict[str, Any]) -> None:
         """The server as new (same URL): these objects only, versions and writes from 0."""
@@ -121,7 +151,12 @@ class KubeAPI:
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv + 100)
 
-    def answer(self, method: str, path: str, body: Any, ctype: str) -> tuple[int, Any]:
+    def answer(
+        self, method: str, path: str, body: Any, ctype: str, query: str = ""
+    ) -> tuple[int, Any]:
+        """``(status, body)``: a JSON document, or a ``str`` (a log, sent as text)."""
+        if method == "GET" and (read := self._read(path, parse_qs(query))) is not None:
+            return read
         m, p = _DEPLOY.match(path), _POD.match(path)
         if not (m or p):
             return 404, _status(404, "NotFound", f"no route {path}")
@@ -129,6 +164,8 @@ class KubeAPI:
         if ns not in self.allowed:
             return 403, _status(403, "Forbidden", f"namespace {ns} is forbidden to this user")
         kind = "Deployment" if m else "Pod"
+        if method != "GET" and self.hold is not None:
+            self.hold.wait(timeout=60)
         with self._lock:
             obj = self.get(kind, ns, name)
             if obj is None:
@@ -142,6 +179,34 @@ class KubeAPI:
             if method == "PATCH" and m:
                 return self._patch(obj, body, ctype, scale=bool(m.group(3)))
         return 405, _status(405, "MethodNotAllowed", method)
+
+    def _read(self, path: str, query: dict[str, list[str]]) -> tuple[int, Any] | None:
+        """The reads ``sre collect`` makes (None: not one of them)."""
+        if path == "/api/v1/nodes":
+            return 200, {"kind": "NodeList", "apiVersion": "v1", "items": self.nodes}
+        if path == "/api/v1/namespaces":
+            names = sorted({ns for _, ns, _ in self.objects})
+            items = [{"metadata": {"name": n}} for n in names]
+            return 200, {"kind": "NamespaceList", "apiVersion": "v1", "items": items}
+        log, listed = _LOG.match(path), _LIST.match(path)
+        if not (log or listed):
+            return None
+        ns = (log or listed).group(1)  # type: ignore[union-attr]
+        if ns not in self.allowed:
+            return 403, _status(403, "Forbidden", f"namespace {ns} is forbidden to this user")
+        if log:
+            container = (query.get("container") or [""])[0]
+            previous = query.get("previous") == ["true"]
+            text = self.logs.get((ns, log.group(2), container, previous))
+            if text is None and previous:
+                msg = f'previous terminated container "{container}" not found'
+                return 400, _status(400, "BadRequest", msg)
+            return 200, text or ""
+        plural = listed.group(2)  # type: ignore[union-attr]
+        with self._lock:
+            items = [o for (k, n, _), o in self.objects.items() if n == ns and _plural(k) == plural]
+        kind = next((k for k, _, _ in self.objects if _plural(k) == plural), "")
+        return 200, {"kind": f"{kind}List", "apiVersion": "v1", "items": items}
 
     def _patch(self, obj: dict[str, Any], body: Any, ctype: str, *, scale: bool) -> tuple[int, Any]:
         if ctype != "application/merge-patch+json":
@@ -186,11 +251,12 @@ class KubeAPI:
                 raw = self.rfile.read(n) if n else b""
                 body = json.loads(raw) if raw else None
                 ctype = (self.headers.get("Content-Type") or "").split(";")[0]
-                path = self.path.split("?")[0]
-                code, out = api.answer(self.command, path, body, ctype)
-                data = json.dumps(out).encode()
+                path, _, query = self.path.partition("?")
+                code, out = api.answer(self.command, path, body, ctype, query)
+                text = isinstance(out, str)
+                data = out.encode() if text else json.dumps(out).encode()
                 self.send_response(code)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", "text/plain" if text else "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -218,6 +284,11 @@ def _invalid(c: dict[str, Any]) -> bool:
             if v is not None and (not isinstance(v, int) or v < least):
                 return True
     return False
+
+
+def _plural(kind: str) -> str:
+    """``Pod`` -> ``pods``, ``Endpoints`` -> ``endpoints`` (the resource in the URL)."""
+    return kind.lower() if kind.endswith("s") else kind.lower() + "s"
 
 
 def _scale(obj: dict[str, Any]) -> dict[str, Any]:

@@ -160,6 +160,10 @@ class App:
     compatible_with: tuple[str, ...] | None = None
     """The versions whose runs this version may resume, besides its own; ``None``: any.
     A resume of a run of another version is refused (``IncompatibleVersion``, exit 10)."""
+    approver_key: str | None = None
+    """When set, an approval from ``loopkernel serve`` carries the approver in its payload
+    under this key: the signed-in operator's name (``serve --operators``), put there by the
+    server, never the form's; without a named operator the key is left out."""
 
     def app_version(self) -> str:
         """``version``, or the version of the distribution that ships the app, or ``"0"``."""

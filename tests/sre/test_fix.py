@@ -94,9 +94,9 @@ def test_each_write_is_applied_once_per_key_and_re_read() -> None:
             ],
         )  # fmt: skip
         # the same key again is answered as the first time (a resumed run's journal ends
-        # the same), without a write
-        assert [g["applied"] for g in got] == [True, True, True, True, True, True, False]
-        assert got[1] == got[2] == got[0]
+        # the same), without a write; a pod already gone too (it holds no key)
+        assert [g["applied"] for g in got] == [True, True, True, True, True, True, True]
+        assert got[1] == got[2] == got[0] and got[6] == got[5]
         assert api.writes == [
             ("patch", "Deployment", "checkout"),
             ("patch", "Deployment", "checkout"),
@@ -199,13 +199,13 @@ resume, same key), and after the answer was journaled and before the re-check; e
 boundary: ``python -m bench.sre_fix``."""
 
 
-def _start(db: Path, api: KubeAPI, run_id: str) -> str:
+def _start(db: Path, api: KubeAPI, run_id: str, plan: dict[str, Any]) -> str:
     """Start the fix in this process, to its park: the output of its one execution."""
     from loopkernel.client import Client
 
     async def go() -> str:
         async with Client(str(db)) as client:
-            params = {"plan": PLAN, "namespace": "prod", "api": api.url}
+            params = {"plan": plan, "namespace": "prod", "api": api.url}
             await client.start(FIX_APP, overrides=params, run_id=run_id)
             done = await client.execute(run_id)
             events = await client.events(run_id)
@@ -226,11 +226,13 @@ def _digest(db: Path, run_id: str) -> tuple[str, Any]:
     return asyncio.run(go())
 
 
-def fix_once(db: Path, api: KubeAPI, crash_at: str | None) -> tuple[str, Any, bool]:
+def fix_once(
+    db: Path, api: KubeAPI, crash_at: str | None, plan: dict[str, Any] = PLAN
+) -> tuple[str, Any, bool]:
     """Park, approve, resume in a new process (killed at ``crash_at``), resume again in
     another: the run's digest, its re-check, whether the kill fired."""
-    parked = _start(db, api, "fix-1")
-    assert parked.startswith("waiting") and "set_image is irreversible" in parked
+    parked = _start(db, api, "fix-1", plan)
+    assert parked.startswith("waiting") and f"{plan['tool']} is irreversible" in parked
     assert api.writes == []  # parked: nothing sent before the approval
     assert run_cli(["approve", "fix-1", "apply"], db=db).returncode == 0
     first = run_cli(["resume", "fix-1"], db=db, crash_at=crash_at)
@@ -270,3 +272,22 @@ def test_an_approved_fix_killed_and_resumed_ends_as_the_uninterrupted_one(
     assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == PLAN["args"]["image"]
     assert checked["took"] is True
     assert digest == uninterrupted, crash_at
+
+
+DELETE = {"tool": "delete_pod", "args": {"pod": "checkout-7d9-abcde"}}
+
+
+def test_a_pod_deleted_then_killed_before_its_answer_ends_as_the_uninterrupted_one(
+    tmp_path: Path, fix_api: KubeAPI
+) -> None:
+    """The pod holds no key once deleted: the re-send finds it gone and is answered as the
+    first send was, so the digest is the uninterrupted one's (every boundary: bench)."""
+    digests = []
+    for crash_at in (None, "tool_returned"):
+        fix_api.reset(pod("prod", "checkout-7d9-abcde"))
+        digest, checked, killed = fix_once(tmp_path / f"{crash_at}.db", fix_api, crash_at, DELETE)
+        assert killed is (crash_at is not None)
+        assert fix_api.writes == [("delete", "Pod", "checkout-7d9-abcde")], crash_at  # once
+        assert checked["took"] is True
+        digests.append(digest)
+    assert digests[1] == digests[0]

@@ -8,17 +8,24 @@ talks to it over real HTTP.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from lk_sre import INCIDENTS, investigate
+from lk_kubeapi import KubeAPI
+from lk_service import ALICE, BOB
+from lk_sre import INCIDENTS, incident, investigate
+from lk_web import csrf_of, start_server, stop_server
+from loopkernel.client import Client
 from loopkernel.testing import run_cli
+from loopkernel_apps.sre._cli import report_of
 from loopkernel_apps.sre._dump import load_dump
 
 SOURCE = INCIDENTS / "oom-payments" / "dump"
@@ -133,3 +140,127 @@ def test_a_wrong_token_is_one_line_and_exit_2(tmp_path: Path, api_server: Path) 
     )
     assert done.returncode == 2
     assert "401" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def _kubeconfig(path: Path, url: str) -> Path:
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
+        f"clusters:\n- name: local\n  cluster:\n    server: {url}\n"
+        "contexts:\n- name: test\n  context:\n    cluster: local\n    user: me\n"
+        f"users:\n- name: me\n  user:\n    token: {TOKEN}\n"
+    )
+    return path
+
+
+def live_table(tmp: Path, url: str) -> Path:
+    """alice may read ``prod`` on the live cluster ``eu`` (the API server at ``url``); bob
+    may read ``prod`` of no cluster."""
+    table = {
+        "users": {
+            "alice": {"token": ALICE, "namespaces": ["prod"], "clusters": ["eu"]},
+            "bob": {"token": BOB, "namespaces": ["prod"]},
+        },
+        "clusters": {"eu": {"kubeconfig": str(_kubeconfig(tmp / "eu.yaml", url))}},
+        "uploads": str(tmp / "uploads"),
+    }
+    (tmp / "service.json").write_text(json.dumps(table))
+    return tmp / "service.json"
+
+
+def report_of_run(db: Path, run_id: str) -> dict[str, Any]:
+    """A queued run executed here (as a worker would); its report task's result."""
+
+    async def go() -> dict[str, Any]:
+        async with Client(str(db)) as client:
+            assert (await client.execute(run_id)).status.value == "succeeded"
+            return dict(await report_of(client, run_id))
+
+    return asyncio.run(go())
+
+
+@pytest.fixture(scope="module")
+def dumped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The example incident investigated from its dump."""
+    return investigate(tmp_path_factory.mktemp("dumped") / "runs.db", "oom-payments")
+
+
+def test_a_question_on_the_live_cluster_reports_as_on_its_dump(
+    tmp_path: Path, dumped: dict[str, Any]
+) -> None:
+    """``investigate --submit --cluster`` against the local Kubernetes API server loaded
+    with the incident: the same report as the same incident read from its dump."""
+    case = incident("oom-payments")
+    with KubeAPI(allowed=("prod",)) as api:
+        api.load(case["dump"])
+        table = live_table(tmp_path, api.url)
+        args = ["investigate", case["question"], "--cluster", "eu", "--namespace", "prod"]
+        args += ["--submit", "--people", str(table)]
+        db = tmp_path / "runs.db"
+        refused = run_cli([*args, "--user", "bob"], db=db)
+        assert refused.returncode == 2 and "bob may not read cluster eu" in refused.stderr
+        assert not (tmp_path / "uploads").exists()  # refused before the cluster is read
+        done = run_cli([*args, "--user", "alice"], db=db)
+        assert done.returncode == 0, done.stderr
+    run_id = done.stdout.strip()
+    live = report_of_run(db, run_id)
+    (collected,) = (tmp_path / "uploads").iterdir()
+    assert load_dump(collected).namespace("prod").items("pods") == load_dump(
+        case["dump"]
+    ).namespace("prod").items("pods")
+    assert same_report_but_endpoints(live["report"], dumped["report"])
+    assert live["report"]["verified_causes"][0]["detector"] == "oomkilled"
+
+
+def same_report_but_endpoints(live: dict[str, Any], dumped: dict[str, Any]) -> bool:
+    """Equal, but for what live mode reads beyond a dump: the Endpoints (here none), so the
+    dump's "derived from selectors" note and its missing-evidence line are not in ``live``."""
+    note = "Endpoints: not in a kubectl cluster-info dump"
+    missing = [m for m in dumped["missing_evidence"] if not m.startswith(note)]
+    assert len(missing) == len(dumped["missing_evidence"]) - 1
+    assert live["missing_evidence"] == missing
+    differ = [
+        (a, b) for a, b in zip(live["evidence"], dumped["evidence"], strict=True) if a != b
+    ]
+    assert [(a["content"], b["content"].split(";")[0]) for a, b in differ] == [
+        ("<no services>", "Endpoints: not in a kubectl cluster-info dump")
+    ]
+    keep = {"evidence", "missing_evidence"}
+    assert {k: v for k, v in live.items() if k not in keep} == {
+        k: v for k, v in dumped.items() if k not in keep
+    }
+    return True
+
+
+def test_the_pages_live_source_reports_as_on_its_dump(
+    tmp_path: Path, dumped: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Investigations form of ``loopkernel serve`` with the source "the live cluster
+    eu" (over HTTP): the run reads the API server through ``sre collect``'s client, is
+    journaled as a live question of alice, and reports as the dump does."""
+    case = incident("oom-payments")
+    with KubeAPI(allowed=("prod",)) as api:
+        api.load(case["dump"])
+        monkeypatch.setenv("LOOPKERNEL_SRE_SERVICE", str(live_table(tmp_path, api.url)))
+        served = start_server(str(tmp_path / "runs.db"), tmp_path)
+        try:
+            with served.client() as http:
+                form = {"question": case["question"], "namespace": "prod", "source": "live:eu"}
+                form["csrf"] = csrf_of(http, "/investigations")
+                refused = http.post("/investigations", data={**form, "token": BOB})
+                assert refused.status_code == 403 and "bob may not read cluster eu" in refused.text
+                asked = http.post("/investigations", data={**form, "token": ALICE})
+                assert asked.status_code == 303, asked.text
+                run_id = asked.headers["location"].rsplit("/", 1)[1]
+                live = report_of_run(Path(served.db), run_id)
+                page = http.get(f"/investigations/{run_id}")
+        finally:
+            stop_server(served)
+    assert same_report_but_endpoints(live["report"], dumped["report"])
+    assert page.status_code == 200 and "OOMKilled" in page.text
+    runs = asyncio.run(_params(Path(served.db), run_id))
+    assert runs["service"]["asked_by"] == "alice" and runs["service"]["source"] == "live"
+
+
+async def _params(db: Path, run_id: str) -> Any:
+    async with Client(str(db)) as client:
+        return (await client.info(run_id)).params

@@ -1,11 +1,13 @@
 """In Chromium: a report's remediation becomes a parked write-call plan; its requester
 proposes it; in a namespace that separates duties the requester's own approval is refused
-with one line (and journaled), another user's carries it out once against a real local
-Kubernetes API server, and the page shows the re-check."""
+with one line (and journaled), another user's is answered at once while the API server still
+holds the write, carried out once by the server's background executor, and the page
+follows it live to the re-check."""
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -115,8 +117,13 @@ def test_propose_refuse_the_requester_approve_and_re_check(
     page.context.clear_cookies()  # bob, signed in by his own token
     page.goto(f"{srv.url}/investigations/fixes/{fix}")
     page.fill("#approve input[name=token]", BOB)
+    api.hold = threading.Event()  # the API server holds the write: the page answers first
     page.click("#approve button")
-    page.wait_for_selector("#recheck")
+    page.wait_for_selector("#following")
+    assert api.writes == [] and "executor writes once" in page.inner_text("#following")
+    _shot(page.locator("#following"), tmp_path, "fix-carrying-out")
+    api.hold.set()
+    page.wait_for_selector("#recheck")  # followed live, reloaded at the run's end
     assert page.inner_text("#took") == "The fix took (approved by bob)."
     assert api.writes == [("patch", "Deployment", "payments")]
     container = api.get("Deployment", "prod", "payments")["spec"]["template"]["spec"]  # type: ignore[index]

@@ -13,8 +13,8 @@ from starlette.responses import RedirectResponse, Response
 
 from loopkernel.client import Answerer, parse_payload
 from loopkernel.errors import ApprovalRefused, LoopKernelError, RunHeld, UsageError
-from loopkernel.graph import TERMINAL_RUN, RunStatus
-from loopkernel.web._auth import CSRF_COOKIE, SESSION_COOKIE
+from loopkernel.graph import JSON, TERMINAL_RUN, RunStatus
+from loopkernel.web._auth import CSRF_COOKIE, OPERATOR, SESSION_COOKIE
 from loopkernel.web._state import Inspector, Refused, inspector_of, run_id_of
 
 __all__ = [
@@ -87,6 +87,8 @@ async def decide(request: Request) -> Response:
             raise Refused(409, "refused: a cancel of this run is journaled; it stops")
         verdict: Literal["approve", "reject"] = "approve" if decision == "approve" else "reject"
         who = _acting(lk, request, token, form)
+        if verdict == "approve":
+            payload = await _with_approver(lk, run_id, payload, who)
         if token is None:  # the operator: the server checked the authority
             event = await lk.client.decide_as_operator(
                 run_id, task_id, verdict, payload=payload, by=who
@@ -111,6 +113,25 @@ def _acting(lk: Inspector, request: Request, token: str | None, form: FormData) 
     if name is not None and "name" not in who:
         who["name"] = name
     return who
+
+
+async def _with_approver(lk: Inspector, run_id: str, payload: JSON, who: dict[str, str]) -> JSON:
+    """``payload`` with the approver under the run's app's ``approver_key``: the named
+    operator who acts (``who["name"]``), whatever the form said; no name (or the printed
+    token's ``operator``, which names no one person), no key."""
+    from loopkernel import load_app
+
+    try:
+        key = load_app((await lk.client.info(run_id)).app).approver_key
+    except LoopKernelError:  # an app this server cannot load: its payload as given
+        return payload
+    if key is None:
+        return payload
+    out = dict(payload) if isinstance(payload, dict) else {}
+    out.pop(key, None)
+    if who.get("name", OPERATOR) != OPERATOR:
+        out[key] = who["name"]
+    return out
 
 
 async def cancel(request: Request) -> Response:

@@ -65,6 +65,12 @@ class PageHost:
     def csrf_ok(self, request: Request, submitted: str | None) -> bool:
         return self.inspector.auth.csrf_ok(request, submitted)
 
+    def execute(self, run_id: str, by: dict[str, str]) -> None:
+        """Execute ``run_id`` in the inspector's background executor (the one the resume
+        button uses), after the request is answered; when it runs here already, again once
+        that execution ends. ``by``: who asked (``name``, ``via``), for the log."""
+        self.inspector.background.start(run_id, by=by, after_running=True)
+
     def sign(self, text: str) -> str:
         """A signature under this server's key (for a cookie the app sets)."""
         return self.inspector.auth.sign(f"{self.name}\n{text}")

@@ -103,28 +103,40 @@ class Background:
     running: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     """run -> its execution here."""
 
-    def start(self, run_id: str, by: dict[str, str] | None = None) -> None:
+    def start(
+        self, run_id: str, by: dict[str, str] | None = None, *, after_running: bool = False
+    ) -> None:
         """Execute ``run_id`` in the background (``by``: who asked, for the log);
-        refused when it already runs here or the server is not serving (no lifespan)."""
+        refused when it already runs here (unless ``after_running``: then once that
+        execution ends, so that an answer journaled meanwhile is seen) or the server is not
+        serving (no lifespan)."""
         if self.group is None:
             raise Refused(503, "this server is not running its background executor")
-        if run_id in self.running:
+        previous = self.running.get(run_id)
+        if previous is not None and not after_running:
             raise Refused(409, f"run {run_id} is already being resumed here")
         log.warning(
             "run %s executed here, asked by %s",
             run_id,
             approver_text({"actor": "operator", **(by or {})}),
         )
-        self.running[run_id] = self.group.create_task(self._execute(run_id))
+        self.running[run_id] = self.group.create_task(self._execute(run_id, previous))
 
-    async def _execute(self, run_id: str) -> None:
+    async def _execute(self, run_id: str, previous: asyncio.Task[None] | None = None) -> None:
         try:
+            if previous is not None:
+                try:
+                    await asyncio.wait([previous])
+                except asyncio.CancelledError:  # shutdown: the one it waits for stops too
+                    previous.cancel()
+                    raise
             outcome = await self.client.execute(run_id)
             log.info("run %s executed from the inspector: %s", run_id, outcome.status.value)
         except Exception:  # journaled by the executor; the page shows the run as it is
             log.warning("run %s executed from the inspector failed", run_id, exc_info=True)
         finally:
-            self.running.pop(run_id, None)
+            if self.running.get(run_id) is asyncio.current_task():
+                self.running.pop(run_id, None)
 
     def stop(self) -> None:
         """Cancel what still runs (the group's owner awaits them)."""

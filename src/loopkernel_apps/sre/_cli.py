@@ -4,6 +4,7 @@
 
     loopkernel investigate "QUESTION" --dump DIR --namespace NS [--db PATH] [--json]
     loopkernel investigate "QUESTION" --dump DIR --namespace NS --submit [--user NAME]
+    loopkernel investigate "QUESTION" --cluster NAME --namespace NS --submit [--user NAME]
     loopkernel investigate "QUESTION" --follow-up RUN [--user NAME]
     loopkernel sre collect --out DIR [--namespace NS ...] [--kubeconfig F] [--context C]
     loopkernel sre kb add PATH... | search QUERY | list        (``_kb_cli``)
@@ -14,7 +15,9 @@ or JSON with ``--json``) on stdout; its exit code is the run's (``docs/cli.md``)
 ``--submit`` (or ``--follow-up RUN``) it hands the question to the workers instead
 (``_service``), as
 ``--user`` (default: the login name), checked against the service table of ``--people`` or
-``$LOOPKERNEL_SRE_SERVICE`` when one is given, and prints the run id. This
+``$LOOPKERNEL_SRE_SERVICE`` when one is given, and prints the run id; ``--cluster NAME``
+(instead of ``--dump``) reads the table's live cluster first, as the page's live source
+does (``_service.collect_live``). This
 module loads with every ``loopkernel`` command, so it imports nothing heavy at the top.
 """
 
@@ -51,6 +54,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--kb", action="store_true", help="search the runbooks indexed in --db")
     p.set_defaults(started=None)
     p.add_argument("--submit", action="store_true", help="hand it to the workers; print the run id")
+    p.add_argument(
+        "--cluster", help="with --submit: read this live cluster of the service table now"
+    )
     p.add_argument("--follow-up", metavar="RUN", help="a follow-up on a finished investigation")
     p.add_argument("--user", help="who asks (default: the login name); journaled with the run")
     p.add_argument("--people", help="the service's scope table (default $LOOPKERNEL_SRE_SERVICE)")
@@ -188,12 +194,7 @@ async def cmd_submit(args: argparse.Namespace) -> int:
     table = args.people or os.environ.get("LOOPKERNEL_SRE_SERVICE")
     people = load_people(table) if table else None
     user = args.user or getpass.getuser()
-    if not args.follow_up:
-        _need_dump(args)
-    if people is not None and not args.follow_up:  # refused before a database is opened
-        from loopkernel_apps.sre._people import check_scope
-
-        check_scope(people.user(user), args.namespace or "", args.question)
+    dump, source = _submitted_source(args, people, user)
     async with Client(getattr(args, "db", None)) as client:
         svc = Investigations(client, people)
         if args.follow_up:
@@ -205,7 +206,8 @@ async def cmd_submit(args: argparse.Namespace) -> int:
                 user=user,
                 question=args.question,
                 namespace=args.namespace,
-                dump=_absolute(args.dump),
+                dump=dump,
+                source=source,
                 run_id=args.run_id,
             )
     if args.json:
@@ -213,6 +215,27 @@ async def cmd_submit(args: argparse.Namespace) -> int:
     else:
         print(run, flush=True)
     return 0
+
+
+def _submitted_source(args: argparse.Namespace, people: Any, user: str) -> tuple[str, str]:
+    """``(dump folder, source kind)`` of a question to submit, its scope checked before a
+    database is opened (and, for ``--cluster``, before the cluster is read)."""
+    from loopkernel import UsageError
+    from loopkernel_apps.sre._people import check_scope
+    from loopkernel_apps.sre._service import collect_live
+
+    if args.follow_up:
+        return "", ""
+    if args.cluster:
+        if args.dump or people is None or not args.namespace:
+            raise UsageError("--cluster takes --namespace and the service table, not --dump")
+        who = people.user(user)
+        check_scope(who, args.namespace, args.question)
+        return collect_live(people, who, args.cluster, args.namespace), "live"
+    _need_dump(args)
+    if people is not None:
+        check_scope(people.user(user), args.namespace or "", args.question)
+    return _absolute(args.dump), "dump"
 
 
 def _need_dump(args: argparse.Namespace) -> None:

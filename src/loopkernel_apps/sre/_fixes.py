@@ -14,9 +14,11 @@ namespace says so, carried out once (``docs/sre.md``, "Carrying out an approved 
 investigation, and whether the namespace separates duties; the run parks at ``apply``
 before anything is written. ``approve`` journals the answer with the approver's name (the
 ``human_input``'s ``by`` and its payload's ``approved_by``) and runs the fix: the write goes
-out once, then the re-check. An answer by the requester in a namespace that separates duties
-is journaled too, and refused by the run itself (``fix._app.refusal``: parked again with the
-reason, nothing sent); ``approve`` then raises ``FixRefused`` with that one line.
+out once, then the re-check; ``answer`` only journals it (the page's approval: the
+inspector's background executor then runs the fix). An answer by the requester in a
+namespace that separates duties is journaled too, and refused by the run itself
+(``fix._app.refusal``: parked again with the reason, nothing sent); ``approve`` then raises
+``FixRefused`` with that one line.
 """
 
 from __future__ import annotations
@@ -112,7 +114,17 @@ class Fixes:
         return str(started.run_id)
 
     async def approve(self, *, user: str, run_id: str) -> FixOutcome:
-        """Journal ``user``'s approval and carry the fix out (or refuse it: ``FixRefused``)."""
+        """Journal ``user``'s approval and carry the fix out here (or refuse it:
+        ``FixRefused``, the run parked again saying why)."""
+        why = await self.answer(user=user, run_id=run_id)
+        await self.client.execute(run_id)
+        if why is not None:
+            raise FixRefused(why)
+        return await self.outcome(run_id)
+
+    async def answer(self, *, user: str, run_id: str) -> str | None:
+        """Journal ``user``'s approval only (whoever executes the run next carries it out,
+        or parks it again); why the run will refuse it, or ``None``."""
         who = self.user(user)
         params = await self._params(run_id)
         check_scope(who, str(params["namespace"]), "")
@@ -124,11 +136,7 @@ class Fixes:
             payload=payload,
             answerer=Answerer(local=True, by={"name": who.name, "via": VIA}),
         )
-        await self.client.execute(run_id)  # refused: the run parks again, saying why
-        why = refusal(params, payload)
-        if why is not None:
-            raise FixRefused(why)
-        return await self.outcome(run_id)
+        return refusal(params, payload)
 
     async def outcome(self, run_id: str) -> FixOutcome:
         info = await self.client.info(run_id)
@@ -147,11 +155,12 @@ class Fixes:
         )
 
     async def decisions(self, run_id: str) -> list[dict[str, Any]]:
-        """The fix's journal as a person reads it: each park (why), each answer (who)."""
+        """The fix's journal as a person reads it: each park (why), each answer (who, and
+        whether the run refuses it: ``refused``)."""
         from loopkernel import EventKind
         from loopkernel.client import approver_text
 
-        await self._params(run_id)
+        params = await self._params(run_id)
         out: list[dict[str, Any]] = []
         for e in await self.client.events(run_id):
             data: Any = e.data if isinstance(e.data, Mapping) else {}
@@ -159,7 +168,9 @@ class Fixes:
                 out.append({"seq": e.seq, "kind": "parked", "text": str(data.get("reason"))})
             elif e.kind is EventKind.HUMAN_INPUT:
                 who = approver_text(data.get("by"))
-                out.append({"seq": e.seq, "kind": str(data.get("decision")), "text": who})
+                refused = refusal(params, data.get("payload")) is not None
+                decision = str(data.get("decision"))
+                out.append({"seq": e.seq, "kind": decision, "text": who, "refused": refused})
         return out
 
     async def _params(self, run_id: str) -> dict[str, Any]:

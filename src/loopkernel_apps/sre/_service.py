@@ -33,7 +33,7 @@ from loopkernel import JSON, RunStatus, UsageError
 from loopkernel.client import Client
 from loopkernel_apps.sre._people import People, ScopeRefused, User, check_scope
 
-__all__ = ["REUSE_MAX_AGE_S", "Investigations", "Turn", "dump_digest"]
+__all__ = ["REUSE_MAX_AGE_S", "Investigations", "Turn", "collect_live", "dump_digest"]
 
 REUSE_MAX_AGE_S = 600.0
 """Evidence read from a live cluster is current this long; a dump's, while the dump is
@@ -281,6 +281,27 @@ class Investigations:
     async def recent(self, limit: int = 50) -> list[Turn]:
         """The latest investigations, newest first."""
         return [turn_of(i) for i in await self.client.list_runs(limit, app="sre")]
+
+
+def collect_live(people: People, user: User, cluster: str, namespace: str) -> str:
+    """A fresh dump of ``namespace`` from the table's live ``cluster`` through ``sre
+    collect``'s client, under the table's uploads folder, once ``user``'s scope allows both;
+    its folder. The page's live source and ``investigate --submit --cluster`` (blocking)."""
+    import secrets
+
+    from loopkernel_apps.sre._live import collect
+
+    check_scope(user, namespace, "", cluster)
+    conf = people.clusters.get(cluster)
+    if conf is None:
+        raise UsageError(f"this server has no cluster named {cluster!r}")
+    root = Path(people.uploads or "uploads")
+    out = root / f"live-{cluster}-{int(time.time())}-{secrets.token_hex(4)}"
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    collect(
+        out, namespaces=[namespace], kubeconfig=conf.get("kubeconfig"), context=conf.get("context")
+    )
+    return str(out.resolve())
 
 
 def _check_question(question: str) -> None:

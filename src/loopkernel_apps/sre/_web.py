@@ -31,7 +31,7 @@ from starlette.routing import Route
 
 from loopkernel import LoopKernelError, UsageError
 from loopkernel_apps.sre._people import People, User, check_scope, load_people
-from loopkernel_apps.sre._service import Investigations, Turn
+from loopkernel_apps.sre._service import Investigations, Turn, collect_live
 
 __all__ = ["pages"]
 
@@ -53,6 +53,7 @@ class Host(Protocol):
     def error(self, request: Request, code: int, message: str) -> Response: ...
     def gate(self, request: Request) -> Response | None: ...
     def csrf_ok(self, request: Request, submitted: str | None) -> bool: ...
+    def execute(self, run_id: str, by: dict[str, str]) -> None: ...
     def sign(self, text: str) -> str: ...
     def signed(self, text: str, signature: str | None) -> bool: ...
 
@@ -276,29 +277,12 @@ class _Page:
         return str(folder)
 
     async def collect(self, user: User, cluster: str, namespace: str) -> tuple[str, str]:
-        """A fresh dump of ``namespace`` from a live cluster through ``sre collect``'s
-        client, once the user's scope allows both."""
+        """A fresh dump of ``namespace`` from a live cluster (``_service.collect_live``)."""
         import asyncio
 
-        from loopkernel_apps.sre._live import collect
-
         assert self.people is not None
-        check_scope(user, namespace, "", cluster)
-        conf = self.people.clusters.get(cluster)
-        if conf is None:
-            raise UsageError(f"this server has no cluster named {cluster!r}")
-        root = Path(self.people.uploads or "uploads")
-        out = root / f"live-{cluster}-{int(time.time())}-{secrets.token_hex(4)}"
-        await asyncio.to_thread(root.mkdir, mode=0o700, parents=True, exist_ok=True)
-        await asyncio.to_thread(
-            collect,
-            out,
-            namespaces=[namespace],
-            kubeconfig=conf.get("kubeconfig"),
-            context=conf.get("context"),
-            progress=lambda line: None,
-        )
-        return str(out), "live"
+        out = await asyncio.to_thread(collect_live, self.people, user, cluster, namespace)
+        return out, "live"
 
 
 def _text(form: FormData, key: str) -> str:

@@ -4,8 +4,11 @@
   cluster of the table; the fix run parks before anything is written.
 - ``GET /investigations/fixes/FIX``: the plan, who requested it, each park and answer as the
   journal holds them (refused attempts among them), the re-check once it ran.
-- ``POST /investigations/fixes/FIX/approve``: approve (``Fixes.approve``): refused with one
-  line for the requester where the namespace separates duties, journaled all the same.
+- ``POST /investigations/fixes/FIX/approve``: approve (``Fixes.answer``): the answer is
+  journaled and the page answers at once; the inspector's background executor (the one
+  its resume button uses) carries the fix out, and the fix page follows the run live until
+  the re-check. Refused with one line for the requester where the namespace separates
+  duties, journaled all the same (the run is parked again here, saying why: no write).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from loopkernel import LoopKernelError, UsageError
-from loopkernel_apps.sre._fixes import Fixes
+from loopkernel_apps.sre._fixes import VIA, Fixes, FixRefused
 from loopkernel_apps.sre._plans import plans_of_run
 
 if TYPE_CHECKING:
@@ -82,7 +85,13 @@ class _FixPages:
         run_id = request.path_params["run_id"]
 
         async def go(user: Any, form: Any) -> str:
-            await self.fixes().approve(user=user.name, run_id=run_id)
+            why = await self.fixes().answer(user=user.name, run_id=run_id)
+            if why is not None:  # the run parks again, saying why, before anything is sent
+                await self.host.client.execute(run_id)
+                raise FixRefused(why)
+            # journaled; the inspector's background executor carries it out after this
+            # answer, and the fix page follows it live
+            self.host.execute(run_id, by={"name": user.name, "via": VIA})
             return f"/investigations/fixes/{run_id}"
 
         return await self._acting(request, go)
@@ -100,6 +109,8 @@ class _FixPages:
             return self.host.error(request, 404, f"no fix {run_id}")
         tasks = {t["task_id"]: t for t in (await self.host.client.inspect(run_id)).tasks}
         recheck = (tasks.get("recheck") or {}).get("result")
+        last = decisions[-1] if decisions else {}
+        answered = last.get("kind") == "approve" and not last.get("refused")
         return self.host.render(
             request,
             "fix.html",
@@ -108,5 +119,6 @@ class _FixPages:
             decisions=decisions,
             params=info.params,
             recheck=recheck,
+            carrying=outcome.status == "running" or (outcome.status == "waiting" and answered),
             user=self.page.signed_in(request),
         )

@@ -25,9 +25,12 @@ earlier attempt whose answer was lost (a kill between the request and its journa
 answer): nothing is written, and it is answered as the first attempt was (``applied: true``,
 the object as it is), so the run's journal ends the same as if it had never been killed
 (its digest too). ``applied`` says that the change this key names is on the object. A pod
-already gone answers ``applied: false``. Each answer holds the object as re-read after
-the write, so the caller can say whether the fix took. Errors: ``403``, ``404``, ``422`` are
-``ToolError`` naming the status; an unreachable API server is a transient fault.
+holds no key once deleted, so ``delete_pod`` answers by the state it asks for: a pod
+already gone (a re-send after an answer lost to a kill, or deleted by someone else) is
+answered as the first send was, ``applied: true`` and ``exists: false``. Each answer
+holds the object as re-read after the write, so the caller can say whether the fix took.
+Errors: ``403``, ``404``, ``422`` are ``ToolError`` naming the status; an unreachable API
+server is a transient fault.
 """
 
 from __future__ import annotations
@@ -198,9 +201,11 @@ def _delete_pod(cluster: Cluster, args: dict[str, JSON]) -> dict[str, JSON]:
     try:
         cluster.delete_pod(str(args["pod"]))
     except ApiException as exc:
-        if exc.status == 404:  # gone: deleted by an earlier attempt (or by its controller)
-            return _answer(source, False, None)
-        raise _api_error(exc, source) from None
+        if exc.status != 404:
+            raise _api_error(exc, source) from None
+        # gone: deleted by an earlier attempt whose answer was lost (or by someone else).
+        # What this call asks for holds, so it is answered as the first send was: a resumed
+        # run's journal ends the same as if it had never been killed.
     return _answer(source, True, None)
 
 

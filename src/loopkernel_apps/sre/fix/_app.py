@@ -141,4 +141,5 @@ app = App(
     description="carry out one approved remediation (a parked irreversible write)",
     build=build,
     defaults={"plan": None, "namespace": "", "api": "", "service": None},
+    approver_key="approved_by",  # the inspector's approve names its operator (refusal)
 )
