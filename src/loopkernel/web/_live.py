@@ -56,14 +56,16 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from loopkernel.client import Client, approver_text
 from loopkernel.graph import JSON, TERMINAL_RUN, Event, EventKind, GraphState, TaskState
 from loopkernel.store import PatchRecord, RunInfo
 
-__all__ = ["Hub", "Renderers", "Snapshot", "Watcher", "stream"]
+__all__ = ["Hub", "Renderers", "Snapshot", "Watcher", "once", "stream"]
 
 log = logging.getLogger("loopkernel.web")
+T = TypeVar("T")
 
 KEEPALIVE_SECONDS = 15.0
 RING = 2048
@@ -105,9 +107,21 @@ class Snapshot:
     """The highest seq a patch answers: every event up to it is planned."""
     times: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
     """task -> (started, finished), epoch seconds (``Client.task_times``)."""
+    memo: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
+    """What the streams of the run render from this snapshot, rendered once for all of
+    them (``once``): the header, task rows, boxes and their marks."""
     key: str
     """A digest of what the snapshot was read at (status, times, seqs, counts): equal for
     equal states, so a page rendered from it tells its stream it needs no catching up."""
+
+
+def once(snap: Snapshot, key: object, make: Callable[[], T]) -> T:
+    """``make()`` for ``key`` of this snapshot, made by the first stream that asks and
+    shared by every other: a change costs one render, not one per viewer."""
+    memo = snap.memo
+    if key not in memo:
+        memo[key] = make()
+    return memo[key]  # type: ignore[return-value]
 
 
 @dataclass(kw_only=True)
@@ -139,6 +153,8 @@ class Hub:
     """event seq -> the patch answering it, for the events after ``floor``."""
     rows: dict[tuple[int, bool], str] = field(default_factory=dict)
     """(seq, planned) -> the journal row's HTML, rendered once for every stream."""
+    patch_rows: dict[int, str] = field(default_factory=dict)
+    """event seq -> the ``patch`` message of the patch answering it, rendered once."""
     positions: dict[asyncio.Event, int] = field(default_factory=dict)
     """Each subscriber -> the last seq it sent: the window keeps what some still need."""
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -213,6 +229,7 @@ class Hub:
             self.recent_times = {s: t for s, t in self.recent_times.items() if s >= low}
             self.recent_patches = {s: p for s, p in self.recent_patches.items() if s > low}
             self.rows = {k: v for k, v in self.rows.items() if k[0] > low}
+            self.patch_rows = {s: m for s, m in self.patch_rows.items() if s > low}
 
     def since(self, seq: int) -> list[Event] | None:
         """The events after ``seq`` this hub holds; ``None`` when some are not held."""
@@ -361,6 +378,42 @@ def _row_message(
     return found
 
 
+def _patch_message(
+    hub: Hub | None, render: Renderers, seq: int, patches: dict[int, PatchRecord]
+) -> str:
+    """The ``patch`` message of the event ``seq``: rendered once per hub when ``hub`` is
+    given."""
+    found = None if hub is None else hub.patch_rows.get(seq)
+    if found is None:
+        found = _message("patch", {"seq": seq, "html": render.patch(seq, patches[seq])})
+        if hub is not None:
+            hub.patch_rows[seq] = found
+    return found
+
+
+def _journal_messages(
+    hub: Hub | None,
+    render: Renderers,
+    events: list[Event],
+    times: dict[int, float],
+    patches: dict[int, PatchRecord],
+    pending: set[int],
+) -> list[str]:
+    """The ``patch`` messages of the ``pending`` events now planned, then the ``journal``
+    messages of ``events``; ``pending`` is updated in place."""
+    out: list[str] = []
+    for seq in sorted(pending):
+        if seq in patches:
+            pending.discard(seq)
+            out.append(_patch_message(hub, render, seq, patches))
+    for ev in events:
+        p = patches.get(ev.seq)
+        if p is None and ev.kind is not EventKind.RUN_FINISHED:
+            pending.add(ev.seq)
+        out.append(_row_message(hub, render, ev, p, times))
+    return out
+
+
 async def stream(
     client: Client,
     watcher: Watcher,
@@ -395,26 +448,26 @@ async def stream(
                 seen_version = snap.version
                 floor = min(pending, default=sent + 1) - 1
                 events, times, patches, shared = await _journal_since(client, hub, sent, floor)
-                for seq in sorted(pending):
-                    if seq in patches:
-                        pending.discard(seq)
-                        html = render.patch(seq, patches[seq])
-                        yield _message("patch", {"seq": seq, "html": html})
-                for ev in events:
-                    p = patches.get(ev.seq)
-                    if p is None and ev.kind is not EventKind.RUN_FINISHED:
-                        pending.add(ev.seq)
-                    yield _row_message(hub if shared else None, render, ev, p, times)
-                    sent = hub.positions[wake] = ev.seq
+                # Everything this wake-up sends goes out as one chunk: one write per
+                # stream per change, however many events the change brought.
+                chunk = _journal_messages(
+                    hub if shared else None, render, events, times, patches, pending
+                )
+                if events:
+                    sent = hub.positions[wake] = events[-1].seq
                 if len(pending) > PENDING_KEPT:  # the newest: a kernel plans in seq order
                     pending = set(sorted(pending)[-PENDING_KEPT:])
                 first = not sent_parts
                 delta = render.state(snap, sent_parts)
                 if delta or first:  # the first one even if empty: the page is current
-                    yield _message("state", {"status": snap.info.status.value, **delta})
+                    chunk.append(_message("state", {"status": snap.info.status.value, **delta}))
                 info = snap.info
-                if info.status in TERMINAL_RUN and sent >= info.last_seq:
-                    yield _message("end", {"status": info.status.value})
+                ended = info.status in TERMINAL_RUN and sent >= info.last_seq
+                if ended:
+                    chunk.append(_message("end", {"status": info.status.value}))
+                if chunk:
+                    yield "".join(chunk)
+                if ended:
                     return
                 if hub.snapshot is not None and hub.snapshot.version != seen_version:
                     continue  # it moved while this stream was sending

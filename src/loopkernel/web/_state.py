@@ -25,6 +25,7 @@ from loopkernel.web import _views as views
 from loopkernel.web._auth import CSRF_COOKIE, Auth
 from loopkernel.web._graph import Layout
 from loopkernel.web._live import Hub, Snapshot, Watcher
+from loopkernel.web._rows import journal_row, patch_cell
 
 __all__ = [
     "Background",
@@ -78,6 +79,7 @@ def templates() -> Environment:
         autoescape=select_autoescape(default=True, default_for_string=True),
         trim_blocks=True,
         lstrip_blocks=True,
+        auto_reload=False,  # they ship with the package: no stat of the file per render
     )
     env.filters["age"] = views.age
     env.filters["ts"] = views.timestamp
@@ -86,6 +88,8 @@ def templates() -> Environment:
     env.filters["duration"] = views.duration
     env.filters["q"] = lambda s: quote(str(s), safe="")
     env.globals["approval_of"] = views.approval_of
+    env.globals["journal_row"] = journal_row
+    env.globals["patch_cell"] = patch_cell
     env.globals["task_time"] = views.task_time
     env.globals["now_ts"] = time.time
     return env
