@@ -592,10 +592,6 @@ class Client:
 
     async def graph(self, run_id: str) -> GraphState:
         """The run's materialized graph: tasks with their states, and edges."""
-        only = getattr(self.store, "graph_state", None)  # without the journal scan
-        if only is not None:
-            state: GraphState = await only(RunId(run_id))
-            return state
         return (await self.store.load_run(RunId(run_id))).state
 
     async def events(self, run_id: str, after: int = 0) -> list[Event]:

@@ -305,21 +305,6 @@ def _info_sql(agg: str, now: str) -> str:
     )
 
 
-def _state_of(run_id: RunId, info: RunInfo, tasks: list[Any], edges: list[Any]) -> GraphState:
-    state = GraphState(
-        run_id=run_id,
-        app=info.app,
-        params=info.params,
-        status=info.status,
-        verdict=info.verdict,
-    )
-    for row in tasks:
-        task = task_from_row(row)
-        state.tasks[task.task_id] = task
-    state.link(edges)
-    return state
-
-
 def _info(row: Any) -> RunInfo:
     info = run_info_from_row(row, last_seq=int(row[10]), task_counts=loads(row[11]) or {})
     lease, wake = (None if v is None else float(v) for v in row[13:15])
@@ -531,28 +516,23 @@ class SQLStore(InspectorReads):
 
         run, lease, tasks, edges, unplanned = await self._call(body, "snapshot")
         info = _info(run)
+        state = GraphState(
+            run_id=run_id,
+            app=info.app,
+            params=info.params,
+            status=info.status,
+            verdict=info.verdict,
+        )
+        for row in tasks:
+            task = task_from_row(row)
+            state.tasks[task.task_id] = task
+        state.link(edges)
         return LoadedRun(
             info=info,
-            state=_state_of(run_id, info, tasks, edges),
+            state=state,
             unplanned=tuple(event_from_row(run_id, r) for r in unplanned),
             free_epoch=int(lease[1]) if lease[0] is None else None,  # nobody holds it
         )
-
-    async def graph_state(self, run_id: RunId) -> GraphState:
-        """The run's materialized graph alone (``load_run``'s ``state``), without the scan
-        of its journal for unplanned events: what a reader polling a long run needs."""
-        info_sql = f"{_info_sql(self.dialect.OBJECT_AGG, self.dialect.NOW)} WHERE r.run_id = ?"
-        tasks_sql = f"SELECT {TASK_COLUMNS} FROM tasks WHERE run_id = ? ORDER BY task_id"
-
-        def body(cur: Cursor) -> tuple[Any, ...]:
-            key = (run_id,)
-            run = cur.one(info_sql, key)
-            if run is None:
-                raise self._not_found(run_id)
-            return run, cur.all(tasks_sql, key), cur.all(_EDGES, key)
-
-        run, tasks, edges = await self._call(body, "snapshot")
-        return _state_of(run_id, _info(run), tasks, edges)
 
     async def set_status(
         self,

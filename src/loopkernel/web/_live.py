@@ -59,7 +59,15 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from loopkernel.client import Client, approver_text
-from loopkernel.graph import JSON, TERMINAL_RUN, Event, EventKind, GraphState, TaskState
+from loopkernel.graph import (
+    JSON,
+    TERMINAL_RUN,
+    UNPLANNED_EVENTS,
+    Event,
+    EventKind,
+    GraphState,
+    TaskState,
+)
 from loopkernel.store import PatchRecord, RunInfo
 
 __all__ = ["Hub", "Renderers", "Snapshot", "Watcher", "once", "stream"]
@@ -113,6 +121,16 @@ class Snapshot:
     key: str
     """A digest of what the snapshot was read at (status, times, seqs, counts): equal for
     equal states, so a page rendered from it tells its stream it needs no catching up."""
+
+
+async def _graph_of(client: Client, info: RunInfo) -> GraphState:
+    """The run's graph, from the store's ``graph_of`` where it has one: without the scan
+    of the whole journal ``Client.graph`` (``load_run``) makes on every refresh."""
+    read = getattr(client.store, "graph_of", None)
+    if read is None:
+        return await client.graph(info.run_id)
+    state: GraphState = await read(info)
+    return state
 
 
 def once(snap: Snapshot, key: object, make: Callable[[], T]) -> T:
@@ -174,7 +192,7 @@ class Hub:
             if key == self._key and self.snapshot is not None:
                 return False
             await self._read_journal()
-            state = await self.client.graph(self.run_id)
+            state = await _graph_of(self.client, info)
             times = await self.client.task_times(self.run_id)
             self._key = key
             self.version += 1
@@ -408,7 +426,7 @@ def _journal_messages(
             out.append(_patch_message(hub, render, seq, patches))
     for ev in events:
         p = patches.get(ev.seq)
-        if p is None and ev.kind is not EventKind.RUN_FINISHED:
+        if p is None and ev.kind not in UNPLANNED_EVENTS:
             pending.add(ev.seq)
         out.append(_row_message(hub, render, ev, p, times))
     return out

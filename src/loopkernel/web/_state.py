@@ -110,16 +110,21 @@ class Background:
     def start(self, run_id: str, by: dict[str, str] | None = None) -> None:
         """Execute ``run_id`` in the background (``by``: who asked, for the log);
         refused when it already runs here or the server is not serving (no lifespan)."""
-        if self.group is None:
-            raise Refused(503, "this server is not running its background executor")
-        if run_id in self.running:
-            raise Refused(409, f"run {run_id} is already being resumed here")
+        self.check(run_id)
+        assert self.group is not None
         log.warning(
             "run %s executed here, asked by %s",
             run_id,
             approver_text({"actor": "operator", **(by or {})}),
         )
         self.running[run_id] = self.group.create_task(self._execute(run_id))
+
+    def check(self, run_id: str) -> None:
+        """Refused (as ``start`` would be) unless ``run_id`` can start here now."""
+        if self.group is None:
+            raise Refused(503, "this server is not running its background executor")
+        if run_id in self.running:
+            raise Refused(409, f"run {run_id} is already being resumed here")
 
     async def _execute(self, run_id: str) -> None:
         try:
