@@ -69,8 +69,10 @@ from loopkernel.graph import (
     TaskState,
 )
 from loopkernel.store import PatchRecord, RunInfo
+from loopkernel.web._graph import natural_key
+from loopkernel.web._views import failure_traceback, preview
 
-__all__ = ["Hub", "Renderers", "Snapshot", "Watcher", "once", "stream"]
+__all__ = ["Failure", "Hub", "Renderers", "Snapshot", "Watcher", "failures_of", "once", "stream"]
 
 log = logging.getLogger("loopkernel.web")
 T = TypeVar("T")
@@ -89,6 +91,43 @@ patch committed while the browser was away replaces the placeholder it still sho
 PENDING_KEPT = 4 * RESEND_WINDOW
 """Unplanned rows a stream waits for the patch of, at most (the newest): events nobody
 plans (a store-level writer's) cost a stream nothing past that."""
+
+
+FAILURES_SHOWN = 5
+"""Failed tasks whose error and traceback the run page shows (the first, by id)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Failure:
+    """A failed task as the run page's failure card shows it."""
+
+    task_id: str
+    type: str
+    """The error's type (``ValueError``), or ``error`` when the error does not say."""
+    message: str
+    """The error's message, cut at 300 characters."""
+    traceback: str | None
+    """Of its latest failure (its ``task_failed`` event keeps it), when one was journaled."""
+
+
+async def failures_of(client: Client, run_id: str, state: GraphState) -> tuple[Failure, ...]:
+    """The run's failed tasks (at most ``FAILURES_SHOWN``, by id): each one's error and
+    the traceback of its latest failure."""
+    failed = sorted(state.in_state(TaskState.FAILED), key=lambda t: natural_key(t.task_id))
+    out = []
+    for task in failed[:FAILURES_SHOWN]:
+        events = await client.task_events(run_id, task.task_id)
+        error = task.error if isinstance(task.error, dict) else {"message": task.error}
+        kind, message = error.get("type"), error.get("message")
+        out.append(
+            Failure(
+                task_id=task.task_id,
+                type=kind if isinstance(kind, str) else "error",
+                message=preview(message if message is not None else task.error, 300),
+                traceback=failure_traceback(task, events),
+            )
+        )
+    return tuple(out)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -115,6 +154,8 @@ class Snapshot:
     """The highest seq a patch answers: every event up to it is planned."""
     times: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
     """task -> (started, finished), epoch seconds (``Client.task_times``)."""
+    failures: tuple[Failure, ...] = ()
+    """The run's failed tasks the page shows (at most ``FAILURES_SHOWN``, by id)."""
     memo: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
     """What the streams of the run render from this snapshot, rendered once for all of
     them (``once``): the header, task rows, boxes and their marks."""
@@ -160,6 +201,8 @@ class Hub:
     _asks: dict[str, tuple[int, dict[str, JSON]]] = field(default_factory=dict)
     """task -> (wait epoch, call) of its latest approval_required event with a call."""
     _cancel: bool = False
+    _failures: tuple[tuple[tuple[str, int], ...], tuple[Failure, ...]] = ((), ())
+    """(failed task, attempts) of the last read -> their failures: read again on change."""
     recent: list[Event] = field(default_factory=list)
     """The run's last events (at most ``2 * RING``), in seq order: every one after
     ``floor``."""
@@ -194,6 +237,11 @@ class Hub:
             await self._read_journal()
             state = await _graph_of(self.client, info)
             times = await self.client.task_times(self.run_id)
+            failed = tuple(
+                sorted((t.task_id, t.attempts) for t in state.in_state(TaskState.FAILED))
+            )
+            if failed != self._failures[0]:
+                self._failures = (failed, await failures_of(self.client, self.run_id, state))
             self._key = key
             self.version += 1
             answered, answered_by = {}, {}
@@ -219,6 +267,7 @@ class Hub:
                 cancel_requested=self._cancel and info.status not in TERMINAL_RUN,
                 planned=self._planned,
                 times=times,
+                failures=self._failures[1],
                 key=digest(repr(key)),
             )
         for wake in list(self.subscribers):

@@ -285,6 +285,7 @@ class Inspector:
             "answered": snap.answered,
             "answered_by": snap.answered_by,
             "pending": snap.pending,
+            "failures": snap.failures,
             "graph": views.graph_of(state, snap.late),
             "late": snap.late,
             "task_times": snap.times,

@@ -82,6 +82,15 @@ class _PageView:
                 out["actions"] = lk.fragment(
                     "_actions.html", csrf=self.csrf, operator=self.operator, **ctx
                 )
+        failures, d = once(
+            snap,
+            "failures",
+            lambda: _digested(lk.fragment("_failures.html", failures=snap.failures, **ctx)),
+        )
+        if sent.get("failures") != d:
+            sent["failures"] = d
+            if not fresh:
+                out["failures"] = failures
         rows = self._task_rows(snap, sent, fresh, ctx)
         if rows:
             out["tasks"] = rows
