@@ -425,6 +425,43 @@ def print_goals(g: dict[str, Any], fan: dict[str, float], tasks: int, events: in
         print(f"| {label} | {value} | {goal} |")
 
 
+def print_tables(results: dict[str, Any], args: argparse.Namespace) -> None:
+    """The page, big-run, live-update and commit-to-screen tables, per store."""
+    print(f"\n| store | run page ({args.events} events) | HTML | server | browser load |")
+    print("|---|---|---|---|---|")
+    for kind, r in results.items():
+        for label, key in (("last 500 entries", "page_load"), ("?journal=all", "page_load_all")):
+            p = r[key]
+            print(
+                f"| {kind} | {label} | {p['html_bytes'] / 1e6:.2f} MB "
+                f"| {p['server_total_ms']:.0f} ms | {p['browser_load_ms']:.0f} ms |"
+            )
+    print(f"\n| store | run page ({args.tasks} tasks) | HTML | budget | server | browser load |")
+    print("|---|---|---|---|---|---|")
+    for kind, r in results.items():
+        for label, key in (("fan-out", "fan_page"), ("chain", "chain_page")):
+            p = r[key]
+            ok = "under" if p["html_bytes"] < PAGE_BUDGET_BYTES else "OVER"
+            print(
+                f"| {kind} | {label} | {p['html_bytes'] / 1e3:.0f} KB "
+                f"| {ok} {PAGE_BUDGET_BYTES / 1e3:.0f} KB "
+                f"| {p['server_total_ms']:.0f} ms | {p['browser_load_ms']:.0f} ms |"
+            )
+    print(f"\n| store | live update ({args.tasks}-task fan-out) | median | max | graph + table |")
+    print("|---|---|---|---|---|")
+    for kind, r in results.items():
+        u = r["live_update"]
+        print(
+            f"| {kind} | one task finishes | {u['median_bytes']:.0f} B | {u['max_bytes']} B "
+            f"| {u['full_graph_and_table_bytes'] / 1e6:.2f} MB |"
+        )
+    print(f"\n| store | commit → screen ({args.samples} events): median | p95 | max |")
+    print("|---|---|---|---|")
+    for kind, r in results.items():
+        c = r["commit_to_screen"]
+        print(f"| {kind} | {c['median_ms']:.1f} ms | {c['p95_ms']:.1f} ms | {c['max_ms']:.1f} ms |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=10_000)
@@ -485,39 +522,7 @@ def main() -> None:
             if pg is not None:
                 drop_pg(pg)
     goals = results.pop("goals")
-    print(f"\n| store | run page ({args.events} events) | HTML | server | browser load |")
-    print("|---|---|---|---|---|")
-    for kind, r in results.items():
-        for label, key in (("last 500 entries", "page_load"), ("?journal=all", "page_load_all")):
-            p = r[key]
-            print(
-                f"| {kind} | {label} | {p['html_bytes'] / 1e6:.2f} MB "
-                f"| {p['server_total_ms']:.0f} ms | {p['browser_load_ms']:.0f} ms |"
-            )
-    print(f"\n| store | run page ({args.tasks} tasks) | HTML | budget | server | browser load |")
-    print("|---|---|---|---|---|---|")
-    for kind, r in results.items():
-        for label, key in (("fan-out", "fan_page"), ("chain", "chain_page")):
-            p = r[key]
-            ok = "under" if p["html_bytes"] < PAGE_BUDGET_BYTES else "OVER"
-            print(
-                f"| {kind} | {label} | {p['html_bytes'] / 1e3:.0f} KB "
-                f"| {ok} {PAGE_BUDGET_BYTES / 1e3:.0f} KB "
-                f"| {p['server_total_ms']:.0f} ms | {p['browser_load_ms']:.0f} ms |"
-            )
-    print(f"\n| store | live update ({args.tasks}-task fan-out) | median | max | graph + table |")
-    print("|---|---|---|---|---|")
-    for kind, r in results.items():
-        u = r["live_update"]
-        print(
-            f"| {kind} | one task finishes | {u['median_bytes']:.0f} B | {u['max_bytes']} B "
-            f"| {u['full_graph_and_table_bytes'] / 1e6:.2f} MB |"
-        )
-    print(f"\n| store | commit → screen ({args.samples} events): median | p95 | max |")
-    print("|---|---|---|---|")
-    for kind, r in results.items():
-        c = r["commit_to_screen"]
-        print(f"| {kind} | {c['median_ms']:.1f} ms | {c['p95_ms']:.1f} ms | {c['max_ms']:.1f} ms |")
+    print_tables(results, args)
     print_goals(goals, results["sqlite"]["fan_page"], args.tasks, args.events)
     write_results(
         "web",
