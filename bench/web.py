@@ -21,7 +21,14 @@ Two numbers, both through a real ``loopkernel serve`` subprocess and the system 
   moment the row enters its DOM (a MutationObserver, same machine clock). SQLite wakes
   the server by polling ``PRAGMA data_version`` every 20 ms; PostgreSQL by LISTEN/NOTIFY.
 
-Prints a table and writes bench/results/web.json.
+- **issue 29's goals** (item 7), on SQLite: ``--viewers`` live streams of a running run
+  of ``--watch-events`` events against the same run unwatched (``--rounds`` pairs in
+  turn, medians: ``bench.web_viewers``), commit to receipt p50/p95, a fresh viewer's
+  first event, the server's RSS; the ``--tasks``-task run page's HTML and its first
+  contentful paint in Chromium; the longest cheap request while ``/at/SEQ`` of the
+  ``--events`` run is rebuilt. Printed last, each beside its goal, with the load.
+
+Prints tables and writes bench/results/web.json.
 """
 
 from __future__ import annotations
@@ -231,7 +238,7 @@ def page_load(url: str, path: str, browser: Any, repeats: int) -> dict[str, floa
                 ttfb.append(time.perf_counter() - t0)
                 size = len(first) + sum(len(c) for c in chunks)
             whole.append(time.perf_counter() - t0)
-    loads = []
+    loads, paints = [], []
     for _ in range(repeats):
         page = browser.new_page()
         page.goto(url + path, wait_until="load", timeout=120_000)
@@ -240,12 +247,20 @@ def page_load(url: str, path: str, browser: Any, repeats: int) -> dict[str, floa
             " return n.loadEventEnd - n.requestStart; }"
         )
         loads.append(nav / 1000)
+        # first contentful paint, from the navigation's start (Paint Timing)
+        paint = page.evaluate(
+            "() => { const p = performance.getEntriesByName('first-contentful-paint')[0];"
+            " return p ? p.startTime : null; }"
+        )
+        if paint is not None:
+            paints.append(paint / 1000)
         page.close()
     return {
         "html_bytes": size,
         "server_ttfb_ms": statistics.median(ttfb) * 1000,
         "server_total_ms": statistics.median(whole) * 1000,
         "browser_load_ms": statistics.median(loads) * 1000,
+        "first_paint_ms": statistics.median(paints) * 1000 if paints else float("nan"),
     }
 
 
@@ -327,6 +342,130 @@ def drop_pg(url: str) -> None:
         conn.execute(f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1]} WITH (FORCE)")
 
 
+def viewers_goals(db: str, tmp: Path, viewers: int, events: int, rounds: int) -> dict[str, Any]:
+    """Issue 29's item 7 beside ``bench.web_viewers``'s figures: ``viewers`` live streams of
+    a running run of ``events`` events against the same run unwatched (``rounds`` pairs,
+    medians), commit to receipt, a fresh viewer, the server's RSS; and the longest other
+    request while ``/at/SEQ`` of the ``big`` run is rebuilt."""
+    from bench import web_viewers as wv
+
+    for r in range(rounds):
+        run_async(big_run(db, f"alone{r}", 1))
+        run_async(big_run(db, f"watched{r}", 1))
+    proc, url = serve(db, tmp, "--max-streams", str(viewers + 8))
+    alone, seen, loads = [], [], []
+    try:
+        for r in range(rounds):
+            loads.append(os.getloadavg()[0])
+            alone.append(wv.write(db, f"alone{r}", events, 10)["wall_s"])
+            seen.append(wv.watched(db, url, proc.pid, f"watched{r}", viewers, events, 10))
+        fresh = wv.fresh_viewer(url, f"watched{rounds - 1}", events + 1)
+        last = run_async(_last_seq(db, "big"))
+        at = wv.others_wait(url, "big", last // 2)
+    finally:
+        stop(proc)
+    med = {k: statistics.median(one[k] for one in seen) for k in ("wall_s", "p50_ms", "p95_ms")}
+    return {
+        "viewers": viewers,
+        "events": events,
+        "rounds": rounds,
+        "load_averages": loads,
+        "unwatched_wall_s": statistics.median(alone),
+        "watched": med,
+        "missing": sum(one["missing"] for one in seen),
+        "watched_over_unwatched": med["wall_s"] / statistics.median(alone),
+        "fresh_viewer_ms": fresh,
+        "rss_kb": max(one["rss_kb"] for one in seen),
+        "at_seq": last // 2,
+        "at": at,
+    }
+
+
+async def _last_seq(db: str, run_id: str) -> int:
+    store = open_store(db)
+    await store.open()
+    try:
+        return await store.last_seq(RunId(run_id))
+    finally:
+        await store.close()
+
+
+def print_goals(g: dict[str, Any], fan: dict[str, float], tasks: int, events: int) -> None:
+    """Every figure of issue 29's item 7, with its goal beside it."""
+    w = g["watched"]
+    rows = [
+        (
+            f"run wall time, {g['viewers']} viewers / unwatched ({g['events']} events)",
+            f"{w['wall_s']:.2f} s / {g['unwatched_wall_s']:.2f} s = "
+            f"{g['watched_over_unwatched']:.2f}x",
+            "<= 1.1x",
+        ),
+        (
+            "commit -> receipt p50 / p95",
+            f"{w['p50_ms']:.0f} / {w['p95_ms']:.0f} ms ({g['missing']} missed)",
+            "p95 <= 1000 ms",
+        ),
+        ("fresh viewer, first event", f"{g['fresh_viewer_ms']:.0f} ms", ""),
+        (f"server RSS, {g['viewers']} viewers", f"{g['rss_kb'] / 1024:.0f} MiB", ""),
+        (f"{tasks}-task run page, HTML", f"{fan['html_bytes'] / 1e3:.0f} KB", "<= 150 KB"),
+        (
+            f"{tasks}-task run page, first paint in Chromium",
+            f"{fan['first_paint_ms']:.0f} ms (load {fan['browser_load_ms']:.0f} ms)",
+            "<= 1000 ms",
+        ),
+        (
+            f"longest other request while /at/{g['at_seq']} of {events} events is served",
+            f"{g['at']['others_worst_ms']:.0f} ms (the /at itself {g['at']['at_ms']:.0f} ms)",
+            "<= 100 ms",
+        ),
+    ]
+    low, high = min(g["load_averages"]), max(g["load_averages"])
+    print(
+        f"\n| issue 29, item 7 (SQLite; load {low:.1f}-{high:.1f} on {os.cpu_count()} cores) "
+        "| measured | goal |"
+    )
+    print("|---|---|---|")
+    for label, value, goal in rows:
+        print(f"| {label} | {value} | {goal} |")
+
+
+def print_tables(results: dict[str, Any], args: argparse.Namespace) -> None:
+    """The page, big-run, live-update and commit-to-screen tables, per store."""
+    print(f"\n| store | run page ({args.events} events) | HTML | server | browser load |")
+    print("|---|---|---|---|---|")
+    for kind, r in results.items():
+        for label, key in (("last 500 entries", "page_load"), ("?journal=all", "page_load_all")):
+            p = r[key]
+            print(
+                f"| {kind} | {label} | {p['html_bytes'] / 1e6:.2f} MB "
+                f"| {p['server_total_ms']:.0f} ms | {p['browser_load_ms']:.0f} ms |"
+            )
+    print(f"\n| store | run page ({args.tasks} tasks) | HTML | budget | server | browser load |")
+    print("|---|---|---|---|---|---|")
+    for kind, r in results.items():
+        for label, key in (("fan-out", "fan_page"), ("chain", "chain_page")):
+            p = r[key]
+            ok = "under" if p["html_bytes"] < PAGE_BUDGET_BYTES else "OVER"
+            print(
+                f"| {kind} | {label} | {p['html_bytes'] / 1e3:.0f} KB "
+                f"| {ok} {PAGE_BUDGET_BYTES / 1e3:.0f} KB "
+                f"| {p['server_total_ms']:.0f} ms | {p['browser_load_ms']:.0f} ms |"
+            )
+    print(f"\n| store | live update ({args.tasks}-task fan-out) | median | max | graph + table |")
+    print("|---|---|---|---|---|")
+    for kind, r in results.items():
+        u = r["live_update"]
+        print(
+            f"| {kind} | one task finishes | {u['median_bytes']:.0f} B | {u['max_bytes']} B "
+            f"| {u['full_graph_and_table_bytes'] / 1e6:.2f} MB |"
+        )
+    print(f"\n| store | commit → screen ({args.samples} events): median | p95 | max |")
+    print("|---|---|---|---|")
+    for kind, r in results.items():
+        c = r["commit_to_screen"]
+        print(f"| {kind} | {c['median_ms']:.1f} ms | {c['p95_ms']:.1f} ms | {c['max_ms']:.1f} ms |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=10_000)
@@ -335,6 +474,11 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=10_000)
     parser.add_argument("--updates", type=int, default=20)
     parser.add_argument("--no-pg", action="store_true")
+    parser.add_argument("--viewers", type=int, default=200, help="live streams of one run")
+    parser.add_argument(
+        "--watch-events", type=int, default=None, help="the watched run's events (--events)"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="unwatched/watched pairs")
     args = parser.parse_args()
     os.environ["PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD"] = "1"
     from playwright.sync_api import sync_playwright
@@ -370,46 +514,24 @@ def main() -> None:
                     }
                 finally:
                     stop(proc)
+                if kind == "sqlite":
+                    watch = args.watch_events or args.events
+                    with ThreadPoolExecutor(1) as pool:  # off Playwright's loop
+                        goals = pool.submit(
+                            viewers_goals, db, tmp, args.viewers, watch, args.rounds
+                        )
+                        results["goals"] = goals.result()
         finally:
             browser.close()
             if pg is not None:
                 drop_pg(pg)
-    print(f"\n| store | run page ({args.events} events) | HTML | server | browser load |")
-    print("|---|---|---|---|---|")
-    for kind, r in results.items():
-        for label, key in (("last 500 entries", "page_load"), ("?journal=all", "page_load_all")):
-            p = r[key]
-            print(
-                f"| {kind} | {label} | {p['html_bytes'] / 1e6:.2f} MB "
-                f"| {p['server_total_ms']:.0f} ms | {p['browser_load_ms']:.0f} ms |"
-            )
-    print(f"\n| store | run page ({args.tasks} tasks) | HTML | budget | server | browser load |")
-    print("|---|---|---|---|---|---|")
-    for kind, r in results.items():
-        for label, key in (("fan-out", "fan_page"), ("chain", "chain_page")):
-            p = r[key]
-            ok = "under" if p["html_bytes"] < PAGE_BUDGET_BYTES else "OVER"
-            print(
-                f"| {kind} | {label} | {p['html_bytes'] / 1e3:.0f} KB "
-                f"| {ok} {PAGE_BUDGET_BYTES / 1e3:.0f} KB "
-                f"| {p['server_total_ms']:.0f} ms | {p['browser_load_ms']:.0f} ms |"
-            )
-    print(f"\n| store | live update ({args.tasks}-task fan-out) | median | max | graph + table |")
-    print("|---|---|---|---|---|")
-    for kind, r in results.items():
-        u = r["live_update"]
-        print(
-            f"| {kind} | one task finishes | {u['median_bytes']:.0f} B | {u['max_bytes']} B "
-            f"| {u['full_graph_and_table_bytes'] / 1e6:.2f} MB |"
-        )
-    print(f"\n| store | commit → screen ({args.samples} events): median | p95 | max |")
-    print("|---|---|---|---|")
-    for kind, r in results.items():
-        c = r["commit_to_screen"]
-        print(f"| {kind} | {c['median_ms']:.1f} ms | {c['p95_ms']:.1f} ms | {c['max_ms']:.1f} ms |")
+    goals = results.pop("goals")
+    print_tables(results, args)
+    print_goals(goals, results["sqlite"]["fan_page"], args.tasks, args.events)
     write_results(
         "web",
         {
+            "goals": goals,
             "events": args.events,
             "samples": args.samples,
             "tasks": args.tasks,

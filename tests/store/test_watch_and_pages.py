@@ -93,3 +93,22 @@ def test_wait_for_journal_wakes_when_another_writer_appends(backend: Backend) ->
             await writer.close()
 
     backend.run(body)
+
+
+def test_a_commit_between_two_waits_wakes_the_second(backend: Backend) -> None:
+    """A reader wakes, reads the journal, and waits again: what was committed after its
+    wake-up (while it read) wakes the next wait at once, not a poll interval later."""
+
+    async def body(watcher: Store) -> None:
+        await new_run(watcher, "b", "a")
+        await watcher.wait_for_journal(0.01)  # connect (PostgreSQL: LISTEN) first
+        writer = backend.store()
+        await writer.open()
+        try:
+            await watcher.wait_for_journal(0.05)  # the journal stands still: times out
+            await writer.append_events(RunId("b"), [NewEvent(kind=EventKind.TOOL_RESTARTED)])
+            await asyncio.wait_for(watcher.wait_for_journal(60), 30)  # between: woken
+        finally:
+            await writer.close()
+
+    backend.run(body)

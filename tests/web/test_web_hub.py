@@ -16,6 +16,7 @@ from loopkernel.ids import RunId
 from loopkernel.store import NewEvent
 from loopkernel.web import _live
 from loopkernel.web._live import Renderers, Watcher, stream
+from loopkernel.web._stream import tag
 
 VIEWERS = 20
 
@@ -37,14 +38,18 @@ async def _append(client: Client, run_id: str, n: int) -> int:
     return (await client.store.append_events(RunId(run_id), news))[-1].seq
 
 
-async def _follow(messages: Any, until: int) -> list[str]:
-    """The journal messages of one stream until the one of seq ``until``."""
+async def _follow(messages: Any, until: int, writes: list[int] | None = None) -> list[str]:
+    """The journal messages of one stream until the one of seq ``until`` (a stream sends
+    what one wake-up brought as one chunk of messages)."""
     got: list[str] = []
-    async for message in messages:
-        if "event: journal" in message:
-            got.append(message)
-            if message.startswith(f"id: {until}\n"):
-                return got
+    async for chunk in messages:
+        if writes is not None and "event: journal" in chunk:
+            writes.append(1)
+        for message in chunk.split("\n\n"):
+            if "event: journal" in message:
+                got.append(message)
+                if message.startswith(f"id: {until}\n"):
+                    return got
     raise AssertionError("the stream ended early")
 
 
@@ -75,10 +80,11 @@ def test_many_viewers_of_one_run_cost_one_read_per_change(db_path: Path) -> None
                 while "event: state" not in await anext(s):
                     pass  # the patches of the events before ``after``, sent again
             calls.clear()
+            writes: list[int] = []
             end = await _append(client, run_id, 5)
             try:
                 async with asyncio.timeout(30):
-                    seen = await asyncio.gather(*(_follow(s, end) for s in streams))
+                    seen = await asyncio.gather(*(_follow(s, end, writes) for s in streams))
             finally:
                 for s in streams:
                     await s.aclose()
@@ -91,6 +97,8 @@ def test_many_viewers_of_one_run_cost_one_read_per_change(db_path: Path) -> None
             assert renders["row"] == 5, renders  # each row rendered once, not once a viewer
             # The hub's reads, however many viewers: a few rounds, never one per stream.
             assert calls["events"] <= 3 and calls["event_times"] <= 3, calls
+            # And one write per stream per change: the five rows in a chunk, not five.
+            assert len(writes) <= 3 * VIEWERS, len(writes)
 
     run_async(go())
 
@@ -127,3 +135,52 @@ def test_a_viewer_behind_the_window_catches_up_from_its_last_seq(
             assert seqs == list(range(first + 1, end + 1))  # none lost, none doubled
 
     run_async(go())
+
+
+def test_the_shared_stream_tags_every_message_of_a_chunk() -> None:
+    """A view's stream sends what one wake-up brought as one chunk; the shared stream
+    (``/live``) tags each message in it with the view's id, drops ids and comments."""
+    chunk = (
+        'id: 7\nevent: journal\ndata: {"seq":7,"html":"<tr>"}\n\n'
+        'event: patch\ndata: {"seq":6,"html":"<td>"}\n\n'
+        "event: state\ndata: {}\n\n"
+    )
+    assert tag("v{1}", chunk) == (
+        'event: journal\ndata: {"sub":"v{1}","seq":7,"html":"<tr>"}\n\n'
+        'event: patch\ndata: {"sub":"v{1}","seq":6,"html":"<td>"}\n\n'
+        'event: state\ndata: {"sub":"v{1}"}\n\n'
+    )
+    assert tag("v", "retry: 1000\n\n: keepalive every 15 s\n\n") is None
+
+
+def test_a_burst_goes_out_in_bounded_chunks(db_path: Path, monkeypatch: Any) -> None:
+    """A burst of events is written in chunks of at most ``CHUNK_EVENTS`` rows, in order,
+    none lost, none doubled: a viewer's memory stays bounded however fast the run goes."""
+    monkeypatch.setattr(_live, "CHUNK_EVENTS", 4)
+    run_id, _ = make_run(db_path, "lk_testapps:gate")
+
+    async def go() -> tuple[list[int], list[int], list[int]]:
+        async with Client(str(db_path)) as client:
+            first = (await client.info(run_id)).last_seq
+            end = await _append(client, run_id, 10)  # journaled before the stream reads
+            watcher = Watcher(client=client, poll_seconds=0.05, max_streams=1)
+            s = stream(client, watcher, run_id, first, _renderers(Counter()))
+            sizes: list[int] = []
+            seqs: list[int] = []
+            try:
+                async with asyncio.timeout(30):
+                    async for chunk in s:
+                        rows = [m for m in chunk.split("\n\n") if "event: journal" in m]
+                        if rows:
+                            sizes.append(len(rows))
+                            seqs += [int(m.split("\n", 1)[0][4:]) for m in rows]
+                        if seqs and seqs[-1] == end:
+                            break
+            finally:
+                await s.aclose()
+                await watcher.stop()
+            return sizes, seqs, list(range(first + 1, end + 1))
+
+    sizes, seqs, expected = run_async(go())
+    assert seqs == expected  # none lost, none doubled, in order
+    assert max(sizes) <= 4 and len(sizes) >= 3, sizes

@@ -5,6 +5,7 @@ refusing every payload the CLI refuses."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import subprocess
 from collections.abc import Iterator
@@ -204,3 +205,50 @@ def test_serve_refuses_an_operators_file_it_cannot_read(db_path: Path, tmp_path:
     )
     assert done.returncode == 2
     assert "line 1: expected NAME SHA256-OF-TOKEN" in done.stderr
+
+
+def test_each_resume_and_fork_from_the_page_names_the_operator(named: Served) -> None:
+    """A resume and a fork from the inspector are journaled (``run_resumed``) with who
+    made them, unplanned (no planner sees them), and shown in the journal."""
+    gated, _ = make_run(named.db, "lk_testapps:gate")  # waiting: a resume runs it on, to wait
+    with _sign_in(named, ALICE) as alice:
+        csrf = csrf_of(alice, f"/runs/{gated}")
+        done = alice.post(f"/runs/{gated}/resume", data={"csrf": csrf})
+        assert done.status_code == 303, done.text
+    with named.client() as script:  # bob, as a script: a fork at event 2
+        done = script.post(
+            f"/runs/{gated}/fork", data={"at": "2"}, headers={"Authorization": f"Bearer {BOB}"}
+        )
+        assert done.status_code == 303, done.text
+        forked = done.headers["location"].split("?")[0].removeprefix("/runs/")
+    (resumed,) = _events(named.db, gated, EventKind.RUN_RESUMED)
+    assert resumed["action"] == "resume"
+    assert resumed["by"] == {
+        "actor": "operator",
+        "via": "web inspector",
+        "name": "alice",
+        "address": "127.0.0.1",
+    }
+    (made,) = _events(named.db, forked, EventKind.RUN_RESUMED)
+    assert (made["action"], made["source"], made["at"]) == ("fork", gated, 2)
+    assert made["by"]["name"] == "bob" and made["by"]["via"] == "web API, Bearer"
+
+    async def unplanned() -> list[int]:
+        async with Client(named.db) as client:
+            held = False
+            for _ in range(200):  # until the background execution took the run and let go
+                owner = (await client.info(gated)).owner
+                if held and owner is None:
+                    break
+                held = held or owner is not None
+                await asyncio.sleep(0.02)
+            events = await client.events(gated)
+            seq = next(e.seq for e in events if e.kind is EventKind.RUN_RESUMED)
+            return [p.event_seq for p in await client.patches(gated) if p.event_seq == seq]
+
+    assert run_async(unplanned()) == []  # for the record: no planner saw it
+    with named.client() as http:
+        journal = http.get(f"/runs/{gated}").text.split('id="journal"', 1)[1]
+        assert "resumed by operator alice (web inspector, 127.0.0.1)" in journal
+        journal = http.get(f"/runs/{forked}").text.split('id="journal"', 1)[1]
+        assert f"forked from {gated} at #2 by operator bob (web API, Bearer" in journal

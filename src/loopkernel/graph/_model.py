@@ -105,11 +105,16 @@ class EventKind(StrEnum):
     TIMER_FIRED = "timer_fired"
     """A waiting task's wake-up time came (``GraphPatch.sleep``, an approval's timeout):
     journaled once per wait, then answered by the kernel (docs/operations.md)."""
+    RUN_RESUMED = "run_resumed"
+    """An operator resumed the run, or made it as a fork, from the web inspector: who
+    (``by``), what (``action``: ``resume`` or ``fork``; a fork's ``source`` and ``at``).
+    For the record: unplanned, it wakes nobody and changes nothing."""
     RUN_FINISHED = "run_finished"
 
 
-UNPLANNED_EVENTS = frozenset({EventKind.RUN_FINISHED})
-"""Events no planner sees: ``run_finished`` closes the journal."""
+UNPLANNED_EVENTS = frozenset({EventKind.RUN_FINISHED, EventKind.RUN_RESUMED})
+"""Events no planner sees: ``run_finished`` closes the journal; ``run_resumed`` records
+who resumed or forked the run."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

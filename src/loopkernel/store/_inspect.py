@@ -1,19 +1,20 @@
 """The queries only the web inspector asks (``Client``'s read helpers compose them): a
-run's forks, one task's events, when each event was journaled, when each task ran, and
-how many runs there are of each status. A base of ``SQLStore`` (``_engine``), over its
-``_call``; the dialects share them."""
+run's forks, one task's events, when each event was journaled, when each task ran, how
+many runs there are of each status, and a run's graph without its journal. A base of
+``SQLStore`` (``_engine``), over its ``_call``; the dialects share them."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from loopkernel.graph import Event
+from loopkernel.graph import Event, GraphState
 from loopkernel.ids import RunId
-from loopkernel.store._codec import event_from_row, run_page_filter
+from loopkernel.store._codec import TASK_COLUMNS, event_from_row, run_page_filter, task_from_row
 
 if TYPE_CHECKING:
     from loopkernel.store._engine import Cursor, How
+    from loopkernel.store._protocol import RunInfo
 
 __all__ = ["InspectorReads"]
 
@@ -86,3 +87,27 @@ class InspectorReads:
             )
             for r in rows
         }
+
+    async def graph_of(self, info: RunInfo) -> GraphState:
+        """The run's graph (``load_run``'s ``state``: its tasks and edges) as of now, with
+        the status ``info`` read; without ``load_run``'s scan of the whole journal for
+        unplanned events (28 ms a read at 10,000 events), which a hub polling a long run
+        does not need."""
+        tasks_sql = f"SELECT {TASK_COLUMNS} FROM tasks WHERE run_id = ? ORDER BY task_id"
+        edges_sql = "SELECT src, dst FROM edges WHERE run_id = ? ORDER BY src, dst"
+        key = (info.run_id,)
+        tasks, edges = await self._call(
+            lambda cur: (cur.all(tasks_sql, key), cur.all(edges_sql, key)), "snapshot"
+        )
+        state = GraphState(
+            run_id=info.run_id,
+            app=info.app,
+            params=info.params,
+            status=info.status,
+            verdict=info.verdict,
+        )
+        for row in tasks:
+            task = task_from_row(row)
+            state.tasks[task.task_id] = task
+        state.link(edges)
+        return state

@@ -288,6 +288,8 @@ class SQLiteStore(KnowledgeRows, SQLStore):
         """The one thread the connection is used on, and its group commit (a fenced view
         shares it)."""
         self._watch: sqlite3.Connection | None = None
+        self._watch_seen: int | None = None
+        """``data_version`` when ``wait_for_journal`` last returned."""
         self._reader: sqlite3.Connection | None = None
         self._wal = self.path.with_name(self.path.name + "-wal")
         self._writes = 0
@@ -495,6 +497,7 @@ class SQLiteStore(KnowledgeRows, SQLStore):
                 if conn is not None:
                     conn.close()
             self._watch = self._reader = None
+            self._watch_seen = None
 
     # -- checkpoints -----------------------------------------------------------------------
 
@@ -631,17 +634,21 @@ class SQLiteStore(KnowledgeRows, SQLStore):
     async def wait_for_journal(self, seconds: float) -> None:
         """Poll ``PRAGMA data_version`` every 20 ms on a connection of its own: it changes
         when any other connection (this store's included) commits. It reads a counter in
-        shared memory and takes no lock, so a writer is never held up."""
+        shared memory and takes no lock, so a writer is never held up. A commit between
+        two calls counts: the wait is from the version the last call returned at, so a
+        caller that read the journal after one wake-up and then waits again is woken at
+        once by what was committed while it read (not ``seconds`` later)."""
         if self._watch is None:
             self._conn  # noqa: B018 -- an open store only
             self._watch = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         watch = self._watch
-        start = watch.execute("PRAGMA data_version").fetchone()[0]
+        now = watch.execute("PRAGMA data_version").fetchone()[0]
+        start = now if self._watch_seen is None else self._watch_seen
         deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+        while now == start and time.monotonic() < deadline:
             await asyncio.sleep(min(0.02, max(0.0, deadline - time.monotonic())))
-            if watch.execute("PRAGMA data_version").fetchone()[0] != start:
-                return
+            now = watch.execute("PRAGMA data_version").fetchone()[0]
+        self._watch_seen = now
 
     async def wait_for_work(self, seconds: float) -> None:
         """SQLite has no notifications: this is the polling interval."""

@@ -11,9 +11,11 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from loopkernel.client import Answerer, parse_payload
+from loopkernel.client import Answerer, approver, parse_payload
 from loopkernel.errors import ApprovalRefused, LoopKernelError, RunHeld, UsageError
-from loopkernel.graph import JSON, TERMINAL_RUN, RunStatus
+from loopkernel.graph import JSON, TERMINAL_RUN, EventKind, RunStatus
+from loopkernel.ids import RunId
+from loopkernel.store import NewEvent
 from loopkernel.web._auth import CSRF_COOKIE, OPERATOR, SESSION_COOKIE
 from loopkernel.web._state import Inspector, Refused, inspector_of, run_id_of
 
@@ -173,7 +175,10 @@ async def resume(request: Request) -> Response:
         info = await lk.client.info(run_id)
         if info.status in TERMINAL_RUN:
             raise Refused(409, f"run {run_id} is already {info.status.value}")
-        lk.background.start(run_id, by=_acting(lk, request, token, form))
+        lk.background.check(run_id)
+        who = _acting(lk, request, token, form)
+        await _journal_resumed(lk, run_id, "resume", who)  # who, before it goes on
+        lk.background.start(run_id, by=who)
     except Refused as exc:
         return lk.render(request, "error.html", exc.status, message=exc.message, back=run_id)
     except LoopKernelError as exc:
@@ -198,14 +203,30 @@ async def fork(request: Request) -> Response:
         info = await lk.client.info(run_id)
         if not 0 < at <= info.last_seq:
             raise Refused(400, f"the run has no event #{at}")
+        execute = bool(form.get("execute"))
+        if execute:
+            lk.background.check("")  # serving: a fork it could not run is not made
         started = await lk.client.fork(run_id, at=at)
-        if form.get("execute"):
-            lk.background.start(started.run_id, by=_acting(lk, request, token, form))
+        who = _acting(lk, request, token, form)
+        await _journal_resumed(lk, started.run_id, "fork", who, source=run_id, at=at)
+        if execute:
+            lk.background.start(started.run_id, by=who)
     except Refused as exc:
         return lk.render(request, "error.html", exc.status, message=exc.message, back=run_id)
     except LoopKernelError as exc:
         return lk.render(request, "error.html", 409, message=str(exc), back=run_id)
     return lk.back_to(started.run_id, f"forked from {run_id} at event #{at}")
+
+
+async def _journal_resumed(
+    lk: Inspector, run_id: str, action: Literal["resume", "fork"], by: dict[str, str], **more: JSON
+) -> None:
+    """Journal who resumed the run, or made it as a fork (``run_resumed``: ``by`` as
+    ``approver`` keeps an operator; a fork's ``source`` and ``at``). Unplanned, like
+    ``run_finished``: for the record, no planner sees it."""
+    data: dict[str, JSON] = {"action": action, "by": approver("operator", by), **more}
+    news = [NewEvent(kind=EventKind.RUN_RESUMED, data=data)]
+    await lk.client.store.append_events(RunId(run_id), news)
 
 
 async def login_page(request: Request) -> Response:

@@ -56,14 +56,26 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from loopkernel.client import Client, approver_text
-from loopkernel.graph import JSON, TERMINAL_RUN, Event, EventKind, GraphState, TaskState
+from loopkernel.graph import (
+    JSON,
+    TERMINAL_RUN,
+    UNPLANNED_EVENTS,
+    Event,
+    EventKind,
+    GraphState,
+    TaskState,
+)
 from loopkernel.store import PatchRecord, RunInfo
+from loopkernel.web._graph import natural_key
+from loopkernel.web._views import failure_traceback, preview
 
-__all__ = ["Hub", "Renderers", "Snapshot", "Watcher", "stream"]
+__all__ = ["Failure", "Hub", "Renderers", "Snapshot", "Watcher", "failures_of", "once", "stream"]
 
 log = logging.getLogger("loopkernel.web")
+T = TypeVar("T")
 
 KEEPALIVE_SECONDS = 15.0
 RING = 2048
@@ -76,9 +88,50 @@ MIN_GAP = 0.1
 RESEND_WINDOW = 64
 """On reconnect, patches of this many events before ``Last-Event-ID`` are sent again: a
 patch committed while the browser was away replaces the placeholder it still shows."""
+CHUNK_EVENTS = 256
+"""Journal rows a stream writes at most at once (~250 KB): a viewer's memory stays
+bounded however fast the run journals (200 viewers of a 10,000-event burst held 4.4 GB
+as one chunk each)."""
 PENDING_KEPT = 4 * RESEND_WINDOW
 """Unplanned rows a stream waits for the patch of, at most (the newest): events nobody
 plans (a store-level writer's) cost a stream nothing past that."""
+
+
+FAILURES_SHOWN = 5
+"""Failed tasks whose error and traceback the run page shows (the first, by id)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Failure:
+    """A failed task as the run page's failure card shows it."""
+
+    task_id: str
+    type: str
+    """The error's type (``ValueError``), or ``error`` when the error does not say."""
+    message: str
+    """The error's message, cut at 300 characters."""
+    traceback: str | None
+    """Of its latest failure (its ``task_failed`` event keeps it), when one was journaled."""
+
+
+async def failures_of(client: Client, run_id: str, state: GraphState) -> tuple[Failure, ...]:
+    """The run's failed tasks (at most ``FAILURES_SHOWN``, by id): each one's error and
+    the traceback of its latest failure."""
+    failed = sorted(state.in_state(TaskState.FAILED), key=lambda t: natural_key(t.task_id))
+    out = []
+    for task in failed[:FAILURES_SHOWN]:
+        events = await client.task_events(run_id, task.task_id)
+        error = task.error if isinstance(task.error, dict) else {"message": task.error}
+        kind, message = error.get("type"), error.get("message")
+        out.append(
+            Failure(
+                task_id=task.task_id,
+                type=kind if isinstance(kind, str) else "error",
+                message=preview(message if message is not None else task.error, 300),
+                traceback=failure_traceback(task, events),
+            )
+        )
+    return tuple(out)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -105,9 +158,33 @@ class Snapshot:
     """The highest seq a patch answers: every event up to it is planned."""
     times: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
     """task -> (started, finished), epoch seconds (``Client.task_times``)."""
+    failures: tuple[Failure, ...] = ()
+    """The run's failed tasks the page shows (at most ``FAILURES_SHOWN``, by id)."""
+    memo: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
+    """What the streams of the run render from this snapshot, rendered once for all of
+    them (``once``): the header, task rows, boxes and their marks."""
     key: str
     """A digest of what the snapshot was read at (status, times, seqs, counts): equal for
     equal states, so a page rendered from it tells its stream it needs no catching up."""
+
+
+async def _graph_of(client: Client, info: RunInfo) -> GraphState:
+    """The run's graph, from the store's ``graph_of`` where it has one: without the scan
+    of the whole journal ``Client.graph`` (``load_run``) makes on every refresh."""
+    read = getattr(client.store, "graph_of", None)
+    if read is None:
+        return await client.graph(info.run_id)
+    state: GraphState = await read(info)
+    return state
+
+
+def once(snap: Snapshot, key: object, make: Callable[[], T]) -> T:
+    """``make()`` for ``key`` of this snapshot, made by the first stream that asks and
+    shared by every other: a change costs one render, not one per viewer."""
+    memo = snap.memo
+    if key not in memo:
+        memo[key] = make()
+    return memo[key]  # type: ignore[return-value]
 
 
 @dataclass(kw_only=True)
@@ -128,6 +205,8 @@ class Hub:
     _asks: dict[str, tuple[int, dict[str, JSON]]] = field(default_factory=dict)
     """task -> (wait epoch, call) of its latest approval_required event with a call."""
     _cancel: bool = False
+    _failures: tuple[tuple[tuple[str, int], ...], tuple[Failure, ...]] = ((), ())
+    """(failed task, attempts) of the last read -> their failures: read again on change."""
     recent: list[Event] = field(default_factory=list)
     """The run's last events (at most ``2 * RING``), in seq order: every one after
     ``floor``."""
@@ -139,6 +218,8 @@ class Hub:
     """event seq -> the patch answering it, for the events after ``floor``."""
     rows: dict[tuple[int, bool], str] = field(default_factory=dict)
     """(seq, planned) -> the journal row's HTML, rendered once for every stream."""
+    patch_rows: dict[int, str] = field(default_factory=dict)
+    """event seq -> the ``patch`` message of the patch answering it, rendered once."""
     positions: dict[asyncio.Event, int] = field(default_factory=dict)
     """Each subscriber -> the last seq it sent: the window keeps what some still need."""
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -158,8 +239,13 @@ class Hub:
             if key == self._key and self.snapshot is not None:
                 return False
             await self._read_journal()
-            state = await self.client.graph(self.run_id)
+            state = await _graph_of(self.client, info)
             times = await self.client.task_times(self.run_id)
+            failed = tuple(
+                sorted((t.task_id, t.attempts) for t in state.in_state(TaskState.FAILED))
+            )
+            if failed != self._failures[0]:
+                self._failures = (failed, await failures_of(self.client, self.run_id, state))
             self._key = key
             self.version += 1
             answered, answered_by = {}, {}
@@ -185,6 +271,7 @@ class Hub:
                 cancel_requested=self._cancel and info.status not in TERMINAL_RUN,
                 planned=self._planned,
                 times=times,
+                failures=self._failures[1],
                 key=digest(repr(key)),
             )
         for wake in list(self.subscribers):
@@ -213,6 +300,7 @@ class Hub:
             self.recent_times = {s: t for s, t in self.recent_times.items() if s >= low}
             self.recent_patches = {s: p for s, p in self.recent_patches.items() if s > low}
             self.rows = {k: v for k, v in self.rows.items() if k[0] > low}
+            self.patch_rows = {s: m for s, m in self.patch_rows.items() if s > low}
 
     def since(self, seq: int) -> list[Event] | None:
         """The events after ``seq`` this hub holds; ``None`` when some are not held."""
@@ -361,6 +449,42 @@ def _row_message(
     return found
 
 
+def _patch_message(
+    hub: Hub | None, render: Renderers, seq: int, patches: dict[int, PatchRecord]
+) -> str:
+    """The ``patch`` message of the event ``seq``: rendered once per hub when ``hub`` is
+    given."""
+    found = None if hub is None else hub.patch_rows.get(seq)
+    if found is None:
+        found = _message("patch", {"seq": seq, "html": render.patch(seq, patches[seq])})
+        if hub is not None:
+            hub.patch_rows[seq] = found
+    return found
+
+
+def _journal_messages(
+    hub: Hub | None,
+    render: Renderers,
+    events: list[Event],
+    times: dict[int, float],
+    patches: dict[int, PatchRecord],
+    pending: set[int],
+) -> list[str]:
+    """The ``patch`` messages of the ``pending`` events now planned, then the ``journal``
+    messages of ``events``; ``pending`` is updated in place."""
+    out: list[str] = []
+    for seq in sorted(pending):
+        if seq in patches:
+            pending.discard(seq)
+            out.append(_patch_message(hub, render, seq, patches))
+    for ev in events:
+        p = patches.get(ev.seq)
+        if p is None and ev.kind not in UNPLANNED_EVENTS:
+            pending.add(ev.seq)
+        out.append(_row_message(hub, render, ev, p, times))
+    return out
+
+
 async def stream(
     client: Client,
     watcher: Watcher,
@@ -395,27 +519,33 @@ async def stream(
                 seen_version = snap.version
                 floor = min(pending, default=sent + 1) - 1
                 events, times, patches, shared = await _journal_since(client, hub, sent, floor)
-                for seq in sorted(pending):
-                    if seq in patches:
-                        pending.discard(seq)
-                        html = render.patch(seq, patches[seq])
-                        yield _message("patch", {"seq": seq, "html": html})
-                for ev in events:
-                    p = patches.get(ev.seq)
-                    if p is None and ev.kind is not EventKind.RUN_FINISHED:
-                        pending.add(ev.seq)
-                    yield _row_message(hub if shared else None, render, ev, p, times)
-                    sent = hub.positions[wake] = ev.seq
+                # What this wake-up brought goes out as one chunk (one write per stream per
+                # change), at most CHUNK_EVENTS rows: a burst of thousands of events goes
+                # out in bounded pieces, each one written before the next is made.
+                behind = len(events) > CHUNK_EVENTS
+                events = events[:CHUNK_EVENTS]
+                chunk = _journal_messages(
+                    hub if shared else None, render, events, times, patches, pending
+                )
+                if events:
+                    sent = hub.positions[wake] = events[-1].seq
                 if len(pending) > PENDING_KEPT:  # the newest: a kernel plans in seq order
                     pending = set(sorted(pending)[-PENDING_KEPT:])
                 first = not sent_parts
                 delta = render.state(snap, sent_parts)
                 if delta or first:  # the first one even if empty: the page is current
-                    yield _message("state", {"status": snap.info.status.value, **delta})
+                    chunk.append(_message("state", {"status": snap.info.status.value, **delta}))
                 info = snap.info
-                if info.status in TERMINAL_RUN and sent >= info.last_seq:
-                    yield _message("end", {"status": info.status.value})
+                ended = info.status in TERMINAL_RUN and sent >= info.last_seq
+                if ended:
+                    chunk.append(_message("end", {"status": info.status.value}))
+                if chunk:
+                    yield "".join(chunk)
+                if ended:
                     return
+                if behind:
+                    seen_version = 0  # the rest of the burst, at once
+                    continue
                 if hub.snapshot is not None and hub.snapshot.version != seen_version:
                     continue  # it moved while this stream was sending
             try:

@@ -10,10 +10,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from loopkernel.client import Client
-from loopkernel.graph import RunStatus, TaskState
+from loopkernel.graph import RunStatus
 from loopkernel.store import RunInfo
 from loopkernel.web import _views as views
-from loopkernel.web._live import Snapshot
 from loopkernel.web._state import (
     AT_PAGE,
     JOURNAL_TAIL,
@@ -85,7 +84,8 @@ async def runs_page(request: Request) -> Response:
 
 
 async def runs_fragment(request: Request) -> Response:
-    """The first page of runs as table rows: the runs page polls it to stay current."""
+    """The first page of runs as table rows: the runs page polls it to stay current;
+    with the status counts its chips show (``X-Run-Counts``, JSON status -> count)."""
     lk = inspector_of(request)
     if (denied := lk.gate(request)) is not None:
         return denied
@@ -93,13 +93,14 @@ async def runs_fragment(request: Request) -> Response:
     status = q.get("status") or None
     if status is not None and status not in STATUSES:
         return Response("unknown status\n", status_code=400)
+    app = q.get("app") or None
     runs = await lk.reads.list_runs(
-        PAGE_SIZE,
-        status=None if status is None else RunStatus(status),
-        app=q.get("app") or None,
+        PAGE_SIZE, status=None if status is None else RunStatus(status), app=app
     )
     costs = await _costs(lk.reads, runs)
-    return HTMLResponse(lk.fragment("_runs_rows.html", runs=runs, costs=costs))
+    counts = json.dumps(await lk.reads.run_counts(app), separators=(",", ":"))
+    html = lk.fragment("_runs_rows.html", runs=runs, costs=costs)
+    return HTMLResponse(html, headers={"X-Run-Counts": counts})
 
 
 async def _costs(client: Client, runs: list[RunInfo]) -> dict[str, dict[str, float | int | None]]:
@@ -152,32 +153,8 @@ async def run_page(request: Request) -> Response:
         timeline=line,
         planned=views.planned_through(shown, patches, start),
         all_tasks=request.query_params.get("tasks") == "all",
-        failures=await _failures(client, run_id, snap),
         **ctx,
     )
-
-
-FAILURES_SHOWN = 5
-"""Failed tasks whose error and traceback the run page shows (the first, by id)."""
-
-
-async def _failures(client: Client, run_id: str, snap: Snapshot) -> list[dict[str, object]]:
-    """The run's failed tasks (at most ``FAILURES_SHOWN``): each one's error and the
-    traceback of its latest failure."""
-    failed = sorted(
-        snap.state.in_state(TaskState.FAILED), key=lambda t: views.natural_key(t.task_id)
-    )
-    out: list[dict[str, object]] = []
-    for task in failed[:FAILURES_SHOWN]:
-        events = await client.task_events(run_id, task.task_id)
-        out.append(
-            {
-                "task": task,
-                "error": views.preview(task.error, 300),
-                "traceback": views.failure_traceback(task, events),
-            }
-        )
-    return out
 
 
 async def task_page(request: Request) -> Response:

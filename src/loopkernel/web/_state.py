@@ -25,6 +25,7 @@ from loopkernel.web import _views as views
 from loopkernel.web._auth import CSRF_COOKIE, Auth
 from loopkernel.web._graph import Layout
 from loopkernel.web._live import Hub, Snapshot, Watcher
+from loopkernel.web._rows import journal_row, patch_cell
 
 __all__ = [
     "Background",
@@ -78,6 +79,7 @@ def templates() -> Environment:
         autoescape=select_autoescape(default=True, default_for_string=True),
         trim_blocks=True,
         lstrip_blocks=True,
+        auto_reload=False,  # they ship with the package: no stat of the file per render
     )
     env.filters["age"] = views.age
     env.filters["ts"] = views.timestamp
@@ -86,6 +88,8 @@ def templates() -> Environment:
     env.filters["duration"] = views.duration
     env.filters["q"] = lambda s: quote(str(s), safe="")
     env.globals["approval_of"] = views.approval_of
+    env.globals["journal_row"] = journal_row
+    env.globals["patch_cell"] = patch_cell
     env.globals["task_time"] = views.task_time
     env.globals["now_ts"] = time.time
     return env
@@ -110,17 +114,22 @@ class Background:
         refused when it already runs here (unless ``after_running``: then once that
         execution ends, so that an answer journaled meanwhile is seen) or the server is not
         serving (no lifespan)."""
-        if self.group is None:
-            raise Refused(503, "this server is not running its background executor")
+        self.check(run_id, after_running=after_running)
+        assert self.group is not None
         previous = self.running.get(run_id)
-        if previous is not None and not after_running:
-            raise Refused(409, f"run {run_id} is already being resumed here")
         log.warning(
             "run %s executed here, asked by %s",
             run_id,
             approver_text({"actor": "operator", **(by or {})}),
         )
         self.running[run_id] = self.group.create_task(self._execute(run_id, previous))
+
+    def check(self, run_id: str, *, after_running: bool = False) -> None:
+        """Refused (as ``start`` would be) unless ``run_id`` can start here now."""
+        if self.group is None:
+            raise Refused(503, "this server is not running its background executor")
+        if run_id in self.running and not after_running:
+            raise Refused(409, f"run {run_id} is already being resumed here")
 
     async def _execute(self, run_id: str, previous: asyncio.Task[None] | None = None) -> None:
         try:
@@ -288,6 +297,7 @@ class Inspector:
             "answered": snap.answered,
             "answered_by": snap.answered_by,
             "pending": snap.pending,
+            "failures": snap.failures,
             "graph": views.graph_of(state, snap.late),
             "late": snap.late,
             "task_times": snap.times,

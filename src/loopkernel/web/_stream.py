@@ -8,6 +8,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -15,11 +16,12 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from loopkernel.graph import Event, TaskState
-from loopkernel.ids import valid_id
+from loopkernel.ids import TaskId, valid_id
 from loopkernel.store import PatchRecord
 from loopkernel.web import _views as views
 from loopkernel.web._auth import CSRF_COOKIE
-from loopkernel.web._live import Renderers, Snapshot, Watcher, digest, stream
+from loopkernel.web._live import Renderers, Snapshot, Watcher, digest, once, stream
+from loopkernel.web._rows import journal_row, patch_cell
 from loopkernel.web._state import MAX_SEQ, TASKS_SHOWN, Inspector, inspector_of, run_id_of
 
 __all__ = ["events_stream", "shared_stream"]
@@ -41,13 +43,16 @@ class _PageView:
 
     def row(self, ev: Event, p: PatchRecord | None, times: dict[int, float]) -> str:
         found = views.journal_rows([ev], {} if p is None else {ev.seq: p}, times, self.started)
-        return self.lk.fragment("_row.html", row=found[0], run_id=self.run_id)
+        return journal_row(found[0], self.run_id)
 
     def patch(self, seq: int, p: PatchRecord) -> str:
-        return self.lk.fragment("_patch.html", patch=views.patch_view(p), planned=True)
+        return patch_cell(views.patch_view(p), True)
 
     def state(self, snap: Snapshot, sent: dict[str, str]) -> dict[str, object]:
-        """The ``state`` message as a delta against what this stream ``sent``."""
+        """The ``state`` message as a delta against what this stream ``sent``. What does
+        not depend on the viewer (header, rows, boxes, their marks) is rendered once per
+        snapshot for every stream of the run (``once``); only the approval forms (they
+        carry this viewer's CSRF token) are rendered per stream, when they change."""
         lk = self.lk
         out: dict[str, object] = {}
         waiting = [] if snap.cancel_requested else snap.state.in_state(TaskState.WAITING)
@@ -64,8 +69,8 @@ class _PageView:
         }
         # The page was rendered from this very state: what it shows is the baseline.
         fresh = not sent and self.page_key == snap.key
-        head = lk.fragment("_head.html", **ctx)
-        if sent.get("head") != (d := digest(head)):
+        head, d = once(snap, "head", lambda: _digested(lk.fragment("_head.html", **ctx)))
+        if sent.get("head") != d:
             sent["head"] = d
             if not fresh:
                 out["head"] = head
@@ -77,6 +82,15 @@ class _PageView:
                 out["actions"] = lk.fragment(
                     "_actions.html", csrf=self.csrf, operator=self.operator, **ctx
                 )
+        failures, d = once(
+            snap,
+            "failures",
+            lambda: _digested(lk.fragment("_failures.html", failures=snap.failures, **ctx)),
+        )
+        if sent.get("failures") != d:
+            sent["failures"] = d
+            if not fresh:
+                out["failures"] = failures
         rows = self._task_rows(snap, sent, fresh, ctx)
         if rows:
             out["tasks"] = rows
@@ -86,39 +100,60 @@ class _PageView:
     def _task_rows(
         self, snap: Snapshot, sent: dict[str, str], fresh: bool, ctx: dict[str, Any]
     ) -> dict[str, str]:
-        drawn = self.lk.drawing_of(snap)
         rows: dict[str, str] = {}
         tasks = snap.state.tasks
-        shown = drawn.order if self.all_tasks else drawn.order[:TASKS_SHOWN]
-        for tid in shown:  # the rows the page can show, no others
-            task = tasks[tid]
-            mark = views.task_mark(task, tid in snap.late, views.task_time(snap.times, tid))
+        for tid, mark in once(snap, ("marks", self.all_tasks), lambda: self._marks(snap)):
             if sent.get("t:" + tid) != mark:
                 sent["t:" + tid] = mark
                 if not fresh:
-                    rows[tid] = self.lk.fragment("_task_row.html", t=task, **ctx)
+                    rows[tid] = once(
+                        snap,
+                        ("t", tid),
+                        partial(self.lk.fragment, "_task_row.html", t=tasks[tid], **ctx),
+                    )
         return rows
+
+    def _marks(self, snap: Snapshot) -> list[tuple[TaskId, str]]:
+        """(task, mark) of the rows the page can show, no others."""
+        drawn = self.lk.drawing_of(snap)
+        shown = drawn.order if self.all_tasks else drawn.order[:TASKS_SHOWN]
+        tasks = snap.state.tasks
+        return [
+            (tid, views.task_mark(tasks[tid], tid in snap.late, views.task_time(snap.times, tid)))
+            for tid in shown
+        ]
 
     def _graph(
         self, snap: Snapshot, sent: dict[str, str], fresh: bool, ctx: dict[str, Any]
     ) -> dict[str, object]:
-        drawn = self.lk.drawing_of(snap)
+        lk = self.lk
+        drawn = lk.drawing_of(snap)
+        marks = once(snap, "boxes", lambda: [(b, views.box_mark(b)) for b in drawn.layout.boxes])
         if sent.get("graph") != drawn.shape:
             sent["graph"] = drawn.shape
-            for b in drawn.layout.boxes:
-                sent["b:" + b.key] = views.box_mark(b)
+            for b, mark in marks:
+                sent["b:" + b.key] = mark
             if fresh:
                 return {}
-            return {"graph": self.lk.fragment("_graph.html", graph=drawn.layout, **ctx)}
+            return {
+                "graph": once(
+                    snap, "graph", lambda: lk.fragment("_graph.html", graph=drawn.layout, **ctx)
+                )
+            }
         boxes = {}
-        for b in drawn.layout.boxes:
-            mark = views.box_mark(b)
+        for b, mark in marks:
             if sent.get("b:" + b.key) != mark:
                 sent["b:" + b.key] = mark
-                boxes[b.key] = self.lk.fragment(
-                    "_box.html", b=b, graph=drawn.layout, run_id=self.run_id
+                boxes[b.key] = once(
+                    snap,
+                    ("b", b.key),
+                    partial(lk.fragment, "_box.html", b=b, graph=drawn.layout, run_id=self.run_id),
                 )
         return {"boxes": boxes} if boxes else {}
+
+
+def _digested(html: str) -> tuple[str, str]:
+    return html, digest(html)
 
 
 async def events_stream(request: Request) -> Response:
@@ -292,20 +327,25 @@ async def merged(
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def tag(sub: str, message: str) -> str | None:
-    """One view's message for the shared stream: its ``event:`` and ``data:`` lines,
-    ``"sub"`` spliced into the data object (its ``id:`` dropped: the worker keeps each
-    view's last seq); ``None`` for what is not a message (the retry line, comments)."""
-    kind = data = None
-    for line in message.split("\n"):
-        if line.startswith("event: "):
-            kind = line[7:]
-        elif line.startswith("data: {"):
-            data = line[6:]
-    if kind is None or data is None:
-        return None
-    inner = data[1:] if data[1:2] == "}" else "," + data[1:]
-    return f'event: {kind}\ndata: {{"sub":{json.dumps(sub)}{inner}\n\n'
+def tag(sub: str, chunk: str) -> str | None:
+    """One view's messages for the shared stream (a chunk of one or more, as its stream
+    sends them at one wake-up): each one's ``event:`` and ``data:`` lines, ``"sub"``
+    spliced into the data object (its ``id:`` dropped: the worker keeps each view's last
+    seq); ``None`` when none is a message (the retry line, comments)."""
+    spliced = '{"sub":' + json.dumps(sub)
+    out = []
+    for message in chunk.split("\n\n"):
+        kind = data = None
+        for line in message.split("\n"):
+            if line.startswith("event: "):
+                kind = line[7:]
+            elif line.startswith("data: {"):
+                data = line[6:]
+        if kind is None or data is None:
+            continue
+        inner = data[1:] if data[1:2] == "}" else "," + data[1:]
+        out.append(f"event: {kind}\ndata: {spliced}{inner}\n\n")
+    return "".join(out) or None
 
 
 def _seq_of(raw: str | None) -> int | None:

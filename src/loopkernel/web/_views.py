@@ -11,7 +11,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from loopkernel.client import approver_text
-from loopkernel.graph import JSON, Event, EventKind, GraphState, RunStatus, Task, TaskState
+from loopkernel.graph import (
+    JSON,
+    UNPLANNED_EVENTS,
+    Event,
+    EventKind,
+    GraphState,
+    RunStatus,
+    Task,
+    TaskState,
+)
 from loopkernel.store import PatchRecord, RunInfo
 from loopkernel.web._graph import Box, Layout, layout, natural_key
 
@@ -171,13 +180,23 @@ class JournalRow:
 
 def _summary_of(ev: Event) -> JSON:
     """What a journal row says of its event on one line: a human's answer leads with who
-    gave it (the data's ``by``), then the payload; any other event, its data."""
+    gave it (the data's ``by``), then the payload; a resume or fork, who made it; any
+    other event, its data."""
     data = ev.data
+    if ev.kind is EventKind.RUN_RESUMED and isinstance(data, dict):
+        what = "resumed" if data.get("action") == "resume" else "forked"
+        if data.get("action") == "fork":
+            what = f"forked from {data.get('source')} at #{data.get('at')}"
+        return f"{what} by {approver_text(data.get('by'))}"
     if ev.kind is not EventKind.HUMAN_INPUT or not isinstance(data, dict):
         return data
     head = f"{data.get('decision')} by {approver_text(data.get('by'))}"
     payload = data.get("payload")
     return head if payload is None else f"{head} · {json.dumps(payload, ensure_ascii=False)}"
+
+
+_SAID = frozenset({EventKind.HUMAN_INPUT, EventKind.RUN_RESUMED})
+"""Events whose row's one line is the inspector's, with the data itself below it."""
 
 
 def journal_rows(
@@ -191,7 +210,7 @@ def journal_rows(
     for ev in events:
         at = times.get(ev.seq)
         summary = preview(_summary_of(ev))
-        said = summary.endswith("…") or ev.kind is EventKind.HUMAN_INPUT  # the rest below
+        said = summary.endswith("…") or ev.kind in _SAID  # the rest below
         full = pretty(ev.data) if said else None
         cut = full is not None and len(full) > ROW_DATA
         if full is not None and cut:
@@ -205,7 +224,7 @@ def journal_rows(
                 summary=summary,
                 data=full,
                 patch=None if p is None else patch_view(p),
-                planned=ev.kind is not EventKind.RUN_FINISHED,
+                planned=ev.kind not in UNPLANNED_EVENTS,
                 cut=cut,
                 at=at,
                 offset=None if at is None else at - started_at,
@@ -432,7 +451,7 @@ def planned_through(events: Iterable[Event], patches: dict[int, PatchRecord], st
     its patch: the page's live stream need not resend those."""
     through = start
     for ev in events:
-        if ev.seq not in patches and ev.kind is not EventKind.RUN_FINISHED:
+        if ev.seq not in patches and ev.kind not in UNPLANNED_EVENTS:
             break
         through = ev.seq
     return through

@@ -64,12 +64,27 @@
       if (busy) return;
       busy = true;
       fetch(runsBody.getAttribute("data-poll"), { credentials: "same-origin" })
-        .then(function (r) { return r.ok ? r.text() : null; })
+        .then(function (r) {
+          if (!r.ok) return null;
+          var counts = r.headers.get("X-Run-Counts");
+          if (counts) setCounts(JSON.parse(counts));
+          return r.text();
+        })
         .then(function (html) {
           if (html !== null) { runsBody.innerHTML = html; document.body.setAttribute("data-runs-polled", String(Date.now())); }
         })
         .catch(function () {})
         .then(function () { busy = false; });
+    };
+    // The status chips: each one's count, and "all" their sum, as the server counted them.
+    var setCounts = function (counts) {
+      var all = 0;
+      Object.keys(counts).forEach(function (k) { all += counts[k]; });
+      document.querySelectorAll(".chips [data-count]").forEach(function (el) {
+        var key = el.getAttribute("data-count");
+        var n = String(key === "all" ? all : (counts[key] || 0));
+        if (el.textContent !== n) el.textContent = n;
+      });
     };
     var told = openSource(null, true);
     if (told) told.addEventListener("runs", reload);
@@ -169,6 +184,7 @@
       alive();
       var msg = JSON.parse(e.data);
       fill("head", msg.head);
+      fill("failures-slot", msg.failures);
       if (msg.graph !== undefined) fill("graph", msg.graph);
       if (msg.boxes) {
         Object.keys(msg.boxes).forEach(function (key) {
