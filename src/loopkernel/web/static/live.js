@@ -59,10 +59,13 @@
   // the shared stream), else every few seconds.
   var runsBody = document.querySelector("#runs-body[data-poll]");
   if (runsBody && window.fetch) {
-    var busy = false;
+    // A change told while a read is in flight may be after what that read saw: read once
+    // more when it lands (again), never drop it.
+    var busy = false, again = false;
     var reload = function () {
-      if (busy) return;
+      if (busy) { again = true; return; }
       busy = true;
+      again = false;
       fetch(runsBody.getAttribute("data-poll"), { credentials: "same-origin" })
         .then(function (r) {
           if (!r.ok) return null;
@@ -74,7 +77,7 @@
           if (html !== null) { runsBody.innerHTML = html; document.body.setAttribute("data-runs-polled", String(Date.now())); }
         })
         .catch(function () {})
-        .then(function () { busy = false; });
+        .then(function () { busy = false; if (again) reload(); });
     };
     // The status chips: each one's count, and "all" their sum, as the server counted them.
     var setCounts = function (counts) {
@@ -87,8 +90,10 @@
       });
     };
     var told = openSource(null, true);
-    if (told) told.addEventListener("runs", reload);
-    else setInterval(reload, 3000);
+    if (told) {
+      told.addEventListener("runs", reload);
+      reload();  // what changed between this page's render and its subscription
+    } else setInterval(reload, 3000);
   }
 
   // Durations that move while a run runs ("running for", "waiting for"): the server
