@@ -24,7 +24,7 @@ import inspect
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -57,7 +57,7 @@ from loopkernel.executor._context import (
 from loopkernel.executor._evidence import EvidenceBook
 from loopkernel.executor._outcomes import (
     clean,
-    clean_patch,
+    clean_patch_json,
     clean_proposal,
     event_data,
     kept_by,
@@ -269,6 +269,8 @@ class _RunLoop:
         """Tasks that ended since the loop last looked (each one's done callback)."""
         self.wakeup: asyncio.Future[None] | None = None
         """Set by the first task to end while the loop waits (``_completions``)."""
+        self.tick: asyncio.TimerHandle | None = None
+        """The poll timer: a wait ends at the latest when it fires (``_completions``)."""
         self.last_poll = 0.0
         self.book = EvidenceBook(kernel.store, run_id)
         self.tracer = telemetry.tracer()
@@ -299,6 +301,8 @@ class _RunLoop:
                 self.tracer.end(self.span, error=exc)
             raise
         finally:
+            if self.tick is not None:
+                self.tick.cancel()
             if isinstance(self.archive, SpillArchive):
                 self.archive.close()
         if self.tracer and self.span:
@@ -377,14 +381,22 @@ class _RunLoop:
         if not self.landed:
             loop = asyncio.get_running_loop()
             self.wakeup = wakeup = loop.create_future()
-            timer = loop.call_later(self.k.poll_interval, _release, wakeup)
+            if self.tick is None:
+                # One timer for many waits, not one made and cancelled per step: it ends
+                # the wait it finds (so none lasts longer than poll_interval), and the
+                # next wait after it fired arms a new one.
+                self.tick = loop.call_later(self.k.poll_interval, self._ticked)
             try:
                 await wakeup
             finally:
-                timer.cancel()
                 self.wakeup = None
         landed, self.landed = self.landed, []
         return {f for f in landed if f in self.running or f in self.cancelled}
+
+    def _ticked(self) -> None:
+        self.tick = None
+        if self.wakeup is not None:
+            _release(self.wakeup)
 
     def _landed(self, fut: asyncio.Task[JSON]) -> None:
         self.landed.append(fut)
@@ -429,6 +441,9 @@ class _RunLoop:
         return picked
 
     def _launch(self, tasks: Sequence[Task]) -> None:
+        if not tasks:
+            return
+        loop = asyncio.get_running_loop()
         for task in tasks:
             ctx = TaskContext(
                 state=self.state,
@@ -450,7 +465,7 @@ class _RunLoop:
                 span = self.tracer.start(f"task {task.task_id}", attributes, parent=self.span)
                 fut = asyncio.ensure_future(_traced(self.tracer, span, worker, ctx))
             else:
-                fut = asyncio.ensure_future(_call(worker, ctx))
+                fut = loop.create_task(_started(worker, ctx))
             fut.add_done_callback(self._landed)
             self.running[fut] = task.task_id
 
@@ -759,7 +774,7 @@ class _RunLoop:
             return self._kernel_finish(event, "failed", verdict, "the planner raised")
         if isinstance(patch, Proposal):
             return self._judge(event, clean_proposal(patch))
-        return self._settle(event, clean_patch(patch))
+        return self._settle(event, *clean_patch_json(patch))
 
     def _timer_fired(self, event: Event) -> tuple[PatchRecord, Delta] | Event:
         """The kernel's answer to ``timer_fired`` (executor/_timers.py), or the event to ask
@@ -829,8 +844,13 @@ class _RunLoop:
         planner = "fallback" if record.planner == "planner" else record.planner
         return replace(record, planner=planner, proposal=note), delta
 
-    def _settle(self, event: Event, patch: GraphPatch) -> tuple[PatchRecord, Delta]:
-        """A planner's patch: the guard, then ``validate``; a refusal ends the run."""
+    def _settle(
+        self, event: Event, patch: GraphPatch, ops: list[dict[str, JSON]] | None = None
+    ) -> tuple[PatchRecord, Delta]:
+        """A planner's patch: the guard, then ``validate``; a refusal ends the run.
+        ``ops``: the patch's journal form, where the caller has it already."""
+        if ops is None:
+            ops = patch.to_json()
         if self.k.guard is not None:
             try:
                 self.k.guard.check_patch(self.state, event, patch)
@@ -838,7 +858,7 @@ class _RunLoop:
                 _, delta = self._kernel_finish(event, "escalated", exc.verdict(), exc.message)
                 return PatchRecord(
                     event_seq=event.seq,
-                    ops=patch.to_json(),
+                    ops=ops,
                     outcome="rejected",
                     planner="policy",
                     reason=exc.message,
@@ -853,9 +873,9 @@ class _RunLoop:
             )
             _, delta = self._kernel_finish(event, "failed", verdict, exc.message)
             return PatchRecord(
-                event_seq=event.seq, ops=patch.to_json(), outcome="rejected", reason=exc.message
+                event_seq=event.seq, ops=ops, outcome="rejected", reason=exc.message
             ), delta
-        return PatchRecord(event_seq=event.seq, ops=patch.to_json()), delta
+        return PatchRecord(event_seq=event.seq, ops=ops), delta
 
     def _kernel_finish(
         self, event: Event, status: str, verdict: Verdict | JSON, reason: str
@@ -988,8 +1008,25 @@ def proposal_note(
     )
 
 
-async def _call(worker: Worker, ctx: TaskContext) -> JSON:
-    return await worker(ctx)
+def _started(worker: Worker, ctx: TaskContext) -> Coroutine[Any, Any, JSON]:
+    """The worker's own coroutine as the task's, without a frame of the kernel's around it
+    (one fewer per step); wrapped where calling the worker gives another awaitable, or
+    raises (then the task fails, as it did when the call ran inside it, not the loop)."""
+    try:
+        coro = worker(ctx)
+    except Exception as exc:
+        return _raising(exc)
+    if inspect.iscoroutine(coro):
+        return coro
+    return _awaited(coro)
+
+
+async def _awaited(awaitable: Awaitable[JSON]) -> JSON:
+    return await awaitable
+
+
+async def _raising(exc: Exception) -> JSON:
+    raise exc
 
 
 def _release(waiter: asyncio.Future[None]) -> None:
@@ -1038,7 +1075,7 @@ def as_async_worker(skill: str, worker: object) -> Worker:
 
 
 async def _traced(tracer: Tracer, span: Span, worker: Worker, ctx: TaskContext) -> JSON:
-    """``_call`` inside the task's span: its tool and model calls nest under it."""
+    """The worker inside the task's span: its tool and model calls nest under it."""
     with tracer.current(span):
         try:
             result = await worker(ctx)
