@@ -349,7 +349,8 @@ class _RunLoop:
             # A resumed run loaded every task: shed them now, not 64 a step.
             self._evict(self.k.keep_finished, looks=len(self.finished))
             while not self.state.finished:
-                await self._start_ready()
+                if self.ready:  # a chain's next task was started with its step's commit
+                    await self._start_ready()
                 if not self.running and not self.cancelled:
                     if await self._plan(await self._external_events(force=True)):
                         continue
@@ -364,7 +365,11 @@ class _RunLoop:
                     break
                 done = await self._completions()
                 # Another process's events first: ours are numbered after them.
-                events = await self._external_events(force=not done)
+                events = (
+                    await self._external_events(force=not done)
+                    if not done or self.carry or self._poll_due()
+                    else []
+                )
                 events.extend(await self._journal(done))
                 await self._plan(sorted(events, key=lambda e: e.seq))
         except BaseException as exc:
@@ -475,6 +480,10 @@ class _RunLoop:
         if picked:
             await self.store.append_events(self.run_id, [], picked)
             self._launch(picked)
+
+    def _poll_due(self) -> bool:
+        """Whether ``poll_interval`` has passed since the store was last looked at."""
+        return time.monotonic() - self.last_poll >= self.k.poll_interval
 
     async def _external_events(self, *, force: bool = False) -> list[Event]:
         """Events another process journaled (approvals, cancel requests) since we last looked.
@@ -650,7 +659,7 @@ class _RunLoop:
         # written in the same transaction.
         picked = [] if self.state.finished else self._pick()
         if picked or self.journal_tasks:
-            merged = replace(merged, tasks=latest([*self.journal_tasks, *merged.tasks, *picked]))
+            merged = merged.with_tasks(latest([*self.journal_tasks, *merged.tasks, *picked]))
         crashpoint("before_patch")
         final = None
         if merged.finish is not None:
@@ -761,7 +770,9 @@ class _RunLoop:
             asked = answered  # an approval's timeout, rejected: the planner decides
         try:
             proposed = self.k.planner.plan(self.state, asked)
-            patch = await proposed if inspect.isawaitable(proposed) else proposed
+            if type(proposed) is not GraphPatch and inspect.isawaitable(proposed):
+                proposed = await proposed
+            patch = proposed
             if not isinstance(patch, GraphPatch | Proposal):
                 raise TypeError(f"plan() returned {type(patch).__name__}, not GraphPatch")
             patch = resolve(patch, self.k.clock())
