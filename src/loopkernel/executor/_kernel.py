@@ -22,6 +22,7 @@ import asyncio
 import hashlib
 import inspect
 import secrets
+import sys
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
@@ -269,6 +270,8 @@ class _RunLoop:
         """Tasks that ended since the loop last looked (each one's done callback)."""
         self.wakeup: asyncio.Future[None] | None = None
         """Set by the first task to end while the loop waits (``_completions``)."""
+        self.unyielded = False
+        """A task landed without the loop having run since (``_launch``, ``EAGER``)."""
         self.tick: asyncio.TimerHandle | None = None
         """The poll timer: a wait ends at the latest when it fires (``_completions``)."""
         self.last_poll = 0.0
@@ -383,7 +386,14 @@ class _RunLoop:
         for the first if none has: ``asyncio.wait(FIRST_COMPLETED)``, without hooking and
         unhooking every task in flight at every step (each has one done callback,
         ``_landed``, for its whole life)."""
-        if not self.landed:
+        if self.landed:
+            if self.unyielded:
+                # Tasks that ended as they started (EAGER): the loop is let run once all
+                # the same, so that a long chain of them never holds up the process's
+                # other work (heartbeats, other runs), as commits that need no wait would.
+                self.unyielded = False
+                await asyncio.sleep(0)
+        else:
             loop = asyncio.get_running_loop()
             self.wakeup = wakeup = loop.create_future()
             if self.tick is None:
@@ -468,11 +478,15 @@ class _RunLoop:
                     "loopkernel.attempt": task.attempts,
                 }
                 span = self.tracer.start(f"task {task.task_id}", attributes, parent=self.span)
-                fut = asyncio.ensure_future(_traced(self.tracer, span, worker, ctx))
+                fut = _task(loop, _traced(self.tracer, span, worker, ctx))
             else:
-                fut = loop.create_task(_started(worker, ctx))
-            fut.add_done_callback(self._landed)
+                fut = _task(loop, _started(worker, ctx))
             self.running[fut] = task.task_id
+            if fut.done():  # it ran to its end as it started (EAGER): no callback to wait for
+                self._landed(fut)
+                self.unyielded = True
+            else:
+                fut.add_done_callback(self._landed)
 
     async def _start_ready(self) -> None:
         """Start what is startable, with its own (unsynced) write of the running states."""
@@ -1030,6 +1044,22 @@ def _started(worker: Worker, ctx: TaskContext) -> Coroutine[Any, Any, JSON]:
     if inspect.iscoroutine(coro):
         return coro
     return _awaited(coro)
+
+
+EAGER = sys.version_info >= (3, 12)
+"""Whether a worker's task starts eagerly (``asyncio.Task(eager_start=True)``, Python
+3.12+): it runs at once, inside ``_launch``, up to its first wait; one that never waits
+(a trivial step) is done before ``_launch`` returns, and costs no loop turn of its own. As
+a task of its own from the start: ``asyncio.current_task()`` inside it is its own (a
+timeout or TaskGroup it opens can cancel only it), its context a copy. Python 3.11 has no
+safe form (running the coroutine first outside a task would show it the kernel's task),
+so there every worker starts on the loop's next turn."""
+
+
+def _task(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, JSON]) -> asyncio.Task[JSON]:
+    if EAGER:
+        return asyncio.Task(coro, loop=loop, eager_start=True)  # type: ignore[call-arg,unused-ignore]
+    return loop.create_task(coro)
 
 
 async def _awaited(awaitable: Awaitable[JSON]) -> JSON:
