@@ -233,11 +233,8 @@ class Cursor:
         return list(self._execute(sql, params).fetchall())
 
     def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        """One statement for many rows (pipelined where the driver can); one row is
-        executed as it is (a step's usual case: no cursor made and closed around it)."""
-        if len(rows) == 1:
-            self._execute(sql, rows[0])
-        elif rows:
+        """One statement for many rows (pipelined where the driver can)."""
+        if rows:
             self._execute(sql, rows, many=True)
 
 
