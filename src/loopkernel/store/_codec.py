@@ -179,18 +179,21 @@ INSERT_TASK = insert_sql("tasks", f"run_id, {TASK_COLUMNS}")
 
 
 def task_params(run_id: RunId, task: Task) -> tuple[Any, ...]:
+    # A task's JSON columns are mostly empty: ``null`` without a call of ``dumps``; the
+    # state's ``_value_`` without the enum's ``value`` property (a step writes two tasks).
+    i, r, e, h = task.input, task.result, task.error, task.human_input
     return (
         run_id,
         task.task_id,
         task.skill,
-        dumps(task.input),
+        "null" if i is None else dumps(i),
         task.evidence_scope,
-        task.state.value,
-        dumps(task.result),
-        dumps(task.error),
+        task.state._value_,
+        "null" if r is None else dumps(r),
+        "null" if e is None else dumps(e),
         task.attempts,
         task.wait_reason,
-        dumps(task.human_input),
+        "null" if h is None else dumps(h),
         task.wait_epoch,
         task.done_seq,
         task.wake_at,

@@ -597,7 +597,7 @@ class SQLStore(InspectorReads):
     ) -> list[Event]:
         """``_append`` of events the executor numbered right after the run's last seq:
         written at their own seqs, and they are what was written (no second copy)."""
-        rows = [(run_id, e.seq, e.kind.value, e.task_id, dumps(e.data), now) for e in events]
+        rows = [(run_id, e.seq, e.kind._value_, e.task_id, dumps(e.data), now) for e in events]
         cur.many(INSERT_EVENT, rows)
         self.dialect.notify(cur, JOURNAL_CHANNEL, run_id)
         return list(events)
