@@ -572,8 +572,9 @@ class _RunLoop:
             return []
         succeeded = [t.task_id for t in changed.values() if t.state is TaskState.SUCCEEDED]
         candidates = {s for tid in succeeded for s in self.state.successors(tid)}
-        for task in self.state.promotions(sorted(candidates), changed):
-            changed[task.task_id] = task
+        if candidates:  # a chain's next task is added by the patch that answers this
+            for task in self.state.promotions(sorted(candidates), changed):
+                changed[task.task_id] = task
         if self.one_step:
             events = [
                 Event(

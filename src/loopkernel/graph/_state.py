@@ -313,10 +313,13 @@ class GraphState:
 
     def startable(self, task_id: TaskId) -> bool:
         """Ready, and every predecessor has succeeded."""
-        task = self.tasks[task_id]
-        return task.state is TaskState.READY and all(
-            self.tasks[p].state is TaskState.SUCCEEDED for p in self.preds.get(task_id, ())
-        )
+        tasks = self.tasks
+        if tasks[task_id].state is not TaskState.READY:
+            return False
+        for p in self.preds.get(task_id, ()):  # a loop, not all(...): once a step
+            if tasks[p].state is not TaskState.SUCCEEDED:
+                return False
+        return True
 
     def ancestors(self, task_id: TaskId) -> set[TaskId]:
         preds = self.preds
