@@ -658,7 +658,9 @@ class _RunLoop:
                 continue
             if event.kind is EventKind.HUMAN_INPUT:
                 await self.book.from_event(event)
-            record, delta = await self._plan_traced(event)
+            record, delta = await (
+                self._plan_traced(event) if self.tracer else self._plan_one(event)
+            )
             self.state.apply(delta)
             for task in delta.tasks:
                 if task.state is TaskState.READY:
