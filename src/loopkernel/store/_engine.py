@@ -409,7 +409,7 @@ class SQLStore(InspectorReads):
             pause = min(pause * 2, 0.05)
             held = None
 
-    def _write(
+    async def _write(
         self,
         run_id: RunId,
         body: Callable[[Cursor, RunStatus], T],
@@ -418,7 +418,7 @@ class SQLStore(InspectorReads):
         lock: bool = True,
         bulk: bool = False,
         seq: bool = False,
-    ) -> Awaitable[T]:
+    ) -> T:
         """A write of ``run_id``: its row read under the dialect's lock (``RunNotFound``
         without it) and a fenced view's epoch compared, before ``body(cur, status)``.
         ``lock=False`` (an effect of an unfenced store): straight to the body. ``seq``:
@@ -442,9 +442,7 @@ class SQLStore(InspectorReads):
                 cur.top = int(row[3])
             return body(cur, _STATUS[row[0]])
 
-        # ``_call``'s coroutine itself, not one of this method's around it: callers await
-        # it at once (a fence refused above raises at the call, before any await).
-        return self._call(locked, "write", sync=sync, bulk=bulk)
+        return await self._call(locked, "write", sync=sync, bulk=bulk)
 
     def _unfenced(self, what: str) -> None:
         if self._fence is not None:
