@@ -22,10 +22,9 @@ import asyncio
 import hashlib
 import inspect
 import secrets
-import sys
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +67,7 @@ from loopkernel.executor._outcomes import (
     outcome_of,
 )
 from loopkernel.executor._spill import SpillArchive, evict
+from loopkernel.executor._start import started, task_of
 from loopkernel.executor._timers import (
     due,
     is_approval_wait,
@@ -478,9 +478,9 @@ class _RunLoop:
                     "loopkernel.attempt": task.attempts,
                 }
                 span = self.tracer.start(f"task {task.task_id}", attributes, parent=self.span)
-                fut = _task(loop, _traced(self.tracer, span, worker, ctx))
+                fut = task_of(loop, _traced(self.tracer, span, worker, ctx))
             else:
-                fut = _task(loop, _started(worker, ctx))
+                fut = task_of(loop, started(worker, ctx))
             self.running[fut] = task.task_id
             if fut.done():  # it ran to its end as it started (EAGER): no callback to wait for
                 self._landed(fut)
@@ -572,9 +572,8 @@ class _RunLoop:
             return []
         succeeded = [t.task_id for t in changed.values() if t.state is TaskState.SUCCEEDED]
         candidates = {s for tid in succeeded for s in self.state.successors(tid)}
-        if candidates:  # a chain's next task is added by the patch that answers this
-            for task in self.state.promotions(sorted(candidates), changed):
-                changed[task.task_id] = task
+        for task in self.state.promotions(sorted(candidates), changed):
+            changed[task.task_id] = task
         if self.one_step:
             events = [
                 Event(
@@ -1034,43 +1033,6 @@ def proposal_note(
         cost_usd=p.cost_usd,
         latency_ms=p.latency_ms,
     )
-
-
-def _started(worker: Worker, ctx: TaskContext) -> Coroutine[Any, Any, JSON]:
-    """The worker's own coroutine as the task's, without a frame of the kernel's around it
-    (one fewer per step); wrapped where calling the worker gives another awaitable, or
-    raises (then the task fails, as it did when the call ran inside it, not the loop)."""
-    try:
-        coro = worker(ctx)
-    except Exception as exc:
-        return _raising(exc)
-    if inspect.iscoroutine(coro):
-        return coro
-    return _awaited(coro)
-
-
-EAGER = sys.version_info >= (3, 12)
-"""Whether a worker's task starts eagerly (``asyncio.Task(eager_start=True)``, Python
-3.12+): it runs at once, inside ``_launch``, up to its first wait; one that never waits
-(a trivial step) is done before ``_launch`` returns, and costs no loop turn of its own. As
-a task of its own from the start: ``asyncio.current_task()`` inside it is its own (a
-timeout or TaskGroup it opens can cancel only it), its context a copy. Python 3.11 has no
-safe form (running the coroutine first outside a task would show it the kernel's task),
-so there every worker starts on the loop's next turn."""
-
-
-def _task(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, JSON]) -> asyncio.Task[JSON]:
-    if EAGER:
-        return asyncio.Task(coro, loop=loop, eager_start=True)  # type: ignore[call-arg,unused-ignore]
-    return loop.create_task(coro)
-
-
-async def _awaited(awaitable: Awaitable[JSON]) -> JSON:
-    return await awaitable
-
-
-async def _raising(exc: Exception) -> JSON:
-    raise exc
 
 
 def _release(waiter: asyncio.Future[None]) -> None:

@@ -316,7 +316,7 @@ class GraphState:
         tasks = self.tasks
         if tasks[task_id].state is not TaskState.READY:
             return False
-        for p in self.preds.get(task_id, ()):  # a loop, not all(...): once a step
+        for p in self.preds.get(task_id, ()):  # noqa: SIM110 - no generator: once a step
             if tasks[p].state is not TaskState.SUCCEEDED:
                 return False
         return True
