@@ -143,6 +143,7 @@ def by_object(out: Path) -> dict[str, int]:
 
 def python_split(n: int, synchronous: str, top: int = 25) -> list[dict[str, Any]]:
     """Share of a chain's profiled time per Python function (``cProfile``, tottime)."""
+    child("chain", 20, synchronous)  # imports and first-call caches out of the profile
     prof = cProfile.Profile()
     prof.enable()
     child("chain", n, synchronous)
