@@ -62,6 +62,14 @@ def child(shape: str, n: int, synchronous: str) -> None:
     asyncio.run(go())
 
 
+def _env() -> dict[str, str]:
+    """The children's environment: the same dict layouts in every run, and bytecode caches
+    written and read (``PYTHONDONTWRITEBYTECODE`` would make each run compile the package
+    again, a cost that need not be the same in two runs and so does not cancel out)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PYTHONHASHSEED": "0"}
+
+
 def callgrind(shape: str, n: int, synchronous: str, out: Path) -> int:
     """Instructions of a whole process running ``child(shape, n, synchronous)``."""
     cmd = [
@@ -77,7 +85,7 @@ def callgrind(shape: str, n: int, synchronous: str, out: Path) -> int:
         str(n),
         synchronous,
     ]
-    env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same dict layouts in every run
+    env = _env()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     found = re.findall(r"Collected : (\d+)", proc.stderr)
     if proc.returncode != 0 or not found:
@@ -88,7 +96,7 @@ def callgrind(shape: str, n: int, synchronous: str, out: Path) -> int:
 def per_task(shape: str, lo: int, hi: int, synchronous: str, tmp: Path) -> dict[str, Any]:
     # Once without valgrind first: the bytecode caches are written, not counted.
     warm = [sys.executable, "-m", "bench.instructions", "--child", shape, str(lo), synchronous]
-    subprocess.run(warm, check=True)
+    subprocess.run(warm, check=True, env=_env())
     low = callgrind(shape, lo, synchronous, tmp / f"{shape}-{synchronous}-lo.out")
     high = callgrind(shape, hi, synchronous, tmp / f"{shape}-{synchronous}-hi.out")
     return {
@@ -135,6 +143,7 @@ def by_object(out: Path) -> dict[str, int]:
 
 def python_split(n: int, synchronous: str, top: int = 25) -> list[dict[str, Any]]:
     """Share of a chain's profiled time per Python function (``cProfile``, tottime)."""
+    child("chain", 20, synchronous)  # imports and first-call caches out of the profile
     prof = cProfile.Profile()
     prof.enable()
     child("chain", n, synchronous)

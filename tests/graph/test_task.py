@@ -56,3 +56,20 @@ def test_a_field_may_be_set_to_none() -> None:
 def test_evolve_keeps_the_task_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         FULL.evolve(attempts=4).attempts = 5  # type: ignore[misc]
+
+
+def test_delta_with_tasks_keeps_every_other_field() -> None:
+    from loopkernel.graph import Delta, RunStatus
+
+    t = Task(task_id=TaskId("a"), skill="s")
+    values = {
+        "tasks": (),
+        "new_task_ids": frozenset({TaskId("a")}),
+        "edges": ((TaskId("a"), TaskId("b")),),
+        "finish": (RunStatus.SUCCEEDED, {"why": 1}),
+        "cancelled_running": (TaskId("c"),),
+    }
+    # every field of Delta is set above to something not its default
+    assert set(values) == {f.name for f in dataclasses.fields(Delta)}
+    delta = Delta(**values)  # type: ignore[arg-type]
+    assert delta.with_tasks((t,)) == dataclasses.replace(delta, tasks=(t,))

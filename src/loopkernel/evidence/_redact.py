@@ -149,6 +149,16 @@ def redact_text(text: str) -> str:
     return text
 
 
+_SHORT = 64
+"""Strings up to this long are redacted through ``_short``'s cache: the ids, names and
+small values a step journals again and again ("add", "t12", "noop") scan once each."""
+
+
+@functools.lru_cache(maxsize=4096)  # a pure function of short text: bounded, ~0.5 MB at most
+def _short(text: str) -> str:
+    return redact_text(text)
+
+
 def _replace(match: re.Match[str], *, group: int) -> str:
     secret = match.group(group)
     if secret.startswith(MARKER):
@@ -165,14 +175,31 @@ def redact(value: JSON, *, keep: Collection[str] = ()) -> JSON:
     """``value`` with its secrets replaced (see the module doc). ``keep`` lists the paths
     (``"token"``, ``"auth.header"``; list items share their list's path) a tool declares
     as not secret: they are left exactly as they are."""
+    if not keep:
+        return _walk_all(value, False)
     return _walk(value, "", frozenset(keep), secret=False)
+
+
+def _walk_all(value: JSON, secret: bool) -> JSON:
+    """``_walk`` with nothing kept: no paths to build (the common case: a patch, an error)."""
+    if isinstance(value, str):
+        if secret and not value.startswith(MARKER):
+            return marker(value)
+        return _short(value) if len(value) <= _SHORT else redact_text(value)
+    if isinstance(value, list):
+        return [_walk_all(v, secret) for v in value]
+    if isinstance(value, dict):
+        return {k: _walk_all(v, secret or is_secret_key(str(k))) for k, v in value.items()}
+    return value
 
 
 def _walk(value: JSON, path: str, keep: frozenset[str], *, secret: bool) -> JSON:
     if path in keep:
         return value
     if isinstance(value, str):
-        return marker(value) if secret and not value.startswith(MARKER) else redact_text(value)
+        if secret and not value.startswith(MARKER):
+            return marker(value)
+        return _short(value) if len(value) <= _SHORT else redact_text(value)
     if isinstance(value, list):
         return [_walk(v, path, keep, secret=secret) for v in value]
     if isinstance(value, dict):

@@ -58,7 +58,7 @@ from loopkernel.executor._context import (
 from loopkernel.executor._evidence import EvidenceBook
 from loopkernel.executor._outcomes import (
     clean,
-    clean_patch,
+    clean_patch_json,
     clean_proposal,
     event_data,
     kept_by,
@@ -68,6 +68,7 @@ from loopkernel.executor._outcomes import (
     outcome_of,
 )
 from loopkernel.executor._spill import SpillArchive, evict
+from loopkernel.executor._start import started, task_of
 from loopkernel.executor._timers import (
     due,
     is_approval_wait,
@@ -273,6 +274,10 @@ class _RunLoop:
         """Tasks that ended since the loop last looked (each one's done callback)."""
         self.wakeup: asyncio.Future[None] | None = None
         """Set by the first task to end while the loop waits (``_completions``)."""
+        self.unyielded = False
+        """A task landed without the loop having run since (``_launch``, ``EAGER``)."""
+        self.tick: asyncio.TimerHandle | None = None
+        """The poll timer: a wait ends at the latest when it fires (``_completions``)."""
         self.last_poll = 0.0
         self.book = EvidenceBook(kernel.store, run_id)
         self.services = TaskServices(tools=kernel.tools, models=kernel.models, book=self.book)
@@ -304,6 +309,8 @@ class _RunLoop:
                 self.tracer.end(self.span, error=exc)
             raise
         finally:
+            if self.tick is not None:
+                self.tick.cancel()
             if isinstance(self.archive, SpillArchive):
                 self.archive.close()
         if self.tracer and self.span:
@@ -350,7 +357,8 @@ class _RunLoop:
             # A resumed run loaded every task: shed them now, not 64 a step.
             self._evict(self.k.keep_finished, looks=len(self.finished))
             while not self.state.finished:
-                await self._start_ready()
+                if self.ready:  # a chain's next task was started with its step's commit
+                    await self._start_ready()
                 if not self.running and not self.cancelled:
                     if await self._plan(await self._external_events(force=True)):
                         continue
@@ -365,7 +373,11 @@ class _RunLoop:
                     break
                 done = await self._completions()
                 # Another process's events first: ours are numbered after them.
-                events = await self._external_events(force=not done)
+                events = (
+                    await self._external_events(force=not done)
+                    if not done or self.carry or self._poll_due()
+                    else []
+                )
                 events.extend(await self._journal(done))
                 await self._plan(sorted(events, key=lambda e: e.seq))
         except BaseException as exc:
@@ -379,17 +391,32 @@ class _RunLoop:
         for the first if none has: ``asyncio.wait(FIRST_COMPLETED)``, without hooking and
         unhooking every task in flight at every step (each has one done callback,
         ``_landed``, for its whole life)."""
-        if not self.landed:
+        if self.landed:
+            if self.unyielded:
+                # Tasks that ended as they started (EAGER): the loop is let run once all
+                # the same, so that a long chain of them never holds up the process's
+                # other work (heartbeats, other runs), as commits that need no wait would.
+                self.unyielded = False
+                await asyncio.sleep(0)
+        else:
             loop = asyncio.get_running_loop()
             self.wakeup = wakeup = loop.create_future()
-            timer = loop.call_later(self.k.poll_interval, _release, wakeup)
+            if self.tick is None:
+                # One timer for many waits, not one made and cancelled per step: it ends
+                # the wait it finds (so none lasts longer than poll_interval), and the
+                # next wait after it fired arms a new one.
+                self.tick = loop.call_later(self.k.poll_interval, self._ticked)
             try:
                 await wakeup
             finally:
-                timer.cancel()
                 self.wakeup = None
         landed, self.landed = self.landed, []
         return {f for f in landed if f in self.running or f in self.cancelled}
+
+    def _ticked(self) -> None:
+        self.tick = None
+        if self.wakeup is not None:
+            _release(self.wakeup)
 
     def _landed(self, fut: asyncio.Task[JSON]) -> None:
         self.landed.append(fut)
@@ -434,6 +461,9 @@ class _RunLoop:
         return picked
 
     def _launch(self, tasks: Sequence[Task]) -> None:
+        if not tasks:
+            return
+        loop = asyncio.get_running_loop()
         for task in tasks:
             ctx = TaskContext(
                 state=self.state,
@@ -451,11 +481,15 @@ class _RunLoop:
                     "loopkernel.attempt": task.attempts,
                 }
                 span = self.tracer.start(f"task {task.task_id}", attributes, parent=self.span)
-                fut = asyncio.ensure_future(_traced(self.tracer, span, worker, ctx))
+                fut = task_of(loop, _traced(self.tracer, span, worker, ctx))
             else:
-                fut = asyncio.ensure_future(_call(worker, ctx))
-            fut.add_done_callback(self._landed)
+                fut = task_of(loop, started(worker, ctx))
             self.running[fut] = task.task_id
+            if fut.done():  # it ran to its end as it started (EAGER): no callback to wait for
+                self._landed(fut)
+                self.unyielded = True
+            else:
+                fut.add_done_callback(self._landed)
 
     async def _start_ready(self) -> None:
         """Start what is startable, with its own (unsynced) write of the running states."""
@@ -463,6 +497,10 @@ class _RunLoop:
         if picked:
             await self.store.append_events(self.run_id, [], picked)
             self._launch(picked)
+
+    def _poll_due(self) -> bool:
+        """Whether ``poll_interval`` has passed since the store was last looked at."""
+        return time.monotonic() - self.last_poll >= self.k.poll_interval
 
     async def _external_events(self, *, force: bool = False) -> list[Event]:
         """Events another process journaled (approvals, cancel requests) since we last looked.
@@ -622,7 +660,9 @@ class _RunLoop:
                 continue
             if event.kind is EventKind.HUMAN_INPUT:
                 await self.book.from_event(event)
-            record, delta = await self._plan_traced(event)
+            record, delta = await (
+                self._plan_traced(event) if self.tracer else self._plan_one(event)
+            )
             self.state.apply(delta)
             for task in delta.tasks:
                 if task.state is TaskState.READY:
@@ -638,7 +678,7 @@ class _RunLoop:
         # written in the same transaction.
         picked = [] if self.state.finished else self._pick()
         if picked or self.journal_tasks:
-            merged = replace(merged, tasks=latest([*self.journal_tasks, *merged.tasks, *picked]))
+            merged = merged.with_tasks(latest([*self.journal_tasks, *merged.tasks, *picked]))
         crashpoint("before_patch")
         final = None
         if merged.finish is not None:
@@ -749,7 +789,9 @@ class _RunLoop:
             asked = answered  # an approval's timeout, rejected: the planner decides
         try:
             proposed = self.k.planner.plan(self.state, asked)
-            patch = await proposed if inspect.isawaitable(proposed) else proposed
+            if type(proposed) is not GraphPatch and inspect.isawaitable(proposed):
+                proposed = await proposed
+            patch = proposed
             if not isinstance(patch, GraphPatch | Proposal):
                 raise TypeError(f"plan() returned {type(patch).__name__}, not GraphPatch")
             patch = resolve(patch, self.k.clock())
@@ -762,7 +804,7 @@ class _RunLoop:
             return self._kernel_finish(event, "failed", verdict, "the planner raised")
         if isinstance(patch, Proposal):
             return self._judge(event, clean_proposal(patch))
-        return self._settle(event, clean_patch(patch))
+        return self._settle(event, *clean_patch_json(patch))
 
     def _timer_fired(self, event: Event) -> tuple[PatchRecord, Delta] | Event:
         """The kernel's answer to ``timer_fired`` (executor/_timers.py), or the event to ask
@@ -832,8 +874,13 @@ class _RunLoop:
         planner = "fallback" if record.planner == "planner" else record.planner
         return replace(record, planner=planner, proposal=note), delta
 
-    def _settle(self, event: Event, patch: GraphPatch) -> tuple[PatchRecord, Delta]:
-        """A planner's patch: the guard, then ``validate``; a refusal ends the run."""
+    def _settle(
+        self, event: Event, patch: GraphPatch, ops: list[dict[str, JSON]] | None = None
+    ) -> tuple[PatchRecord, Delta]:
+        """A planner's patch: the guard, then ``validate``; a refusal ends the run.
+        ``ops``: the patch's journal form, where the caller has it already."""
+        if ops is None:
+            ops = patch.to_json()
         if self.k.guard is not None:
             try:
                 self.k.guard.check_patch(self.state, event, patch)
@@ -841,7 +888,7 @@ class _RunLoop:
                 _, delta = self._kernel_finish(event, "escalated", exc.verdict(), exc.message)
                 return PatchRecord(
                     event_seq=event.seq,
-                    ops=patch.to_json(),
+                    ops=ops,
                     outcome="rejected",
                     planner="policy",
                     reason=exc.message,
@@ -856,9 +903,9 @@ class _RunLoop:
             )
             _, delta = self._kernel_finish(event, "failed", verdict, exc.message)
             return PatchRecord(
-                event_seq=event.seq, ops=patch.to_json(), outcome="rejected", reason=exc.message
+                event_seq=event.seq, ops=ops, outcome="rejected", reason=exc.message
             ), delta
-        return PatchRecord(event_seq=event.seq, ops=patch.to_json()), delta
+        return PatchRecord(event_seq=event.seq, ops=ops), delta
 
     def _kernel_finish(
         self, event: Event, status: str, verdict: Verdict | JSON, reason: str
@@ -991,10 +1038,6 @@ def proposal_note(
     )
 
 
-async def _call(worker: Worker, ctx: TaskContext) -> JSON:
-    return await worker(ctx)
-
-
 def _release(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
@@ -1041,7 +1084,7 @@ def as_async_worker(skill: str, worker: object) -> Worker:
 
 
 async def _traced(tracer: Tracer, span: Span, worker: Worker, ctx: TaskContext) -> JSON:
-    """``_call`` inside the task's span: its tool and model calls nest under it."""
+    """The worker inside the task's span: its tool and model calls nest under it."""
     with tracer.current(span):
         try:
             result = await worker(ctx)

@@ -28,6 +28,7 @@ from loopkernel.ids import TaskId
 __all__ = [
     "clean",
     "clean_patch",
+    "clean_patch_json",
     "event_data",
     "kept_by",
     "late_result",
@@ -50,9 +51,15 @@ def kept_by(worker: Any) -> tuple[str, ...]:
 def clean_patch(patch: GraphPatch) -> GraphPatch:
     """A planner's patch as the journal keeps it: task inputs, wait reasons, resume
     payloads and verdicts redacted (the same patch when there was nothing to redact)."""
+    return clean_patch_json(patch)[0]
+
+
+def clean_patch_json(patch: GraphPatch) -> tuple[GraphPatch, list[dict[str, JSON]] | None]:
+    """``clean_patch``, and the patch's journal form when the patch is the same (encoded
+    once a step, not again for its record); ``None`` when redaction changed it."""
     ops = patch.to_json()
     kept = redact(ops)
-    return patch if kept == ops else GraphPatch.from_json(kept)
+    return (patch, ops) if kept == ops else (GraphPatch.from_json(kept), None)
 
 
 def clean_proposal(proposal: Any) -> Any:

@@ -65,7 +65,10 @@ def resolve(answer: GraphPatch | Proposal, now: float) -> GraphPatch | Proposal:
 
 
 def _resolve(patch: GraphPatch, now: float) -> GraphPatch:
-    if not any(isinstance(op, Wait) and op.seconds is not None for op in patch.ops):
+    for op in patch.ops:  # a loop, not any(...): no generator a step
+        if isinstance(op, Wait) and op.seconds is not None:
+            break
+    else:
         return patch
     ops = tuple(
         replace(op, until=now + max(0.0, op.seconds), seconds=None)

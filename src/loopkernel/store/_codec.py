@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from enum import Enum
@@ -80,12 +81,45 @@ __all__ = [
 ]
 
 
-_encode = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False).encode
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+_encode = _ENCODER.encode
+_ascii: Any = json.encoder.encode_basestring_ascii
+_make_c: Any = getattr(json.encoder, "c_make_encoder", None)  # None without the C module
+_threads = threading.local()
+"""Each thread's own C encoder (``_encoder``): its circular-reference markers are its own."""
+
+
+def _encoder() -> tuple[Any, dict[int, Any]]:
+    """What ``_ENCODER.encode`` builds at every call, built once per thread: the C
+    encoder with the same settings, and the markers it checks cycles with."""
+    markers: dict[int, Any] = {}
+    e = _ENCODER
+    made = _make_c(
+        markers, e.default, _ascii, None, e.key_separator, e.item_separator, True, False, False
+    )
+    _threads.encoder = made, markers
+    return made, markers
 
 
 def dumps(value: JSON) -> str:
-    """Canonical JSON text: sorted keys, no spaces, no NaN."""
-    return "null" if value is None else _encode(value)
+    """Canonical JSON text: sorted keys, no spaces, no NaN. The text of ``_ENCODER.encode``
+    (``tests/store/test_codec_dumps.py``), without its two Python frames and the C
+    encoder it makes at every call: a step encodes several values."""
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return _ascii(value)  # type: ignore[no-any-return]
+    if _make_c is None:
+        return _encode(value)
+    try:
+        made, markers = _threads.encoder
+    except AttributeError:
+        made, markers = _encoder()
+    try:
+        return "".join(made(value, 0))
+    except BaseException:
+        markers.clear()  # an encoding that failed halfway leaves its markers behind
+        raise
 
 
 def loads(text: str | None) -> JSON:
@@ -146,18 +180,21 @@ INSERT_TASK = insert_sql("tasks", f"run_id, {TASK_COLUMNS}")
 
 
 def task_params(run_id: RunId, task: Task) -> tuple[Any, ...]:
+    # A task's JSON columns are mostly empty: ``null`` without a call of ``dumps``; the
+    # state's ``_value_`` without the enum's ``value`` property (a step writes two tasks).
+    i, r, e, h = task.input, task.result, task.error, task.human_input
     return (
         run_id,
         task.task_id,
         task.skill,
-        dumps(task.input),
+        "null" if i is None else dumps(i),
         task.evidence_scope,
-        task.state.value,
-        dumps(task.result),
-        dumps(task.error),
+        task.state._value_,
+        "null" if r is None else dumps(r),
+        "null" if e is None else dumps(e),
         task.attempts,
         task.wait_reason,
-        dumps(task.human_input),
+        "null" if h is None else dumps(h),
         task.wait_epoch,
         task.done_seq,
         task.wake_at,

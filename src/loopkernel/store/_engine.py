@@ -195,27 +195,30 @@ class Dialect:
 class Cursor:
     """What a body gets: statements on one connection, faults translated here."""
 
-    __slots__ = ("_conn", "_dialect", "top")
+    __slots__ = ("_conn", "_dialect", "_sql", "top")
 
     def __init__(self, conn: Any, dialect: Dialect) -> None:
         self._conn = conn
         self._dialect = dialect
+        self._sql = None if type(dialect).sql is Dialect.sql else dialect.sql
+        """The dialect's translation of the text, ``None`` where it keeps it (SQLite)."""
         self.top: int | None = None
         """The run's last seq, when the run-row read under the lock read it too."""
 
     def _execute(self, sql: str, params: Sequence[Any], many: bool = False) -> Any:
-        d = self._dialect
+        if self._sql is not None:
+            sql = self._sql(sql)
         try:
             if many:
                 cur = self._conn.cursor()
                 try:
-                    cur.executemany(d.sql(sql), params)
+                    cur.executemany(sql, params)
                 finally:
                     cur.close()
                 return None
-            return self._conn.execute(d.sql(sql), params)
+            return self._conn.execute(sql, params)
         except Exception as exc:
-            meant = d.classify(exc)
+            meant = self._dialect.classify(exc)
             if meant is None or meant is exc:
                 raise
             raise meant from exc
@@ -369,31 +372,43 @@ class SQLStore(InspectorReads, ScheduleRows):
     ) -> T:
         """``body`` as one transaction, never waiting on the loop (a dialect may run a
         write that cannot wait on the loop itself: SQLite's unsynced ones). ``bulk``: a
-        write of a whole run's rows (a fork, a delete), always off the loop."""
-        return await self._retrying(lambda: self._submit(body, how, sync, bulk))
+        write of a whole run's rows (a fork, a delete), always off the loop. The first
+        try is made here, the retries (rare) in ``_retrying``: a step pays no loop."""
+        submit = self._submit
+        try:
+            return await submit(body, how, sync, bulk)
+        except LockHeld as exc:
+            held = exc
+        return await self._retrying(lambda: submit(body, how, sync, bulk), held)
 
-    async def _retrying(self, attempt: Callable[[], Awaitable[T]]) -> T:
+    async def _retrying(
+        self, attempt: Callable[[], Awaitable[T]], held: LockHeld | None = None
+    ) -> T:
         """``attempt()``, again after an async backoff while another process holds the
-        write lock, for ``lock_wait_s`` seconds in all; then ``StoreUnavailable``."""
+        write lock, for ``lock_wait_s`` seconds in all; then ``StoreUnavailable``.
+        ``held``: the first try was made already, and found the lock held."""
         deadline: float | None = None
         pause = 0.002
         wait = lock_wait_s_within(self.lock_wait_s)
         while True:
-            try:
-                return await attempt()
-            except LockHeld as exc:
-                now = time.monotonic()
-                deadline = now + wait if deadline is None else deadline
-                if now >= deadline:
-                    raise StoreUnavailable(
-                        f"{self.where}: the database is locked by another process "
-                        f"({exc.detail}; waited {wait:g} s)",
-                        url=self.url,
-                        reason="the database is locked by another process",
-                        waited=wait,
-                    ) from None
-                await asyncio.sleep(min(pause, deadline - now))
-                pause = min(pause * 2, 0.05)
+            if held is None:
+                try:
+                    return await attempt()
+                except LockHeld as exc:
+                    held = exc
+            now = time.monotonic()
+            deadline = now + wait if deadline is None else deadline
+            if now >= deadline:
+                raise StoreUnavailable(
+                    f"{self.where}: the database is locked by another process "
+                    f"({held.detail}; waited {wait:g} s)",
+                    url=self.url,
+                    reason="the database is locked by another process",
+                    waited=wait,
+                ) from None
+            await asyncio.sleep(min(pause, deadline - now))
+            pause = min(pause * 2, 0.05)
+            held = None
 
     async def _write(
         self,
@@ -566,6 +581,16 @@ class SQLStore(InspectorReads, ScheduleRows):
         self.dialect.notify(cur, JOURNAL_CHANNEL, run_id)
         return out
 
+    def _append_planned(
+        self, cur: Cursor, run_id: RunId, events: Sequence[Event], now: float
+    ) -> list[Event]:
+        """``_append`` of events the executor numbered right after the run's last seq:
+        written at their own seqs, and they are what was written (no second copy)."""
+        rows = [(run_id, e.seq, e.kind._value_, e.task_id, dumps(e.data), now) for e in events]
+        cur.many(INSERT_EVENT, rows)
+        self.dialect.notify(cur, JOURNAL_CHANNEL, run_id)
+        return list(events)
+
     @staticmethod
     def _last_seq(cur: Cursor, run_id: RunId) -> int:
         """The run's last seq, read under the run's lock (once, with its row, if it was)."""
@@ -613,7 +638,10 @@ class SQLStore(InspectorReads, ScheduleRows):
 
         def body(cur: Cursor, _: RunStatus) -> tuple[list[Event], Event | None]:
             top = self._last_seq(cur, run_id)
-            out = self._append(cur, run_id, top, [as_new(e) for e in journal], now)
+            if journal and journal[0].seq == top + 1:
+                out = self._append_planned(cur, run_id, journal, now)
+            else:  # another process appended since: ours go after its
+                out = self._append(cur, run_id, top, [as_new(e) for e in journal], now)
             moved, step = rebase_step(journal, out, records, delta)
             cur.many(INSERT_PATCH, [patch_params(run_id, r, now) for r in moved])
             cur.many(_UPSERT_TASK, [task_params(run_id, t) for t in step.tasks])
