@@ -162,7 +162,12 @@ def test_a_gate_nobody_answers_in_time_is_decided_by_its_own_action_once(
     asyncio.run(body())
 
 
-def test_a_human_in_time_wins_and_the_deadline_later_does_nothing(lite_backend: Backend) -> None:
+@pytest.mark.parametrize("resumed_at", [5_030.0, 9_000.0])
+def test_a_human_in_time_wins_and_the_deadline_later_does_nothing(
+    lite_backend: Backend, resumed_at: float
+) -> None:
+    """Answered before the deadline; executed before it, or only after it passed while no
+    executor ran the run: the answer wins, the deadline never fires."""
     clock = FakeClock(5_000.0)
 
     async def body() -> None:
@@ -180,7 +185,7 @@ def test_a_human_in_time_wins_and_the_deadline_later_does_nothing(lite_backend: 
         await store.add_human_input(
             RunId("g"), TaskId("pay"), decision="approve", payload={"by": "ops"}
         )
-        clock.now = 5_030.0
+        clock.now = resumed_at
         outcome = await kernel.run("g")
         assert (outcome.status, outcome.verdict) == (RunStatus.SUCCEEDED, {"task": "pay"})
         events = await store.events(RunId("g"))
