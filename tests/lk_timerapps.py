@@ -21,6 +21,8 @@ from loopkernel import (
     TaskContext,
     TaskSpec,
 )
+from loopkernel.executor import ApprovalTimeout
+from loopkernel.planner import Flow, Step, gate
 from loopkernel.testing import trace
 
 
@@ -69,4 +71,23 @@ nap = App(
     description="a run that sleeps between two tasks",
     build=_nap,
     defaults={"seconds": 60.0, "clock_file": ""},
+)
+
+
+def _gated(params: Mapping[str, Any]) -> AppParts:
+    clock = file_clock(params["clock_file"]) if params["clock_file"] else None
+    timeout = ApprovalTimeout(seconds=params["seconds"], action=params["action"])
+    flow = Flow(
+        Step("prep", "step"),
+        gate(Step("pay", "step"), "pay 100 USD?", timeout=timeout),
+        verdict=lambda at: at.result("pay"),
+    )
+    return AppParts(planner=flow, workers={"step": step}, clock=clock)
+
+
+gated = App(
+    name="lk_timerapps:gated",
+    description="a Flow whose gate times out after `seconds` (action: reject or escalate)",
+    build=_gated,
+    defaults={"seconds": 60.0, "action": "reject", "clock_file": ""},
 )

@@ -5,8 +5,9 @@ inspector).
 A waiting task waits for one of:
 
 - ``timer``: a sleep (``GraphPatch.sleep``); the clock answers it at ``until``;
-- ``approval``: a tool call parked for approval under an ``ApprovalTimeout``; a human
-  answers it before ``until`` (its deadline), else the timeout's action is taken;
+- ``approval``: a tool call parked for approval under an ``ApprovalTimeout``, or a wait op
+  with ``on_timeout`` (a Flow's ``gate(..., timeout=)``); a human answers it before
+  ``until`` (its deadline), else the timeout's action is taken;
 - ``outcome unknown``: a call whose result was lost in flight; a human says whether it
   happened (``tools/_layer.py``);
 - ``human``: anything else a human must answer (a ``wait`` op, an approval with no
@@ -22,16 +23,18 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Literal
 
-from loopkernel.graph import Event, EventKind, Task, TaskState
+from loopkernel.graph import JSON, Event, EventKind, Task, TaskState
 from loopkernel.ids import RunId
-from loopkernel.store import Journal, RunInfo
+from loopkernel.store import Journal, PatchRecord, RunInfo
 from loopkernel.store._lease import describe_owner
 
 __all__ = [
     "WaitKind",
     "WaitingOn",
     "clock",
+    "gate_timeouts",
     "owner_note",
     "read_waits",
     "run_waits_on_timer",
@@ -97,19 +100,25 @@ def _when(until: float | None) -> str:
     return f"{clock(until)} (in {left:.0f} s)" if left > 0 else f"{clock(until)} (due)"
 
 
-def waits_of(tasks: Iterable[Task], events: Sequence[Event]) -> list[WaitingOn]:
-    """What each waiting task of ``tasks`` waits for; ``events``: the run's journal (which
-    tells an approval's deadline from a sleep)."""
+def waits_of(
+    tasks: Iterable[Task], events: Sequence[Event], patches: Sequence[PatchRecord] = ()
+) -> list[WaitingOn]:
+    """What each waiting task of ``tasks`` waits for; ``events`` and ``patches``: the run's
+    journal (which tells an approval's deadline from a sleep)."""
     approvals = {
         (e.task_id, e.data.get("wait_epoch"))
         for e in events
         if e.kind is EventKind.APPROVAL_REQUIRED and isinstance(e.data, dict)
     }
+    gates = gate_timeouts(r.ops for r in patches if r.outcome == "applied")
     found = []
     for task in sorted(tasks, key=lambda t: t.task_id):
         if task.state is not TaskState.WAITING:
             continue
-        found.append(_waiting_on(task, (task.task_id, task.wait_epoch) in approvals))
+        approval = (task.task_id, task.wait_epoch) in approvals or (
+            task.wake_at is not None and (task.task_id, task.wake_at) in gates
+        )
+        found.append(_waiting_on(task, approval))
     return found
 
 
@@ -122,6 +131,26 @@ def _waiting_on(task: Task, approval: bool) -> WaitingOn:
     else:
         kind = WaitKind.APPROVAL if approval else WaitKind.TIMER
     return WaitingOn(task_id=task.task_id, kind=kind, reason=reason, until=task.wake_at)
+
+
+GateKey = tuple[str, float]
+"""A wait op with a deadline: its task and ``until``, as journaled."""
+
+
+def gate_timeouts(patches: Iterable[JSON]) -> dict[GateKey, Literal["reject", "escalate"]]:
+    """The applied wait ops with ``on_timeout`` among ``patches`` (each ``ops`` of an applied
+    patch record, in journal order): ``(task_id, until)`` -> action. A task waits on one of
+    them while its ``wake_at`` is that ``until`` (the later op wins; a tool call's approval,
+    told by its ``approval_required`` event, goes first)."""
+    found: dict[GateKey, Literal["reject", "escalate"]] = {}
+    for ops in patches:
+        for op in ops if isinstance(ops, list) else ():
+            if not isinstance(op, dict) or op.get("op") != "wait":
+                continue
+            action, until = op.get("on_timeout"), op.get("until")
+            if action in ("reject", "escalate") and isinstance(until, int | float):
+                found[(str(op["task_id"]), float(until))] = action
+    return found
 
 
 def run_waits_on_timer(waits: Sequence[WaitingOn]) -> bool:
@@ -138,9 +167,13 @@ def owner_note(info: RunInfo) -> str | None:
 
 
 async def read_waits(store: Journal, run_id: RunId) -> list[WaitingOn]:
-    """What the run's waiting tasks wait for, read from ``store`` (two reads)."""
+    """What the run's waiting tasks wait for, read from ``store`` (two reads, three if a
+    waiting task has a wake-up time)."""
     loaded = await store.load_run(run_id)
     waiting = loaded.state.in_state(TaskState.WAITING)
     if not waiting:
         return []
-    return waits_of(waiting, await store.events(run_id))
+    timed = any(t.wake_at is not None for t in waiting)
+    return waits_of(
+        waiting, await store.events(run_id), await store.patches(run_id) if timed else []
+    )

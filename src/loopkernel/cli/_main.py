@@ -325,7 +325,10 @@ async def cmd_inspect(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(inspection.to_json(), indent=2, sort_keys=True))
         else:
-            render_inspection(inspection, sys.stdout, journal=args.journal)
+            info = inspection.info
+            now = args.at is None and info.status is RunStatus.WAITING
+            waits = await read_waits(client.store, info.run_id) if now else []
+            render_inspection(inspection, sys.stdout, journal=args.journal, waits=waits)
         return EXIT_CODES[inspection.info.status]
 
 

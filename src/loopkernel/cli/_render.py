@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
-from loopkernel._waits import clock, owner_note
+from loopkernel._waits import WaitingOn, WaitKind, clock, owner_note
 from loopkernel.graph import JSON, Event, EventKind, GraphState, RunStatus, TaskState
 from loopkernel.store import PatchRecord
 
@@ -101,25 +102,32 @@ def _utc(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) + " UTC"
 
 
-def _render_now(ins: Inspection, out: TextIO) -> None:
-    """A lost owner and a timer's wake-up time: what the row says now (not shown ``--at``
-    an older seq)."""
+def _render_now(ins: Inspection, out: TextIO, waits: Sequence[WaitingOn]) -> None:
+    """A lost owner, a timer's wake-up time and an approval's deadline: what the row says
+    now (not shown ``--at`` an older seq). ``waits``: what the waiting tasks wait for."""
     info = ins.info
     if ins.at_seq is not None:
         return
     lost = owner_note(info)
     if lost is not None:
         print(f"owner:   {lost}; a worker --adopt-orphans or `resume` takes it over", file=out)
-    if info.wake_at is not None and info.status is RunStatus.WAITING:
-        print(f"timer:   wakes at {clock(info.wake_at)}", file=out)
+    for w in waits:
+        if w.kind is WaitKind.APPROVAL and w.until is not None:
+            print(f"approval: task {w.task_id}, deadline {clock(w.until)}", file=out)
+    timers = [w.until for w in waits if w.kind is WaitKind.TIMER and w.until is not None]
+    wake = min(timers) if timers else (None if waits else info.wake_at)
+    if wake is not None and info.status is RunStatus.WAITING:
+        print(f"timer:   wakes at {clock(wake)}", file=out)
 
 
-def render_inspection(ins: Inspection, out: TextIO, *, journal: bool) -> None:
+def render_inspection(
+    ins: Inspection, out: TextIO, *, journal: bool, waits: Sequence[WaitingOn] = ()
+) -> None:
     from loopkernel.client import approver_text
 
     info = ins.info
     print(f"run {info.run_id}  app={info.app}  status={info.status.value}", file=out)
-    _render_now(ins, out)
+    _render_now(ins, out, waits)
     if ins.at_seq is not None:
         print(f"as of:   event #{ins.at_seq} (the journal replayed up to there)", file=out)
     if ins.origin is not None:

@@ -142,7 +142,12 @@ async def _look(client: Client, run: str) -> tuple[RunInfo, list[WaitingOn], set
         return info, [], set()
     loaded = await client.store.load_run(info.run_id)
     waiting = loaded.state.in_state(TaskState.WAITING)
-    waits = waits_of(waiting, await client.store.events(info.run_id) if waiting else [])
+    timed = any(t.wake_at is not None for t in waiting)
+    waits = waits_of(
+        waiting,
+        await client.store.events(info.run_id) if waiting else [],
+        await client.store.patches(info.run_id) if timed else [],
+    )
     answered = {str(e.task_id) for e in loaded.unplanned if e.kind is EventKind.HUMAN_INPUT}
     return info, waits, answered
 

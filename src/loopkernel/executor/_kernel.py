@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from loopkernel import telemetry
 from loopkernel._hooks import crashpoint
+from loopkernel._waits import gate_timeouts
 from loopkernel.errors import (
     BudgetExceeded,
     LeaseLost,
@@ -525,11 +526,15 @@ class _RunLoop:
         if not ready:
             return []
         history = await self.store.events(self.run_id) if self.k.approval_timeout else []
+        patches = await self.store.patches(self.run_id)
+        gates = gate_timeouts(r.ops for r in patches if r.outcome == "applied")
         fired = [
             NewEvent(
                 kind=EventKind.TIMER_FIRED,
                 task_id=t.task_id,
-                data=timer_event_data(t, is_approval_wait(history, t)),
+                data=timer_event_data(
+                    t, is_approval_wait(history, t), gates.get((t.task_id, t.wake_at or 0.0))
+                ),
             )
             for t in ready
         ]
@@ -820,14 +825,16 @@ class _RunLoop:
         if data.get("timer") != "approval_timeout":
             return self._kernel_patch(event, GraphPatch().resume(task.task_id), "timer fired")
         timeout = self.k.approval_timeout
-        if timeout is not None and timeout.action == "escalate":
+        gate = data.get("on_timeout")  # a wait op's own deadline (a Flow's gate)
+        if (gate or (timeout.action if timeout else "reject")) == "escalate":
+            after: dict[str, JSON] = (
+                {"after_seconds": timeout.seconds}
+                if gate is None and timeout
+                else {"deadline": data.get("due")}
+            )
             verdict = Verdict(
                 kind=VerdictKind.APPROVAL_TIMEOUT,
-                details={
-                    "task_id": task.task_id,
-                    "reason": task.wait_reason,
-                    "after_seconds": timeout.seconds,
-                },
+                details={"task_id": task.task_id, "reason": task.wait_reason, **after},
             )
             return self._kernel_finish(event, "escalated", verdict, "approval timed out")
         return replace(

@@ -1,8 +1,9 @@
 """Durable time: timers on waiting tasks, and approvals that nobody answers in time.
 
 A timer is a wake-up time on a ``waiting`` task (``Task.wake_at``), set by a ``wait`` op
-with ``until`` (``GraphPatch.sleep``) or by the executor when a tool call parks a task for
-approval and ``ApprovalTimeout`` is set. It is journaled with what set it (the patch, or
+with ``until`` (``GraphPatch.sleep``; with ``on_timeout``, an approval's deadline: a Flow's
+``gate(..., timeout=)``) or by the executor when a tool call parks a task for approval and
+``ApprovalTimeout`` is set. It is journaled with what set it (the patch, or
 the task row written with ``approval_required``). When the executor's clock passes it,
 the executor journals ``timer_fired`` for the task and, in the same write, clears the
 task's ``wake_at``: after a crash the event is planned (an unplanned event is planned
@@ -10,7 +11,8 @@ exactly once, by the unique ``(run_id, event_seq)`` of the patches) and never jo
 again. The kernel answers ``timer_fired`` itself (``planner="kernel"``):
 
 - a sleep: ``resume(task)`` (no payload: the state digest holds no time);
-- an approval's timeout, ``action="reject"``: the planner is asked as if a human had
+- an approval's timeout (the run's ``ApprovalTimeout``, or the wait op's own ``on_timeout``,
+  which ``timer_fired`` then carries), ``action="reject"``: the planner is asked as if a human had
   rejected (a ``human_input`` event with ``decision="reject"`` and
   ``payload={"by": "timeout"}``, under the timer's seq); ``action="escalate"``: the run
   finishes ``escalated`` with an ``approval_timeout`` verdict;
@@ -30,7 +32,14 @@ from loopkernel.errors import UsageError
 from loopkernel.graph import JSON, Event, EventKind, GraphPatch, Task, TaskState, Wait
 from loopkernel.planner import Proposal
 
-__all__ = ["ApprovalTimeout", "due", "next_wake", "resolve", "timer_event_data", "timer_span"]
+__all__ = [
+    "ApprovalTimeout",
+    "due",
+    "next_wake",
+    "resolve",
+    "timer_event_data",
+    "timer_span",
+]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -97,12 +106,19 @@ def next_wake(tasks: Iterable[Task]) -> float | None:
     return min(times) if times else None
 
 
-def timer_event_data(task: Task, approval: bool) -> JSON:
-    return {
+def timer_event_data(
+    task: Task, approval: bool, on_timeout: Literal["reject", "escalate"] | None = None
+) -> JSON:
+    """``timer_fired``'s data; ``on_timeout``: the action of a wait op with a deadline (kept
+    in the event, so the kernel answers it from the journal alone)."""
+    data: dict[str, JSON] = {
         "wait_epoch": task.wait_epoch,
         "due": task.wake_at,
-        "timer": "approval_timeout" if approval else "sleep",
+        "timer": "approval_timeout" if approval or on_timeout else "sleep",
     }
+    if on_timeout is not None and not approval:
+        data["on_timeout"] = on_timeout
+    return data
 
 
 def timer_span(event: Event, task: Task, now: float) -> dict[str, JSON]:

@@ -54,6 +54,23 @@ class Wait:
     seconds: float | None = None
     """A timer as a duration: the executor turns it into ``until`` with its clock before
     the patch is validated and journaled, so the journal holds only ``until``."""
+    on_timeout: Literal["reject", "escalate"] | None = None
+    """With ``until`` or ``seconds``: an approval with a deadline instead of a sleep. A human
+    answers before it; when it comes, ``reject`` answers as if a human had rejected and
+    ``escalate`` stops the run ``escalated`` (``approval_timeout``). Journaled only if set."""
+
+    def __post_init__(self) -> None:
+        if self.on_timeout is None:
+            return
+        if self.on_timeout not in ("reject", "escalate"):
+            raise UsageError(
+                f"wait of {self.task_id!r}: on_timeout must be reject or escalate, "
+                f"not {self.on_timeout!r}"
+            )
+        if self.until is None and self.seconds is None:
+            raise UsageError(
+                f"wait of {self.task_id!r}: on_timeout needs a deadline (until= or seconds=)"
+            )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -99,8 +116,21 @@ class GraphPatch:
     def cancel(self, task_id: str) -> GraphPatch:
         return self._with(Cancel(task_id=TaskId(task_id)))
 
-    def wait(self, task_id: str, reason: str) -> GraphPatch:
-        return self._with(Wait(task_id=TaskId(task_id), reason=reason))
+    def wait(
+        self,
+        task_id: str,
+        reason: str,
+        *,
+        seconds: float | None = None,
+        on_timeout: Literal["reject", "escalate"] | None = None,
+    ) -> GraphPatch:
+        """Park a pending or ready task until a human answers; with ``seconds`` and
+        ``on_timeout``, an approval with a deadline (``Wait.on_timeout``)."""
+        if (seconds is None) != (on_timeout is None):
+            raise UsageError(f"wait of {task_id!r}: give both seconds= and on_timeout=, or neither")
+        return self._with(
+            Wait(task_id=TaskId(task_id), reason=reason, seconds=seconds, on_timeout=on_timeout)
+        )
 
     def sleep(
         self,
@@ -140,12 +170,14 @@ class GraphPatch:
                     out.append({"op": "connect", "src": s, "dst": d})
                 case Cancel(task_id=t):
                     out.append({"op": "cancel", "task_id": t})
-                case Wait(task_id=t, reason=r, until=u, seconds=sec):
+                case Wait(task_id=t, reason=r, until=u, seconds=sec, on_timeout=action):
                     wait: dict[str, JSON] = {"op": "wait", "task_id": t, "reason": r}
                     if u is not None:
                         wait["until"] = u
                     if sec is not None:
                         wait["seconds"] = sec
+                    if action is not None:
+                        wait["on_timeout"] = action
                     out.append(wait)
                 case Resume(task_id=t, payload=p):
                     out.append({"op": "resume", "task_id": t, "payload": p})
@@ -168,7 +200,7 @@ _FIELDS: dict[str, frozenset[str]] = {
     "add": frozenset({"op", "task_id", "skill", "input", "evidence_scope"}),
     "connect": frozenset({"op", "src", "dst"}),
     "cancel": frozenset({"op", "task_id"}),
-    "wait": frozenset({"op", "task_id", "reason", "until", "seconds"}),
+    "wait": frozenset({"op", "task_id", "reason", "until", "seconds", "on_timeout"}),
     "resume": frozenset({"op", "task_id", "payload"}),
     "finish": frozenset({"op", "status", "verdict"}),
 }
@@ -219,11 +251,17 @@ def _op_from_json(index: int, raw: JSON) -> Op:
                     isinstance(value, bool) or not isinstance(value, int | float)
                 ):
                     raise UsageError(f"op {index} (wait): {key} must be a number", op=index)
+            action = raw.get("on_timeout")
+            if action not in (None, "reject", "escalate"):
+                raise UsageError(
+                    f"op {index} (wait): on_timeout must be reject or escalate", op=index
+                )
             return Wait(
                 task_id=TaskId(raw["task_id"]),
                 reason=raw["reason"],
                 until=None if times["until"] is None else float(times["until"]),
                 seconds=None if times["seconds"] is None else float(times["seconds"]),
+                on_timeout=action,
             )
         case "resume":
             return Resume(task_id=TaskId(raw["task_id"]), payload=raw.get("payload"))

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import KW_ONLY, dataclass, replace
-from typing import Literal, TypeAlias, TypeVar, assert_never
+from typing import TYPE_CHECKING, Literal, TypeAlias, TypeVar, assert_never
 
 from loopkernel.errors import UsageError
 from loopkernel.graph import (
@@ -48,6 +48,9 @@ from loopkernel.graph import (
     VerdictKind,
 )
 from loopkernel.planner._protocol import BasePlanner, Snapshot
+
+if TYPE_CHECKING:
+    from loopkernel.executor import ApprovalTimeout
 
 __all__ = [
     "At",
@@ -82,6 +85,8 @@ class Step:
     """``ancestors``: the worker sees only its transitive predecessors' results."""
     approval: str | None = None
     """If set, the task is parked for a human as soon as it is added (``gate``)."""
+    timeout: ApprovalTimeout | None = None
+    """With ``approval``: what happens if nobody answers in time (``gate(..., timeout=)``)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not 1 <= len(self.name) <= MAX_NAME:
@@ -161,12 +166,24 @@ def quorum(k: int, *, of: Sequence[Step]) -> Node:
     return _Quorum(k=k, of=members)
 
 
-def gate(step: Step, reason: str) -> Step:
+def gate(step: Step, reason: str, *, timeout: ApprovalTimeout | None = None) -> Step:
     """An approval gate: ``step`` waits for a human (``reason`` is what they see) before it
-    runs. ``approve`` lets it run; ``reject`` cancels it and the run."""
+    runs. ``approve`` lets it run; ``reject`` cancels it and the run.
+
+    ``timeout``: an approval with a deadline, like a tool call's. Nobody answers within
+    ``timeout.seconds`` of the step being added: ``action="reject"`` rejects it as a human
+    would (``{"by": "timeout"}``); ``"escalate"`` stops the run ``escalated`` with an
+    ``approval_timeout`` verdict. The run-level ``ApprovalTimeout`` does not apply to gates.
+    """
+    from loopkernel.executor import ApprovalTimeout  # here: the executor imports the planner
+
     if not reason:
         raise UsageError(f"gate({step.name!r}): give the reason a human will read")
-    return replace(step, approval=reason)
+    if timeout is not None and not isinstance(timeout, ApprovalTimeout):
+        raise UsageError(
+            f"gate({step.name!r}): timeout must be an ApprovalTimeout, not {timeout!r}"
+        )
+    return replace(step, approval=reason, timeout=timeout)
 
 
 def guard(check: Callable[[At], str | None]) -> Node:
@@ -478,7 +495,16 @@ class Flow(BasePlanner):
             evidence_scope=step.evidence_scope,
         )
         patch = patch.add(spec, after=after)
-        return patch.wait(spec.task_id, step.approval) if step.approval else patch
+        if step.approval is None:
+            return patch
+        if step.timeout is None:
+            return patch.wait(spec.task_id, step.approval)
+        return patch.wait(
+            spec.task_id,
+            step.approval,
+            seconds=step.timeout.seconds,
+            on_timeout=step.timeout.action,
+        )
 
     def _quorum_member_done(self, quorum: _Quorum, at: At) -> GraphPatch:
         members = [self._member(at.snapshot, m, at.counters) for m in quorum.of]
