@@ -162,7 +162,11 @@ async def _tampered(tmp_path: Path, scenario: str) -> tuple[dict[str, Any], int]
                 got = (await client.inspect("lab", journal=True)).to_json()
                 if got["status"] == "waiting":
                     await client.decide(
-                        "lab", "act:3.1", "approve", payload={"by": "ops"}, token=started.token
+                        "lab",
+                        "act:3.1",
+                        "approve",
+                        payload={"by": "ops"},
+                        answerer=Answerer(token=started.token),
                     )
                     await client.execute("lab")
                     got = (await client.inspect("lab", journal=True)).to_json()
