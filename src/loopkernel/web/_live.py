@@ -92,6 +92,15 @@ CHUNK_EVENTS = 256
 """Journal rows a stream writes at most at once (~250 KB): a viewer's memory stays
 bounded however fast the run journals (200 viewers of a 10,000-event burst held 4.4 GB
 as one chunk each)."""
+CATCHUP_EVENTS = 512
+"""A stream more than this many events behind the head of its run (it did not read: a
+slow viewer, its send buffer full; or a reconnect from long ago) is sent every row no
+more: it gets a ``catchup`` marker (the events it skips, from seq A to B) and then the
+live window from the head (``CATCHUP_TAIL`` rows). About the page's DOM window
+(``JOURNAL_TAIL``): rows further behind would leave the page as soon as they came. At
+most ``RING``, so a skipping stream always finds its rows in the hub's window."""
+CATCHUP_TAIL = 64
+"""The rows before the head a stream in catch-up is sent after its marker."""
 PENDING_KEPT = 4 * RESEND_WINDOW
 """Unplanned rows a stream waits for the patch of, at most (the newest): events nobody
 plans (a store-level writer's) cost a stream nothing past that."""
@@ -291,7 +300,9 @@ class Hub:
         if len(self.recent) > 2 * RING:
             # Drop what every stream sent (but keep RING), and past RING_MAX drop anyway:
             # a burst of events is read once and shared, however many watch it.
+            # A stream further behind than CATCHUP_EVENTS skips to the head: never kept for.
             needed = min(self.positions.values(), default=self._seen)
+            needed = max(needed, self._seen - CATCHUP_EVENTS)
             keep = max(RING, self._seen - needed)
             del self.recent[: -min(keep, RING_MAX)]
         if self.floor < self.recent[0].seq - 1:
@@ -301,6 +312,11 @@ class Hub:
             self.recent_patches = {s: p for s, p in self.recent_patches.items() if s > low}
             self.rows = {k: v for k, v in self.rows.items() if k[0] > low}
             self.patch_rows = {s: m for s, m in self.patch_rows.items() if s > low}
+
+    @property
+    def head(self) -> int:
+        """The last seq this hub read."""
+        return self._seen
 
     def since(self, seq: int) -> list[Event] | None:
         """The events after ``seq`` this hub holds; ``None`` when some are not held."""
@@ -485,6 +501,13 @@ def _journal_messages(
     return out
 
 
+def _catchup(sent: int, to: int) -> str:
+    """The ``catchup`` message of a stream that skips the events after ``sent`` up to
+    ``to`` (its ``id:`` is ``to``: a reconnect goes on from there)."""
+    data: dict[str, object] = {"skipped": to - sent, "from": sent + 1, "to": to}
+    return _message("catchup", data, seq=to)
+
+
 async def stream(
     client: Client,
     watcher: Watcher,
@@ -517,6 +540,11 @@ async def stream(
             assert snap is not None
             if snap.version != seen_version:
                 seen_version = snap.version
+                chunk: list[str] = []
+                if hub.head - sent > CATCHUP_EVENTS:  # it did not read: skip to the head
+                    chunk.append(_catchup(sent, hub.head - CATCHUP_TAIL))
+                    sent = hub.positions[wake] = hub.head - CATCHUP_TAIL
+                    pending = {s for s in pending if s > hub.floor}
                 floor = min(pending, default=sent + 1) - 1
                 events, times, patches, shared = await _journal_since(client, hub, sent, floor)
                 # What this wake-up brought goes out as one chunk (one write per stream per
@@ -524,7 +552,7 @@ async def stream(
                 # out in bounded pieces, each one written before the next is made.
                 behind = len(events) > CHUNK_EVENTS
                 events = events[:CHUNK_EVENTS]
-                chunk = _journal_messages(
+                chunk += _journal_messages(
                     hub if shared else None, render, events, times, patches, pending
                 )
                 if events:
