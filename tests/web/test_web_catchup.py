@@ -10,8 +10,6 @@ import socket
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
-import httpx
-
 from lk_web import Served, make_run, run_async, sse
 from loopkernel.graph import EventKind
 from loopkernel.ids import RunId
