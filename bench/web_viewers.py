@@ -116,11 +116,14 @@ async def _viewer(
         tail = b""
         async for chunk in r.aiter_raw():
             now = time.time()
-            cut = chunk.rfind(b"\n")
+            # Whole messages only (up to the last blank line): an ``id:`` line is read with
+            # the ``event:`` line after it, however the chunks cut them.
+            lines = tail + chunk
+            cut = lines.rfind(b"\n\n")
             if cut < 0:
-                tail += chunk
+                tail = lines
                 continue
-            lines, tail = tail + chunk[: cut + 1], chunk[cut + 1 :]
+            lines, tail = lines[: cut + 2], lines[cut + 2 :]
             for found in _ID.finditer(lines):
                 got[int(found.group(1))] = now
             for found in _SKIP.finditer(lines):  # in catch-up: these rows are not sent
@@ -198,7 +201,7 @@ def fresh_viewer(url: str, run_id: str, last: int) -> float:
     async def go() -> float:
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
             t0 = time.perf_counter()
-            await _viewer(http, run_id, last - 1, last, {})
+            await _viewer(http, run_id, last - 1, last, {}, [])
             return 1000 * (time.perf_counter() - t0)
 
     return asyncio.run(go())

@@ -15,11 +15,14 @@ at least the last ``RING``; at most ``RING_MAX``), their commit times and the pa
 answering them, and each journal row rendered once: every stream of
 the run takes its new events, times, patches and row HTML from there, so a change costs
 one journal read and one render however many pages watch it, and a viewer adds no work
-to the store's thread (which the run itself writes through). Only a stream that fell
-behind the window (a browser back after a long absence) reads the store for itself,
-once, to catch up from its last seq; it never holds the others back. A hub refreshes at
-most every ``Watcher.min_gap`` seconds, so a run that commits hundreds of events a second is
-read in batches, not once per commit.
+to the store's thread (which the run itself writes through). A stream more than
+``CATCHUP_EVENTS`` behind the head (its viewer did not read: the write of its last chunk
+waited on a full send buffer; or it reconnected from long ago) is moved to **catch-up**:
+it is sent a ``catchup`` message naming exactly the events it skips (from seq A to B),
+then the live window from the head, never every row; the hub keeps nothing for it past
+that window, so a slow viewer never holds the hub, the others or the run back. A hub
+refreshes at most every ``Watcher.min_gap`` seconds, so a run that commits hundreds of
+events a second is read in batches, not once per commit.
 
 Streams share no lock and no condition: each waits on its own event, so a stream that is
 cancelled (its browser went away) touches nothing another stream waits on, and a hub
@@ -29,6 +32,8 @@ A **stream** sends, in order:
 
 - ``journal`` messages, ``id:`` = the event's seq, one per event after the last one the
   browser has (``Last-Event-ID`` on reconnect, else ``?after=``): none lost, none doubled;
+- a ``catchup`` message, ``id:`` = B, ``{"skipped": N, "from": A, "to": B}``, in place
+  of the events A..B when the stream fell more than ``CATCHUP_EVENTS`` behind;
 - ``patch`` messages when the patch answering an event already sent is committed (the
   kernel plans events in seq order, so the unplanned ones are always the newest);
 - ``state`` messages when the run changed, as **deltas** against what this stream sent:
