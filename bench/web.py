@@ -373,6 +373,7 @@ def viewers_goals(db: str, tmp: Path, viewers: int, events: int, rounds: int) ->
         "unwatched_wall_s": statistics.median(alone),
         "watched": med,
         "missing": sum(one["missing"] for one in seen),
+        "skipped_per_viewer": seen[-1]["skipped_per_viewer"],
         "watched_over_unwatched": med["wall_s"] / statistics.median(alone),
         "fresh_viewer_ms": fresh,
         "rss_kb": max(one["rss_kb"] for one in seen),
@@ -404,6 +405,12 @@ def print_goals(g: dict[str, Any], fan: dict[str, float], tasks: int, events: in
             "commit -> receipt p50 / p95",
             f"{w['p50_ms']:.0f} / {w['p95_ms']:.0f} ms ({g['missing']} missed)",
             "p95 <= 1000 ms",
+        ),
+        (
+            "rows skipped per viewer (catch-up), mean / max",
+            f"{g['skipped_per_viewer']['mean']:.0f} / {g['skipped_per_viewer']['max']} of "
+            f"{g['events']} ({g['skipped_per_viewer']['viewers_skipping']} viewers skipped)",
+            "",
         ),
         ("fresh viewer, first event", f"{g['fresh_viewer_ms']:.0f} ms", ""),
         (f"server RSS, {g['viewers']} viewers", f"{g['rss_kb'] / 1024:.0f} MiB", ""),

@@ -5,6 +5,7 @@ window catches up from its last seq, losing and doubling nothing."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -184,3 +185,100 @@ def test_a_burst_goes_out_in_bounded_chunks(db_path: Path, monkeypatch: Any) -> 
     sizes, seqs, expected = run_async(go())
     assert seqs == expected  # none lost, none doubled, in order
     assert max(sizes) <= 4 and len(sizes) >= 3, sizes
+
+
+def _seqs(messages: list[str], kind: str = "journal") -> list[int]:
+    return [int(m.split("\n", 1)[0][4:]) for m in messages if f"event: {kind}" in m]
+
+
+def _catchups(messages: list[str]) -> list[dict[str, int]]:
+    return [json.loads(m.split("data: ", 1)[1]) for m in messages if "event: catchup" in m]
+
+
+async def _messages_until(messages: Any, until: int) -> list[str]:
+    """Every message of one stream until the journal row of seq ``until``."""
+    got: list[str] = []
+    async for chunk in messages:
+        for message in chunk.split("\n\n"):
+            got.append(message)
+            if "event: journal" in message and message.startswith(f"id: {until}\n"):
+                return got
+    raise AssertionError("the stream ended early")
+
+
+def test_a_viewer_that_does_not_read_is_moved_to_catch_up(db_path: Path, monkeypatch: Any) -> None:
+    """A stream nobody reads (its generator not iterated: what a full send buffer does to
+    it) holds nobody back: the other viewer gets every event; once it reads again it is
+    sent a ``catchup`` marker naming exactly the events it skips, then the live window."""
+    monkeypatch.setattr(_live, "CATCHUP_EVENTS", 20)
+    monkeypatch.setattr(_live, "CATCHUP_TAIL", 5)
+    run_id, _ = make_run(db_path, "lk_testapps:gate")
+
+    async def go() -> None:
+        async with Client(str(db_path)) as client:
+            first = (await client.info(run_id)).last_seq
+            watcher = Watcher(client=client, poll_seconds=0.05, max_streams=2)
+            fast = stream(client, watcher, run_id, first, _renderers(Counter()))
+            slow = stream(client, watcher, run_id, first, _renderers(Counter()))
+            try:
+                async with asyncio.timeout(30):
+                    assert (await anext(fast)).startswith("retry:")
+                    assert (await anext(slow)).startswith("retry:")
+                    mid = await _append(client, run_id, 3)
+                    early = await _messages_until(slow, mid)  # it reads, then stops
+                    got = await _follow(fast, mid)
+                    end = first
+                    for _ in range(5):  # 50 events while the slow one reads nothing
+                        end = await _append(client, run_id, 10)
+                        got += await _follow(fast, end)
+                    later = await _messages_until(slow, end)
+            finally:
+                await fast.aclose()
+                await slow.aclose()
+                await watcher.stop()
+            # The fast viewer: every event, in order, no marker.
+            assert _seqs(got) == list(range(first + 1, end + 1))
+            # The slow one: the marker's counts are exact, and nothing else is missing.
+            assert _seqs(early) == list(range(first + 1, mid + 1))
+            (marker,) = _catchups(later)
+            assert marker == {"skipped": end - 5 - mid, "from": mid + 1, "to": end - 5}
+            assert later[[m.startswith("id:") for m in later].index(True)].startswith(
+                f"id: {end - 5}\nevent: catchup"
+            )  # its id: a reconnect goes on from there
+            assert _seqs(later) == list(range(end - 4, end + 1))  # the live window
+
+    run_async(go())
+
+
+def test_a_reconnect_from_long_ago_resyncs_bounded(db_path: Path, monkeypatch: Any) -> None:
+    """A stream opened with ``Last-Event-ID`` far behind the head re-syncs from that
+    seq bounded the same way: a marker for what it skips, then the live window; one
+    within the window gets every event after its seq."""
+    monkeypatch.setattr(_live, "CATCHUP_EVENTS", 20)
+    monkeypatch.setattr(_live, "CATCHUP_TAIL", 5)
+    run_id, _ = make_run(db_path, "lk_testapps:gate")
+
+    async def go() -> tuple[int, int, list[str], list[str]]:
+        async with Client(str(db_path)) as client:
+            first = (await client.info(run_id)).last_seq
+            end = await _append(client, run_id, 40)
+            watcher = Watcher(client=client, poll_seconds=0.05, max_streams=2)
+            far = stream(client, watcher, run_id, first, _renderers(Counter()))
+            near = stream(client, watcher, run_id, end - 15, _renderers(Counter()))
+            try:
+                async with asyncio.timeout(30):
+                    return (
+                        first,
+                        end,
+                        await _messages_until(far, end),
+                        await _messages_until(near, end),
+                    )
+            finally:
+                await far.aclose()
+                await near.aclose()
+                await watcher.stop()
+
+    first, end, far, near = run_async(go())
+    assert _catchups(far) == [{"skipped": end - 5 - first, "from": first + 1, "to": end - 5}]
+    assert _seqs(far) == list(range(end - 4, end + 1))
+    assert _catchups(near) == [] and _seqs(near) == list(range(end - 14, end + 1))

@@ -15,11 +15,14 @@ at least the last ``RING``; at most ``RING_MAX``), their commit times and the pa
 answering them, and each journal row rendered once: every stream of
 the run takes its new events, times, patches and row HTML from there, so a change costs
 one journal read and one render however many pages watch it, and a viewer adds no work
-to the store's thread (which the run itself writes through). Only a stream that fell
-behind the window (a browser back after a long absence) reads the store for itself,
-once, to catch up from its last seq; it never holds the others back. A hub refreshes at
-most every ``Watcher.min_gap`` seconds, so a run that commits hundreds of events a second is
-read in batches, not once per commit.
+to the store's thread (which the run itself writes through). A stream more than
+``CATCHUP_EVENTS`` behind the head (its viewer did not read: the write of its last chunk
+waited on a full send buffer; or it reconnected from long ago) is moved to **catch-up**:
+it is sent a ``catchup`` message naming exactly the events it skips (from seq A to B),
+then the live window from the head, never every row; the hub keeps nothing for it past
+that window, so a slow viewer never holds the hub, the others or the run back. A hub
+refreshes at most every ``Watcher.min_gap`` seconds, so a run that commits hundreds of
+events a second is read in batches, not once per commit.
 
 Streams share no lock and no condition: each waits on its own event, so a stream that is
 cancelled (its browser went away) touches nothing another stream waits on, and a hub
@@ -29,6 +32,8 @@ A **stream** sends, in order:
 
 - ``journal`` messages, ``id:`` = the event's seq, one per event after the last one the
   browser has (``Last-Event-ID`` on reconnect, else ``?after=``): none lost, none doubled;
+- a ``catchup`` message, ``id:`` = B, ``{"skipped": N, "from": A, "to": B}``, in place
+  of the events A..B when the stream fell more than ``CATCHUP_EVENTS`` behind;
 - ``patch`` messages when the patch answering an event already sent is committed (the
   kernel plans events in seq order, so the unplanned ones are always the newest);
 - ``state`` messages when the run changed, as **deltas** against what this stream sent:
@@ -92,6 +97,15 @@ CHUNK_EVENTS = 256
 """Journal rows a stream writes at most at once (~250 KB): a viewer's memory stays
 bounded however fast the run journals (200 viewers of a 10,000-event burst held 4.4 GB
 as one chunk each)."""
+CATCHUP_EVENTS = 512
+"""A stream more than this many events behind the head of its run (it did not read: a
+slow viewer, its send buffer full; or a reconnect from long ago) is sent every row no
+more: it gets a ``catchup`` marker (the events it skips, from seq A to B) and then the
+live window from the head (``CATCHUP_TAIL`` rows). About the page's DOM window
+(``JOURNAL_TAIL``): rows further behind would leave the page as soon as they came. At
+most ``RING``, so a skipping stream always finds its rows in the hub's window."""
+CATCHUP_TAIL = 64
+"""The rows before the head a stream in catch-up is sent after its marker."""
 PENDING_KEPT = 4 * RESEND_WINDOW
 """Unplanned rows a stream waits for the patch of, at most (the newest): events nobody
 plans (a store-level writer's) cost a stream nothing past that."""
@@ -291,7 +305,9 @@ class Hub:
         if len(self.recent) > 2 * RING:
             # Drop what every stream sent (but keep RING), and past RING_MAX drop anyway:
             # a burst of events is read once and shared, however many watch it.
+            # A stream further behind than CATCHUP_EVENTS skips to the head: never kept for.
             needed = min(self.positions.values(), default=self._seen)
+            needed = max(needed, self._seen - CATCHUP_EVENTS)
             keep = max(RING, self._seen - needed)
             del self.recent[: -min(keep, RING_MAX)]
         if self.floor < self.recent[0].seq - 1:
@@ -301,6 +317,11 @@ class Hub:
             self.recent_patches = {s: p for s, p in self.recent_patches.items() if s > low}
             self.rows = {k: v for k, v in self.rows.items() if k[0] > low}
             self.patch_rows = {s: m for s, m in self.patch_rows.items() if s > low}
+
+    @property
+    def head(self) -> int:
+        """The last seq this hub read."""
+        return self._seen
 
     def since(self, seq: int) -> list[Event] | None:
         """The events after ``seq`` this hub holds; ``None`` when some are not held."""
@@ -485,6 +506,13 @@ def _journal_messages(
     return out
 
 
+def _catchup(sent: int, to: int) -> str:
+    """The ``catchup`` message of a stream that skips the events after ``sent`` up to
+    ``to`` (its ``id:`` is ``to``: a reconnect goes on from there)."""
+    data: dict[str, object] = {"skipped": to - sent, "from": sent + 1, "to": to}
+    return _message("catchup", data, seq=to)
+
+
 async def stream(
     client: Client,
     watcher: Watcher,
@@ -517,6 +545,11 @@ async def stream(
             assert snap is not None
             if snap.version != seen_version:
                 seen_version = snap.version
+                chunk: list[str] = []
+                if hub.head - sent > CATCHUP_EVENTS:  # it did not read: skip to the head
+                    chunk.append(_catchup(sent, hub.head - CATCHUP_TAIL))
+                    sent = hub.positions[wake] = hub.head - CATCHUP_TAIL
+                    pending = {s for s in pending if s > hub.floor}
                 floor = min(pending, default=sent + 1) - 1
                 events, times, patches, shared = await _journal_since(client, hub, sent, floor)
                 # What this wake-up brought goes out as one chunk (one write per stream per
@@ -524,7 +557,7 @@ async def stream(
                 # out in bounded pieces, each one written before the next is made.
                 behind = len(events) > CHUNK_EVENTS
                 events = events[:CHUNK_EVENTS]
-                chunk = _journal_messages(
+                chunk += _journal_messages(
                     hub if shared else None, render, events, times, patches, pending
                 )
                 if events:

@@ -179,6 +179,30 @@
       // a reconnect goes on from the last row this page has
       url = url.replace(/after=\d+/, "after=" + msg.seq);
     });
+    // A stream more than a window behind the head (this page did not read fast enough,
+    // or came back after long) is sent the live window only: say what it skipped, with a
+    // link to those rows; the DOM window stays as it is.
+    source.addEventListener("catchup", function (e) {
+      alive();
+      var msg = JSON.parse(e.data);
+      var row = document.createElement("tr");
+      row.className = "catchup";
+      row.id = "skip-" + msg.from + "-" + msg.to;
+      var cell = document.createElement("td");
+      cell.colSpan = 6;
+      cell.textContent = "skipped " + msg.skipped + " events (" + msg.from + "\u2013" + msg.to + ") \u2014 ";
+      var link = document.createElement("a");
+      link.href = url.split("/events")[0] + "?journal=all#ev-" + msg.from;
+      link.textContent = "load them";
+      cell.appendChild(link);
+      row.appendChild(cell);
+      journal.appendChild(row);
+      var over = journal.children.length - JOURNAL_WINDOW;
+      for (; over > 0; over--) journal.removeChild(journal.firstElementChild);
+      var n = parseInt(document.body.getAttribute("data-skipped") || "0", 10) + msg.skipped;
+      document.body.setAttribute("data-skipped", String(n));
+      url = url.replace(/after=\d+/, "after=" + msg.to);
+    });
     source.addEventListener("patch", function (e) {
       alive();
       var msg = JSON.parse(e.data);

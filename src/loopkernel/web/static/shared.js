@@ -7,7 +7,7 @@
 var subs = {};      // id -> {port, url, runs}
 var source = null;
 var pending = null;
-var TYPES = ["journal", "patch", "state", "keepalive", "end", "runs"];
+var TYPES = ["journal", "catchup", "patch", "state", "keepalive", "end", "runs"];
 
 function each(fn) { Object.keys(subs).forEach(function (id) { fn(id, subs[id]); }); }
 
@@ -38,6 +38,7 @@ function connect() {
       if (!s) return;
       // a reconnect goes on from the last row this view has
       if (type === "journal" && s.url) s.url = s.url.replace(/after=\d+/, "after=" + msg.seq);
+      if (type === "catchup" && s.url) s.url = s.url.replace(/after=\d+/, "after=" + msg.to);
       send(msg.sub, type, e.data);
       if (type === "end") { delete subs[msg.sub]; later(50); }
     });
