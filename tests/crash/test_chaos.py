@@ -83,9 +83,11 @@ def test_runs_on_workers_whose_connections_are_killed_every_3_seconds_end_exact(
     pg_database: str, tmp_path: Path
 ) -> None:
     """``bash scripts/chaos --pg URL --pg-kill-every 3`` at its small size: a speculation and
-    looplab's baseline on two workers whose every connection is terminated every 3 s (the
-    pool's, the LISTEN ones, a statement in flight); both runs end with their uninterrupted
-    runs' digests, each effect applied once."""
+    looplab's baseline on two workers whose every connection is terminated as soon as the
+    first is made, then every 3 s (the pool's, the LISTEN ones, a statement in flight); both
+    runs end with their uninterrupted runs' digests, each effect applied once. On a quiet
+    machine the two runs end in about 5 s, so the kill at the first connection may be the
+    only one; a loaded machine lands more (the bench's sweeps land dozens)."""
     out = tmp_path / "churn.json"
     proc = subprocess.run(
         [
@@ -105,7 +107,7 @@ def test_runs_on_workers_whose_connections_are_killed_every_3_seconds_end_exact(
     total = got["table"]["total"]
     assert total["exact"] == total["tried"] == 2, json.dumps(got["not_exact"], indent=1)
     assert proc.returncode == 0, report
-    assert got["kills"] >= 4, report  # the churn happened while the runs worked
+    assert got["kills"] >= 1, report  # the churn happened while the runs worked
     assert {c["app"] for c in got["cases"]} == {"churn:speculation", "churn:looplab/baseline"}
 
 
