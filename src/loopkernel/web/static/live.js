@@ -70,11 +70,14 @@
         .then(function (r) {
           if (!r.ok) return null;
           var counts = r.headers.get("X-Run-Counts");
-          if (counts) setCounts(JSON.parse(counts));
-          return r.text();
+          return r.text().then(function (html) { return { html: html, counts: counts }; });
         })
-        .then(function (html) {
-          if (html !== null) { runsBody.innerHTML = html; document.body.setAttribute("data-runs-polled", String(Date.now())); }
+        .then(function (got) {
+          // The rows and the chips change together: never counts ahead of their rows.
+          if (got === null) return;
+          runsBody.innerHTML = got.html;
+          if (got.counts) setCounts(JSON.parse(got.counts));
+          document.body.setAttribute("data-runs-polled", String(Date.now()));
         })
         .catch(function () {})
         .then(function () { busy = false; if (again) reload(); });
